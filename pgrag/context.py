@@ -1,0 +1,27 @@
+"""Shared CLI state: which database a command talks to."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from pgrag.embedded import EmbeddedCluster
+
+
+@dataclass
+class AppContext:
+    """Resolves the database once per command: --dsn / PGRAG_DSN, then DATABASE_URL, then the
+    embedded cluster, started on demand."""
+
+    dsn_option: str | None = None
+    _resolved: str | None = field(default=None, init=False)
+
+    @property
+    def uses_embedded(self) -> bool:
+        return not (self.dsn_option or os.environ.get("DATABASE_URL"))
+
+    def dsn(self) -> str:
+        if self._resolved is None:
+            explicit = self.dsn_option or os.environ.get("DATABASE_URL")
+            self._resolved = explicit or EmbeddedCluster().start()
+        return self._resolved

@@ -1,0 +1,47 @@
+"""Connecting to PostgreSQL with errors a user can act on."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+
+from pgrag.errors import DatabaseUnreachable
+
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def redact(dsn: str) -> str:
+    """Return ``dsn`` with any password replaced by ``***``."""
+    redacted = _PASSWORD.sub(r"\1***@", dsn)
+    return re.sub(r"(password=)\S+", r"\1***", redacted)
+
+
+def connect(dsn: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
+    """Open a connection, turning connection failures into :class:`DatabaseUnreachable`."""
+    kwargs.setdefault("connect_timeout", 10)
+    try:
+        conn = psycopg.connect(dsn, autocommit=autocommit, **kwargs)
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnreachable(
+            f"cannot connect to the database {redact(dsn)}: {reason}. "
+            "Check --dsn / PGRAG_DSN, or omit them to use the embedded database."
+        ) from exc
+    register_vector_if_installed(conn)
+    return conn
+
+
+def register_vector_if_installed(conn: psycopg.Connection[Any]) -> bool:
+    """Register pgvector's types on ``conn`` when the extension exists in its database."""
+    from pgvector.psycopg import register_vector
+
+    with conn.cursor() as cur:
+        cur.execute("select 1 from pg_catalog.pg_extension where extname = 'vector'")
+        present = cur.fetchone() is not None
+    if not conn.autocommit:
+        conn.rollback()
+    if present:
+        register_vector(conn)
+    return present
