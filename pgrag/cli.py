@@ -2,36 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import click
 
 from pgrag import __version__
+from pgrag.cli_common import PgragGroup, echo_json, json_option, pass_app
 from pgrag.context import AppContext
 from pgrag.db import redact
 from pgrag.embedded import EmbeddedCluster
-from pgrag.errors import PgragError
 from pgrag.migrator import Migrator
-
-
-class PgragGroup(click.Group):
-    """A click group that reports :class:`PgragError` as ``Error: <message>`` with exit 1."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except PgragError as exc:
-            raise click.ClickException(str(exc)) from exc
-
-
-def echo_json(data: Any) -> None:
-    """Print ``data`` as JSON on stdout (for ``--json``)."""
-    click.echo(json.dumps(data, indent=2, default=str))
-
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-pass_app = click.make_pass_decorator(AppContext)
 
 
 @click.group(cls=PgragGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -159,3 +137,6 @@ def status(app: AppContext, as_json: bool) -> None:
         applied = m.record.applied_at.strftime("%Y-%m-%d %H:%M") if m.record else ""
         click.echo(f"  {m.state:<8} {m.file.name:<40} {m.file.sha256[:12]}  {applied}")
     click.echo("up to date" if not st.pending else f"{len(st.pending)} pending: run pgrag migrate")
+
+
+# -- commands defined in their own modules (one import and one add_command each) ----------------

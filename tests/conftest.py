@@ -126,3 +126,11 @@ def conn(db: str) -> Iterator[psycopg.Connection[Any]]:
 
     with connect(db) as connection:
         yield connection
+
+
+@pytest.fixture(scope="session")
+def local_embedder() -> Any:
+    """The real bundled all-MiniLM-L6-v2 model, loaded once per test run."""
+    from pgrag.embedders import LocalEmbedder
+
+    return LocalEmbedder()
