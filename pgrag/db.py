@@ -45,3 +45,20 @@ def register_vector_if_installed(conn: psycopg.Connection[Any]) -> bool:
     if present:
         register_vector(conn)
     return present
+
+
+DEFAULT_TENANT = "default"
+
+
+def set_request_tenant(conn: psycopg.Connection[Any], tenant: str) -> None:
+    """Act as ``tenant`` for the rest of the current transaction.
+
+    Sets ``request.jwt.claims`` exactly as PostgREST does for a verified JWT, so SQL functions
+    and row-level security see the same tenant whether called by the CLI or over RPC.
+    """
+    import json
+
+    conn.execute(
+        "select pg_catalog.set_config('request.jwt.claims', %s, true)",
+        (json.dumps({"tenant_id": tenant, "role": "service_role"}),),
+    )
