@@ -60,5 +60,5 @@ def set_request_tenant(conn: psycopg.Connection[Any], tenant: str) -> None:
 
     conn.execute(
         "select pg_catalog.set_config('request.jwt.claims', %s, true)",
-        (json.dumps({"tenant_id": tenant, "role": "service_role"}),),
+        (json.dumps({"tenant_id": tenant}),),
     )
