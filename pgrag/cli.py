@@ -140,3 +140,9 @@ def status(app: AppContext, as_json: bool) -> None:
 
 
 # -- commands defined in their own modules (one import and one add_command each) ----------------
+
+from pgrag.cli_search import ask, evaluate, search  # noqa: E402
+
+main.add_command(search)
+main.add_command(ask)
+main.add_command(evaluate)

@@ -1,0 +1,125 @@
+"""The optional answer step: a grounded prompt to any OpenAI-compatible chat endpoint.
+
+Retrieval and the context block come from SQL (``build_context``); this module only sends that
+block with the question and returns the model's text. Retries (429, 5xx, timeouts, honouring
+``Retry-After``) and timeouts are the ``openai`` client's own.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pgrag.errors import PgragError
+
+DEFAULT_CHAT_MODEL = "gpt-4o-mini"
+
+SYSTEM_PROMPT = (
+    "You answer questions using only the numbered sources you are given. "
+    "Cite every statement with the label of the source it comes from, like [Source 1] or "
+    "[Source 2][Source 3]. If the sources do not contain the answer, say that the sources do "
+    "not contain enough information to answer, and do not guess or use outside knowledge."
+)
+
+
+class ChatError(PgragError):
+    """The chat endpoint failed or refused the request."""
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    """Where and how to ask for an answer."""
+
+    model: str = DEFAULT_CHAT_MODEL
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout: float = 60.0
+    max_retries: int = 3
+
+    @classmethod
+    def from_env(cls, model: str | None = None, **kwargs: Any) -> ChatConfig | None:
+        """The endpoint configured by OPENAI_API_KEY and/or OPENAI_BASE_URL; None without one.
+
+        The model is ``model``, else PGRAG_CHAT_MODEL, else gpt-4o-mini.
+        """
+        api_key = os.environ.get("OPENAI_API_KEY") or None
+        base_url = os.environ.get("OPENAI_BASE_URL") or None
+        if api_key is None and base_url is None:
+            return None
+        return cls(
+            model=model or os.environ.get("PGRAG_CHAT_MODEL") or DEFAULT_CHAT_MODEL,
+            base_url=base_url,
+            api_key=api_key,
+            **kwargs,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        return self.base_url or "https://api.openai.com/v1"
+
+
+def grounded_messages(question: str, context: str) -> list[dict[str, str]]:
+    """The chat messages: instructions, then the sources and the question."""
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"Sources:\n\n{context}\n\nQuestion: {question}"},
+    ]
+
+
+def answer(question: str, context: str, config: ChatConfig) -> str:
+    """Ask the chat endpoint to answer ``question`` from ``context`` only; return its text."""
+    import openai
+
+    client = openai.OpenAI(
+        # A local endpoint often needs no key, but the client insists on one.
+        api_key=config.api_key or "not-needed",
+        base_url=config.base_url,
+        timeout=config.timeout,
+        max_retries=config.max_retries,
+    )
+    where = f"{config.endpoint} (model {config.model})"
+    try:
+        response = client.chat.completions.create(
+            model=config.model,
+            messages=grounded_messages(question, context),  # type: ignore[arg-type]
+            temperature=0,
+        )
+    except openai.AuthenticationError as exc:
+        raise ChatError(
+            f"the chat endpoint {where} refused the API key (HTTP {exc.status_code}): "
+            "check OPENAI_API_KEY."
+        ) from exc
+    except openai.PermissionDeniedError as exc:
+        raise ChatError(
+            f"the chat endpoint {where} denied access (HTTP {exc.status_code}): "
+            "check that the key may use this model (--chat-model / PGRAG_CHAT_MODEL)."
+        ) from exc
+    except openai.NotFoundError as exc:
+        raise ChatError(
+            f"the chat endpoint {where} answered 404: check OPENAI_BASE_URL and --chat-model."
+        ) from exc
+    except openai.RateLimitError as exc:
+        raise ChatError(
+            f"the chat endpoint {where} is still rate-limiting after "
+            f"{config.max_retries} retries (HTTP 429): try again later."
+        ) from exc
+    except openai.APIStatusError as exc:
+        raise ChatError(
+            f"the chat endpoint {where} failed with HTTP {exc.status_code} after "
+            f"{config.max_retries} retries."
+        ) from exc
+    except openai.APITimeoutError as exc:
+        raise ChatError(
+            f"the chat endpoint {where} did not answer within {config.timeout:g} s "
+            f"({config.max_retries} retries)."
+        ) from exc
+    except openai.APIConnectionError as exc:
+        raise ChatError(
+            f"cannot reach the chat endpoint {where}: check OPENAI_BASE_URL and the network."
+        ) from exc
+    choices = response.choices or []
+    text = (choices[0].message.content or "").strip() if choices else ""
+    if not text:
+        raise ChatError(f"the chat endpoint {where} returned an empty answer.")
+    return text

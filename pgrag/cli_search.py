@@ -1,0 +1,466 @@
+"""``pgrag search``, ``pgrag ask`` and ``pgrag eval``: thin commands over the SQL retrieval API."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from pgrag.cli_common import echo_json, json_option, pass_app
+from pgrag.context import AppContext
+from pgrag.db import DEFAULT_TENANT, connect
+from pgrag.errors import ConfigError
+from pgrag.search import (
+    Context,
+    ContextOptions,
+    SearchFilters,
+    SearchHit,
+    SearchOptions,
+    build_context,
+    query_embedder,
+)
+from pgrag.search import search as run_search
+
+NOTHING_FOUND = "No relevant information found."
+DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def tenant_option(default: str | None = DEFAULT_TENANT, help_text: str | None = None) -> Any:
+    return click.option(
+        "--tenant",
+        envvar="PGRAG_TENANT",
+        default=default,
+        show_default=default is not None,
+        help=help_text or "Search as this tenant (env PGRAG_TENANT).",
+    )
+
+
+def filter_options(func: F) -> F:
+    """The filters every retrieval command shares (applied inside each search arm, in SQL)."""
+    decorators = [
+        click.option(
+            "--document-id",
+            "document_ids",
+            type=int,
+            multiple=True,
+            help="Only chunks of this document (repeatable).",
+        ),
+        click.option(
+            "--metadata",
+            "metadata_json",
+            metavar="JSON",
+            help="Only documents whose metadata contains this JSON object, "
+            'e.g. \'{"team": "ops"}\'.',
+        ),
+        click.option(
+            "--source-type",
+            "source_types",
+            type=click.Choice(["pdf", "markdown", "html", "text", "url"]),
+            multiple=True,
+            help="Only documents of this source type (repeatable).",
+        ),
+        click.option(
+            "--after",
+            type=click.DateTime(DATE_FORMATS),
+            help="Only chunks created at or after this date (YYYY-MM-DD[THH:MM:SS]).",
+        ),
+        click.option(
+            "--before",
+            type=click.DateTime(DATE_FORMATS),
+            help="Only chunks created before this date.",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def make_filters(
+    document_ids: tuple[int, ...],
+    metadata_json: str | None,
+    source_types: tuple[str, ...],
+    after: datetime | None,
+    before: datetime | None,
+) -> SearchFilters:
+    metadata = None
+    if metadata_json is not None:
+        try:
+            metadata = json.loads(metadata_json)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--metadata is not valid JSON ({exc.msg}): {metadata_json}") from exc
+        if not isinstance(metadata, dict):
+            raise ConfigError('--metadata takes a JSON object, e.g. \'{"team": "ops"}\'.')
+    return SearchFilters(
+        document_ids=list(document_ids) or None,
+        metadata=metadata,
+        source_types=list(source_types) or None,
+        created_after=after,
+        created_before=before,
+    )
+
+
+# -- search --------------------------------------------------------------------------------------
+
+
+def _location(hit: SearchHit) -> str:
+    parts = [hit.source_uri or "(no source)"]
+    if hit.page is not None:
+        parts.append(f"page {hit.page}")
+    if hit.heading_path:
+        parts.append(" > ".join(hit.heading_path))
+    parts.append(f"chunk {hit.chunk_index}")
+    return " · ".join(parts)
+
+
+def _snippet(content: str, width: int = 300) -> str:
+    text = " ".join(content.split())
+    return textwrap.shorten(text, width=width, placeholder=" …") if text else ""
+
+
+def explain(hit: SearchHit, options: SearchOptions) -> str:
+    """Why this source: each arm's rank and score, and the fused score."""
+
+    def arm(name: str, rank: int | None, score: float | None, label: str) -> str:
+        if rank is None:
+            return f"{name}: not in its top candidates"
+        return f"{name} #{rank} ({label} {score:.4f})"
+
+    vector = arm("vector", hit.vector_rank, hit.vector_score, "cosine similarity")
+    keyword = arm("keyword", hit.keyword_rank, hit.keyword_score, "BM25")
+    if options.mode == "vector":
+        return vector
+    if options.mode == "keyword":
+        return keyword
+    fused = "RRF" if options.fusion == "rrf" else "weighted"
+    return f"{vector}; {keyword} -> {fused} score {hit.score:.4f}"
+
+
+def print_hits(hits: list[SearchHit], options: SearchOptions, show_explain: bool) -> None:
+    for n, hit in enumerate(hits, 1):
+        title = hit.title or "(untitled)"
+        click.echo(f"{n}. {click.style(title, bold=True)}  (score {hit.score:.4f})")
+        click.echo(f"   {_location(hit)}")
+        for line in textwrap.wrap(_snippet(hit.content), width=96):
+            click.echo(f"   {line}")
+        if show_explain:
+            click.echo(f"   why: {explain(hit, options)}")
+        click.echo()
+
+
+@click.command()
+@click.argument("query")
+@click.option(
+    "--mode",
+    type=click.Choice(["hybrid", "vector", "keyword"]),
+    default="hybrid",
+    show_default=True,
+    help="hybrid fuses BM25 and vector search; vector or keyword run one arm.",
+)
+@click.option("-k", "--limit", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "--window",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Expand each hit with N neighbouring chunks of its document (hybrid).",
+)
+@click.option(
+    "--mmr",
+    "mmr_lambda",
+    type=click.FloatRange(0, 1),
+    help="Diversify results with MMR; lambda 1 = pure relevance, 0 = pure diversity (hybrid).",
+)
+@click.option(
+    "--fusion",
+    type=click.Choice(["rrf", "weighted"]),
+    default="rrf",
+    show_default=True,
+    help="How hybrid search fuses its arms: reciprocal rank fusion or weighted scores.",
+)
+@click.option(
+    "--min-score",
+    type=float,
+    help="Drop results below this score (fused score in hybrid, cosine similarity in vector).",
+)
+@click.option("--language", help="Text-search configuration of the query (english, simple, ...).")
+@click.option("--explain", "show_explain", is_flag=True, help="Show each arm's rank and score.")
+@filter_options
+@tenant_option()
+@json_option
+@pass_app
+def search(
+    app: AppContext,
+    query: str,
+    mode: str,
+    limit: int,
+    window: int,
+    mmr_lambda: float | None,
+    fusion: str,
+    min_score: float | None,
+    language: str | None,
+    show_explain: bool,
+    document_ids: tuple[int, ...],
+    metadata_json: str | None,
+    source_types: tuple[str, ...],
+    after: datetime | None,
+    before: datetime | None,
+    tenant: str,
+    as_json: bool,
+) -> None:
+    """Search the ingested documents for QUERY and show the best chunks with their sources."""
+    options = SearchOptions(
+        mode=mode,  # type: ignore[arg-type]
+        limit=limit,
+        fusion=fusion,  # type: ignore[arg-type]
+        window=window,
+        mmr_lambda=mmr_lambda,
+        min_score=min_score,
+        language=language,
+        filters=make_filters(document_ids, metadata_json, source_types, after, before),
+    )
+    options.validate()
+    with connect(app.dsn()) as conn:
+        embedder = None if mode == "keyword" else query_embedder(conn)
+        hits = run_search(conn, query, options, tenant=tenant, embedder=embedder)
+    if as_json:
+        echo_json([hit.as_dict() for hit in hits])
+        return
+    if not hits:
+        click.echo(NOTHING_FOUND)
+        return
+    print_hits(hits, options, show_explain)
+
+
+# -- ask -----------------------------------------------------------------------------------------
+
+
+def source_line(n: int, source: dict[str, Any]) -> str:
+    """``[Source N] title — uri, page P, heading (score S)`` from one ``build_context`` source."""
+    label = source.get("label") or f"Source {source.get('source', n)}"
+    label = label if str(label).startswith("[") else f"[{label}]"
+    title = source.get("title") or "(untitled)"
+    details = [str(source.get("source_uri") or source.get("uri") or "")]
+    if source.get("page") is not None:
+        details.append(f"page {source['page']}")
+    heading = source.get("heading_path") or source.get("heading")
+    if heading:
+        details.append(" > ".join(heading) if isinstance(heading, list) else str(heading))
+    score = source.get("score")
+    tail = f" (score {float(score):.4f})" if isinstance(score, int | float) else ""
+    return f"{label} {title} — {', '.join(d for d in details if d)}{tail}"
+
+
+def print_sources(ctx: Context) -> None:
+    click.echo("Sources:")
+    for n, source in enumerate(ctx.sources, 1):
+        click.echo(f"  {source_line(n, source)}")
+
+
+@click.command()
+@click.argument("question")
+@click.option(
+    "-k", "--limit", type=click.IntRange(min=1), help="Chunks to consider (SQL default 8)."
+)
+@click.option(
+    "--token-budget", type=click.IntRange(min=1), help="Context size in tokens (SQL default 2000)."
+)
+@click.option(
+    "--min-score",
+    type=float,
+    help="Below this fused score, answer 'No relevant information found.' without the LLM.",
+)
+@click.option("--window", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--mmr", "mmr_lambda", type=click.FloatRange(0, 1), help="MMR lambda (diversity).")
+@click.option(
+    "--chat-model",
+    envvar="PGRAG_CHAT_MODEL",
+    help="Chat model of the OpenAI-compatible endpoint (env PGRAG_CHAT_MODEL; gpt-4o-mini).",
+)
+@click.option(
+    "--context-only", is_flag=True, help="Print the context and sources; do not call the LLM."
+)
+@filter_options
+@tenant_option()
+@json_option
+@pass_app
+def ask(
+    app: AppContext,
+    question: str,
+    limit: int | None,
+    token_budget: int | None,
+    min_score: float | None,
+    window: int,
+    mmr_lambda: float | None,
+    chat_model: str | None,
+    context_only: bool,
+    document_ids: tuple[int, ...],
+    metadata_json: str | None,
+    source_types: tuple[str, ...],
+    after: datetime | None,
+    before: datetime | None,
+    tenant: str,
+    as_json: bool,
+) -> None:
+    """Answer QUESTION from the ingested documents, citing [Source N].
+
+    The context comes from build_context in SQL. With an OpenAI-compatible chat endpoint
+    configured (OPENAI_API_KEY and/or OPENAI_BASE_URL) the answer is generated from those
+    sources only; without one, the context and sources are printed.
+    """
+    from pgrag.answer import ChatConfig, answer
+
+    options = ContextOptions(
+        token_budget=token_budget,
+        limit=limit,
+        min_score=min_score,
+        window=window,
+        mmr_lambda=mmr_lambda,
+        filters=make_filters(document_ids, metadata_json, source_types, after, before),
+    )
+    with connect(app.dsn()) as conn:
+        ctx = build_context(conn, question, options, tenant=tenant, embedder=query_embedder(conn))
+    config = None if context_only else ChatConfig.from_env(chat_model)
+    if ctx.empty:
+        if as_json:
+            echo_json({"answer": None, "found": False, "context": "", "sources": []})
+        else:
+            click.echo(NOTHING_FOUND)
+        return
+    text = answer(question, ctx.context, config) if config else None
+    if as_json:
+        echo_json(
+            {
+                "answer": text,
+                "found": True,
+                "chat_model": config.model if config else None,
+                "context": ctx.context,
+                "sources": ctx.sources,
+            }
+        )
+        return
+    if text is not None:
+        click.echo(text)
+        click.echo()
+        print_sources(ctx)
+        return
+    if not context_only:
+        click.echo(
+            "No chat endpoint is configured (set OPENAI_API_KEY, or OPENAI_BASE_URL for a "
+            "compatible server), so here is the context an LLM would answer from:"
+        )
+        click.echo()
+    click.echo(ctx.context)
+    click.echo()
+    print_sources(ctx)
+
+
+# -- eval ----------------------------------------------------------------------------------------
+
+
+@click.command("eval")
+@click.argument("dataset_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--qrels",
+    "qrels_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Relevance judgements to use instead of DATASET_DIR/qrels/test.tsv.",
+)
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    metavar="MODE",
+    help="keyword, vector, hybrid, hybrid-weighted, hybrid-window, hybrid-mmr; repeatable; "
+    "tune with MODE:option=value,... (e.g. hybrid:rrf_k=20). "
+    "Default: keyword, vector, hybrid, hybrid-weighted.",
+)
+@click.option("--limit-queries", type=click.IntRange(min=1), help="Evaluate the first N queries.")
+@click.option(
+    "--fetch",
+    type=click.IntRange(min=10),
+    default=100,
+    show_default=True,
+    help="Chunks fetched per query for the metrics (recall@100 needs at least 100).",
+)
+@click.option(
+    "--no-ingest", is_flag=True, help="Skip the (incremental) ingest; the tenant already holds it."
+)
+@tenant_option(default=None, help_text="Tenant holding the corpus (default beir-<dataset name>).")
+@json_option
+@pass_app
+def evaluate(
+    app: AppContext,
+    dataset_dir: Path,
+    qrels_file: Path | None,
+    modes: tuple[str, ...],
+    limit_queries: int | None,
+    fetch: int,
+    no_ingest: bool,
+    tenant: str | None,
+    as_json: bool,
+) -> None:
+    """Measure retrieval quality on a BEIR-format dataset (nDCG@10, recall@10/100, MRR@10).
+
+    DATASET_DIR holds corpus.jsonl, queries.jsonl and qrels/test.tsv. The corpus is ingested
+    into its own tenant (later runs skip unchanged documents); latency is the p50/p95 of one
+    search call returning 10 rows, query embedding excluded.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from pgrag import evaluate as ev
+
+    dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
+    parsed = [ev.parse_mode(spec) for spec in (modes or ev.DEFAULT_EVAL_MODES)]
+    tenant = tenant or f"beir-{dataset.name}"
+    console = Console(stderr=True)
+    dsn = app.dsn()
+    with connect(dsn) as conn:
+        embedder = query_embedder(conn)
+    if not no_ingest:
+        ev.ingest_dataset(
+            dsn, dataset, tenant=tenant, embedder=embedder, progress=console.is_terminal
+        )
+    embeddings = ev.embed_queries(embedder, dataset)
+    results: dict[str, ev.ModeResult] = {}
+    with (
+        connect(dsn) as conn,
+        Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+        ) as progress,
+    ):
+        for name, options in parsed:
+            task = progress.add_task(name, total=2 * len(dataset.queries))
+            results[name] = ev.run_mode(
+                conn,
+                dataset,
+                name,
+                options,
+                tenant=tenant,
+                embeddings=embeddings,
+                fetch=fetch,
+                advance=lambda task=task: progress.advance(task),  # type: ignore[misc]
+            )
+    report = {name: result.as_dict() for name, result in results.items()}
+    if as_json:
+        echo_json(report)
+        return
+    click.echo(f"{dataset.name}: {len(dataset.corpus)} documents, {len(dataset.queries)} queries")
+    header = f"{'mode':<24}" + "".join(f"{m:>11}" for m in ev.METRIC_NAMES) + "   p50 ms   p95 ms"
+    click.echo(header)
+    for name, row in report.items():
+        figures = "".join(f"{row[m]:>11.4f}" for m in ev.METRIC_NAMES)
+        click.echo(f"{name:<24}{figures}{row['latency_p50_ms']:>9.1f}{row['latency_p95_ms']:>9.1f}")

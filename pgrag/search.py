@@ -1,0 +1,328 @@
+"""Typed wrappers around pgrag's SQL retrieval functions.
+
+Every ranking decision (BM25, fusion, windowing, MMR, thresholds, the context block) happens in
+SQL (``sql/idempotent/002-search.sql``); this module only computes the query embedding, passes
+named arguments, acts as the caller's tenant, and turns rows into dataclasses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from pgrag.db import set_request_tenant
+from pgrag.embedders import Embedder, LocalEmbedder
+from pgrag.errors import ConfigError
+
+API_SCHEMA = "public"
+"""Schema of the client-facing functions (what PostgREST exposes and psql calls unqualified)."""
+
+Mode = Literal["hybrid", "vector", "keyword"]
+MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
+Fusion = Literal["rrf", "weighted"]
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Filters applied inside each search arm (never after fusion)."""
+
+    document_ids: Sequence[int] | None = None
+    metadata: dict[str, Any] | None = None
+    source_types: Sequence[str] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+    def arguments(self) -> dict[str, Any]:
+        """The filters as named SQL arguments (unset ones omitted so SQL defaults apply)."""
+        args: dict[str, Any] = {}
+        if self.document_ids:
+            args["document_ids"] = list(self.document_ids)
+        if self.metadata is not None:
+            args["metadata_filter"] = Jsonb(self.metadata)
+        if self.source_types:
+            args["source_types"] = list(self.source_types)
+        if self.created_after is not None:
+            args["created_after"] = self.created_after
+        if self.created_before is not None:
+            args["created_before"] = self.created_before
+        return args
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How to search: which function, how many rows, and its tuning parameters.
+
+    ``None`` means "the SQL function's default"; only set values are sent.
+    """
+
+    mode: Mode = "hybrid"
+    limit: int = 10
+    fusion: Fusion = "rrf"
+    rrf_k: int | None = None
+    vector_weight: float | None = None
+    keyword_weight: float | None = None
+    candidate_count: int | None = None
+    window: int = 0
+    mmr_lambda: float | None = None
+    min_score: float | None = None
+    language: str | None = None
+    ef_search: int | None = None
+    k1: float | None = None
+    b: float | None = None
+    filters: SearchFilters = field(default_factory=SearchFilters)
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown search mode {self.mode!r}: use one of {', '.join(MODES)}.")
+        if self.limit < 1:
+            raise ConfigError("the result count (-k/--limit) must be at least 1.")
+        if self.mode != "hybrid":
+            hybrid_only = {
+                "--window": self.window,
+                "--mmr": self.mmr_lambda,
+                "--fusion weighted": self.fusion == "weighted",
+            }
+            used = [name for name, value in hybrid_only.items() if value]
+            if used:
+                raise ConfigError(
+                    f"{', '.join(used)} only apply to hybrid search: add --mode hybrid."
+                )
+        if self.mode == "keyword" and self.min_score is not None:
+            raise ConfigError(
+                "--min-score applies to vector (cosine similarity) and hybrid (fused score) "
+                "search; BM25 scores have no fixed scale."
+            )
+        if self.mmr_lambda is not None and not 0.0 <= self.mmr_lambda <= 1.0:
+            raise ConfigError("--mmr takes a lambda between 0 (diverse) and 1 (relevant).")
+        if self.window < 0:
+            raise ConfigError("--window must be 0 or more neighbouring chunks.")
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One result row: the chunk, where it comes from, and why it ranks where it does."""
+
+    rank: int
+    score: float
+    chunk_id: int
+    document_id: int
+    chunk_index: int
+    title: str
+    source_uri: str
+    source_type: str
+    page: int | None
+    heading_path: list[str]
+    content: str
+    vector_rank: int | None = None
+    vector_score: float | None = None
+    keyword_rank: int | None = None
+    keyword_score: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What ``build_context`` returns: a ``[Source N]`` block and the list of its sources."""
+
+    context: str
+    sources: list[dict[str, Any]]
+
+    @property
+    def empty(self) -> bool:
+        return not self.context.strip() or not self.sources
+
+
+def query_embedder(conn: psycopg.Connection[Any]) -> Embedder:
+    """The embedder of the model recorded in the database (so queries match stored vectors)."""
+    from pgrag import embedders
+
+    for_database = getattr(embedders, "embedder_for_database", None)
+    if for_database is not None:
+        embedder: Embedder = for_database(conn)
+        return embedder
+    return LocalEmbedder()
+
+
+def embed_query(embedder: Embedder, text: str) -> np.ndarray:
+    return np.asarray(embedder.embed([text])[0], dtype=np.float32)
+
+
+def _call(
+    conn: psycopg.Connection[Any], function: str, args: dict[str, Any], tenant: str
+) -> list[dict[str, Any]]:
+    """``select * from <api>.<function>(name => value, ...)`` as ``tenant``, rows as dicts."""
+    named = sql.SQL(", ").join(
+        sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in args
+    )
+    query = sql.SQL("select * from {}.{}({})").format(
+        sql.Identifier(API_SCHEMA), sql.Identifier(function), named
+    )
+    from psycopg.rows import dict_row
+
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        set_request_tenant(conn, tenant)
+        cur.execute(query, args)
+        return cur.fetchall()
+
+
+def _without_none(args: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in args.items() if value is not None}
+
+
+def search_arguments(
+    options: SearchOptions, query_text: str, query_embedding: np.ndarray | None
+) -> tuple[str, dict[str, Any]]:
+    """The SQL function and the named arguments a search with ``options`` sends."""
+    options.validate()
+    filters = options.filters.arguments()
+    if options.mode == "vector":
+        return "vector_search", _without_none(
+            {
+                "query_embedding": query_embedding,
+                "match_count": options.limit,
+                "min_similarity": options.min_score,
+                "ef_search": options.ef_search,
+                **filters,
+            }
+        )
+    if options.mode == "keyword":
+        return "keyword_search", _without_none(
+            {
+                "query_text": query_text,
+                "match_count": options.limit,
+                "language": options.language,
+                "k1": options.k1,
+                "b": options.b,
+                **filters,
+            }
+        )
+    return "hybrid_search", _without_none(
+        {
+            "query_text": query_text,
+            "query_embedding": query_embedding,
+            "match_count": options.limit,
+            "fusion": options.fusion,
+            "rrf_k": options.rrf_k,
+            "vector_weight": options.vector_weight,
+            "keyword_weight": options.keyword_weight,
+            "candidate_count": options.candidate_count,
+            "window_size": options.window or None,
+            "mmr_lambda": options.mmr_lambda,
+            "min_score": options.min_score,
+            "language": options.language,
+            "ef_search": options.ef_search,
+            **filters,
+        }
+    )
+
+
+def _hit(row: dict[str, Any], mode: Mode) -> SearchHit:
+    common = {
+        "rank": int(row["rank"]),
+        "chunk_id": int(row["chunk_id"]),
+        "document_id": int(row["document_id"]),
+        "chunk_index": int(row["chunk_index"]),
+        "title": row["title"] or "",
+        "source_uri": row["source_uri"] or "",
+        "source_type": row["source_type"] or "",
+        "page": row["page"],
+        "heading_path": list(row["heading_path"] or []),
+        "content": row["content"] or "",
+    }
+    if mode == "vector":
+        similarity = float(row["similarity"])
+        return SearchHit(
+            score=similarity, vector_rank=common["rank"], vector_score=similarity, **common
+        )
+    if mode == "keyword":
+        score = float(row["score"])
+        return SearchHit(score=score, keyword_rank=common["rank"], keyword_score=score, **common)
+
+    def opt_float(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    def opt_int(value: Any) -> int | None:
+        return None if value is None else int(value)
+
+    return SearchHit(
+        score=float(row["score"]),
+        vector_rank=opt_int(row.get("vector_rank")),
+        vector_score=opt_float(row.get("vector_score")),
+        keyword_rank=opt_int(row.get("keyword_rank")),
+        keyword_score=opt_float(row.get("keyword_score")),
+        **common,
+    )
+
+
+def search(
+    conn: psycopg.Connection[Any],
+    query_text: str,
+    options: SearchOptions,
+    *,
+    tenant: str,
+    query_embedding: np.ndarray | None = None,
+    embedder: Embedder | None = None,
+) -> list[SearchHit]:
+    """Run one search as ``tenant``; embeds ``query_text`` unless an embedding is given."""
+    options.validate()
+    if options.mode != "keyword" and query_embedding is None:
+        query_embedding = embed_query(embedder or query_embedder(conn), query_text)
+    function, args = search_arguments(options, query_text, query_embedding)
+    return [_hit(row, options.mode) for row in _call(conn, function, args, tenant)]
+
+
+@dataclass(frozen=True)
+class ContextOptions:
+    """Parameters of ``build_context`` (``None`` = the SQL default)."""
+
+    token_budget: int | None = None
+    limit: int | None = None
+    min_score: float | None = None
+    window: int = 0
+    mmr_lambda: float | None = None
+    filters: SearchFilters = field(default_factory=SearchFilters)
+
+
+def build_context(
+    conn: psycopg.Connection[Any],
+    query_text: str,
+    options: ContextOptions,
+    *,
+    tenant: str,
+    query_embedding: np.ndarray | None = None,
+    embedder: Embedder | None = None,
+) -> Context:
+    """The ``[Source N]`` context block and its sources for ``query_text``, as ``tenant``."""
+    if options.mmr_lambda is not None and not 0.0 <= options.mmr_lambda <= 1.0:
+        raise ConfigError("--mmr takes a lambda between 0 (diverse) and 1 (relevant).")
+    if query_embedding is None:
+        query_embedding = embed_query(embedder or query_embedder(conn), query_text)
+    args = _without_none(
+        {
+            "query_text": query_text,
+            "query_embedding": query_embedding,
+            "token_budget": options.token_budget,
+            "match_count": options.limit,
+            "min_score": options.min_score,
+            "window_size": options.window or None,
+            "mmr_lambda": options.mmr_lambda,
+            **options.filters.arguments(),
+        }
+    )
+    rows = _call(conn, "build_context", args, tenant)
+    if not rows:
+        return Context("", [])
+    sources = rows[0]["sources"]
+    if isinstance(sources, str):
+        sources = json.loads(sources)
+    return Context(rows[0]["context"] or "", list(sources or []))
