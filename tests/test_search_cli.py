@@ -1,0 +1,241 @@
+"""`pgrag search` end to end: a small corpus in a real database, the real model, the SQL API."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from pgrag.cli import main
+from pgrag.db import connect
+
+# (tenant, title, source_type, source_uri, metadata, heading_path, page, chunks)
+CORPUS: list[tuple[str, str, str, str, dict[str, Any], list[str], int | None, list[str]]] = [
+    (
+        "default",
+        "Widget service",
+        "markdown",
+        "docs/widgets.md",
+        {"team": "ops"},
+        ["Widgets", "Networking"],
+        None,
+        ["The widget service listens on port 8443 and terminates TLS itself."],
+    ),
+    (
+        "default",
+        "Error codes",
+        "text",
+        "docs/errors.txt",
+        {"team": "support"},
+        [],
+        None,
+        ["ERR-4471 is returned when an upload exceeds the account quota."],
+    ),
+    (
+        "default",
+        "Gardening handbook",
+        "pdf",
+        "books/garden.pdf",
+        {"team": "home"},
+        [],
+        12,
+        ["Tomato plants need at least six hours of direct sunlight every day."],
+    ),
+    (
+        "default",
+        "Deployment guide",
+        "markdown",
+        "docs/deploy.md",
+        {"team": "ops"},
+        ["Deploy"],
+        None,
+        [
+            "Build the release image with make image.",
+            "Push the image to the registry before rolling out.",
+            "Roll out with kubectl apply and watch the pods become ready.",
+        ],
+    ),
+    (
+        "other",
+        "Other tenant secret",
+        "text",
+        "secret.txt",
+        {},
+        [],
+        None,
+        ["The widget service of the other tenant listens on port 9999."],
+    ),
+]
+
+
+def seed_corpus(dsn: str, embedder: Any) -> dict[str, int]:
+    """Insert CORPUS as ready documents with real embeddings; return {title: document id}."""
+    ids: dict[str, int] = {}
+    with connect(dsn) as conn:
+        for tenant, title, source_type, uri, metadata, headings, page, chunks in CORPUS:
+            row = conn.execute(
+                "insert into pgrag.documents (tenant_id, title, source_type, source_uri,"
+                " content_sha256, metadata, status, chunk_count, embedding_model)"
+                " values (%s, %s, %s, %s, %s, %s, 'ready', %s, %s) returning id",
+                (
+                    tenant,
+                    title,
+                    source_type,
+                    uri,
+                    hashlib.sha256("\n".join(chunks).encode()).hexdigest(),
+                    json.dumps(metadata),
+                    len(chunks),
+                    embedder.model_name,
+                ),
+            ).fetchone()
+            assert row is not None
+            ids[title] = row[0]
+            vectors = embedder.embed(chunks)
+            for index, (content, vector) in enumerate(zip(chunks, vectors, strict=True)):
+                conn.execute(
+                    "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content,"
+                    " embedding, page, heading_path, token_count, content_sha256)"
+                    " values (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (
+                        tenant,
+                        row[0],
+                        index,
+                        content,
+                        vector,
+                        page,
+                        headings,
+                        embedder.count_tokens(content),
+                        hashlib.sha256(content.encode()).hexdigest(),
+                    ),
+                )
+        conn.execute(
+            "update pgrag.embedding_config set model = %s, provider = 'local'",
+            (embedder.model_name,),
+        )
+        conn.commit()
+    return ids
+
+
+@pytest.fixture
+def corpus(db: str, local_embedder: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.delenv("PGRAG_TENANT", raising=False)
+    seed_corpus(db, local_embedder)
+    return db
+
+
+def run(dsn: str, *args: str) -> Any:
+    return CliRunner().invoke(main, ["--dsn", dsn, "search", *args])
+
+
+def search_json(dsn: str, *args: str) -> list[dict[str, Any]]:
+    result = run(dsn, *args, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert isinstance(data, list)
+    return data
+
+
+def test_readable_output(corpus: str) -> None:
+    result = run(corpus, "Which port does the widget service listen on?", "-k", "3")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("1. Widget service  (score ")
+    assert "docs/widgets.md · Widgets > Networking · chunk 0" in lines[1]
+    assert "listens on port 8443" in result.output
+    assert "2. " in result.output and "4. " not in result.output
+    assert "Other tenant secret" not in result.output
+
+
+def test_json_shape(corpus: str) -> None:
+    hits = search_json(corpus, "widget service port", "-k", "4")
+    assert 1 <= len(hits) <= 4
+    assert [h["rank"] for h in hits] == list(range(1, len(hits) + 1))
+    expected = {
+        "rank", "score", "chunk_id", "document_id", "chunk_index", "title", "source_uri",
+        "source_type", "page", "heading_path", "content", "vector_rank", "vector_score",
+        "keyword_rank", "keyword_score",
+    }  # fmt: skip
+    assert all(set(h) == expected for h in hits)
+    top = hits[0]
+    assert top["title"] == "Widget service" and top["heading_path"] == ["Widgets", "Networking"]
+    assert top["vector_rank"] is not None and top["keyword_rank"] is not None
+    scores = [h["score"] for h in hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_modes_and_explain(corpus: str) -> None:
+    # The identifier is found by the keyword arm; a paraphrase by the vector arm.
+    keyword = search_json(corpus, "ERR-4471", "--mode", "keyword", "-k", "3")
+    assert keyword[0]["title"] == "Error codes"
+    assert keyword[0]["keyword_score"] > 0 and keyword[0]["vector_rank"] is None
+    vector = search_json(corpus, "how much sun do tomatoes want", "--mode", "vector", "-k", "1")
+    assert vector[0]["title"] == "Gardening handbook" and vector[0]["page"] == 12
+    assert 0 < vector[0]["score"] <= 1 and vector[0]["keyword_rank"] is None
+
+    result = run(corpus, "ERR-4471 upload quota", "--explain", "-k", "2")
+    assert result.exit_code == 0, result.output
+    why = [line for line in result.output.splitlines() if line.strip().startswith("why:")]
+    assert len(why) == 2
+    assert "vector #" in why[0] and "keyword #" in why[0] and "RRF score" in why[0]
+
+    result = run(corpus, "ERR-4471", "--mode", "keyword", "--explain", "-k", "1")
+    assert "why: keyword #1 (BM25 " in result.output
+
+
+def test_filters(corpus: str) -> None:
+    hits = search_json(corpus, "service", "--source-type", "pdf", "-k", "5")
+    assert hits and {h["source_type"] for h in hits} == {"pdf"}
+    hits = search_json(corpus, "image", "--metadata", '{"team": "ops"}', "-k", "10")
+    assert hits and {h["title"] for h in hits} <= {"Widget service", "Deployment guide"}
+    # k rows come back when k exist (filters inside the search, not after it)
+    hits = search_json(corpus, "unrelated words", "--metadata", '{"team": "ops"}', "-k", "4")
+    assert len(hits) == 4
+    one = search_json(corpus, "image", "--document-id", str(hits[0]["document_id"]))
+    assert {h["document_id"] for h in one} == {hits[0]["document_id"]}
+    none = search_json(corpus, "widget", "--after", "2999-01-01")
+    assert none == []
+    assert search_json(corpus, "widget", "--before", "2999-01-01")
+
+
+def test_tenant_scoping(corpus: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = search_json(corpus, "widget service port", "-k", "10")
+    assert "Other tenant secret" not in {h["title"] for h in mine}
+    theirs = search_json(corpus, "widget service port", "--tenant", "other")
+    assert {h["title"] for h in theirs} == {"Other tenant secret"}
+    monkeypatch.setenv("PGRAG_TENANT", "other")
+    assert {h["title"] for h in search_json(corpus, "widget")} == {"Other tenant secret"}
+    assert search_json(corpus, "widget", "--tenant", "nobody") == []
+
+
+def test_nothing_found(corpus: str) -> None:
+    result = run(corpus, "quantum chromodynamics of gluons", "--min-score", "1e9")
+    assert result.exit_code == 0
+    assert result.output.strip() == "No relevant information found."
+    assert search_json(corpus, "quantum chromodynamics", "--min-score", "1e9") == []
+    result = run(corpus, "gluon", "--mode", "vector", "--min-score", "0.99")
+    assert result.exit_code == 0 and result.output.strip() == "No relevant information found."
+
+
+def test_window_and_mmr_options(corpus: str) -> None:
+    hits = search_json(corpus, "push the image to the registry", "--window", "1", "-k", "1")
+    assert hits and hits[0]["title"] == "Deployment guide"
+    # the neighbours of the hit are merged into its content, each sentence once
+    content = hits[0]["content"]
+    for sentence in ("make image", "Push the image", "kubectl apply"):
+        assert content.count(sentence) == 1, content
+    assert search_json(corpus, "deploy the image", "--mmr", "0.5", "-k", "3")
+
+
+def test_usage_errors(corpus: str) -> None:
+    result = run(corpus, "x", "--mode", "vector", "--window", "1")
+    assert result.exit_code == 1
+    assert "Error: --window only apply to hybrid search" in result.output
+    result = run(corpus, "x", "--metadata", "{not json")
+    assert result.exit_code == 1 and "--metadata is not valid JSON" in result.output
+    result = run(corpus, "x", "--metadata", "[1]")
+    assert result.exit_code == 1 and "JSON object" in result.output
+    result = run(corpus, "x", "--mode", "keyword", "--min-score", "1")
+    assert result.exit_code == 1 and "BM25 scores have no fixed scale" in result.output
