@@ -269,7 +269,8 @@ def ingest_dataset(
     dsn: str, dataset: BeirDataset, *, tenant: str, embedder: Embedder, progress: bool
 ) -> Any:
     """Load the corpus into ``tenant`` through the ingestion API (unchanged docs are skipped)."""
-    from pgrag.ingest import ExtractedDocument, ingest_documents
+    from pgrag.extract import ExtractedDocument
+    from pgrag.ingest import ingest_documents
 
     documents = (
         ExtractedDocument.from_text(
