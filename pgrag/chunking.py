@@ -1,0 +1,368 @@
+"""Chunkers: blocks in, chunks out, sized in the embedding model's own tokens.
+
+``tokens`` (default) splits along the document's structure: a chunk never spans two sections
+(heading paths), prefers paragraph boundaries, falls back to sentences, and cuts inside a
+sentence (between words) only when one sentence alone exceeds the budget. Table rows and code
+lines are never split. Consecutive chunks of a section overlap by whole trailing sentences
+(``overlap`` tokens at most, counted inside ``chunk_size``); ``overlap_chars`` records how
+many leading characters of a chunk repeat the previous one.
+
+``words`` cuts fixed windows of ``chunk_size`` words overlapping by ``overlap`` words.
+
+Both are pure Python generators: memory stays bounded by one section (or window).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgrag.errors import ConfigError
+from pgrag.extract import Block
+
+CHUNKERS = ("tokens", "words")
+TokenCounter = Callable[[Sequence[str]], list[int]]
+
+
+@dataclass
+class Chunk:
+    """One chunk as stored in ``pgrag.chunks``."""
+
+    index: int
+    content: str
+    token_count: int
+    page: int | None = None
+    heading_path: tuple[str, ...] = ()
+    overlap_chars: int = 0
+    language: str = "english"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content.encode("utf-8")).hexdigest()
+
+
+def default_sizes(chunker: str, max_tokens: int) -> tuple[int, int]:
+    """Default (chunk_size, overlap) for a model truncating inputs at ``max_tokens``.
+
+    tokens: at most 512 tokens with 12.5 % overlap, but inside the model's window (all-MiniLM
+    truncates at 256 word pieces including [CLS] and [SEP]: 250 tokens, 32 overlap).
+    words: 500 words with 50 overlap when the model reads that many, else what fits.
+    """
+    if chunker == "words":
+        if max_tokens >= 1024:
+            return 500, 50
+        words = int((max_tokens - 6) / 1.4)  # ~1.3-1.4 word pieces per English word
+        return words, max(1, words // 10)
+    size = min(512, max_tokens - 6)
+    return size, size // 8
+
+
+# -- sentences -------------------------------------------------------------------------------------
+
+_ABBREV = re.compile(
+    r"(?:\b(?:e\.g|i\.e|etc|vs|cf|al|Dr|Mr|Mrs|Ms|Prof|Fig|Eq|No|Vol|approx|resp)\.|\b[A-Z]\.)$"
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a paragraph (a light rule-based splitter aware of common abbreviations)."""
+    out: list[str] = []
+    start = 0
+    for m in _SENTENCE_END.finditer(text):
+        candidate = text[start : m.start()].rstrip()
+        if _ABBREV.search(candidate):
+            continue
+        end = m.start() + len(m.group(0).rstrip())
+        piece = text[start:end].strip()
+        if piece:
+            out.append(piece)
+        start = m.end()
+    rest = text[start:].strip()
+    if rest:
+        out.append(rest)
+    return out
+
+
+# -- token chunker ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Piece:
+    text: str
+    tokens: int
+    page: int | None
+    sep: str  # joins this piece to the previous one inside a chunk
+    table: bool = False
+
+
+def _paragraph_units(block: Block) -> list[tuple[str, str]]:
+    """(text, separator-before) units of a block: sentences, rows or lines."""
+    if block.kind in ("table", "code"):
+        return [(line, "\n") for line in block.text.split("\n") if line.strip()]
+    if block.kind == "heading":
+        return [(block.text.strip(), "\n\n")]
+    lines: list[tuple[str, str]] = []
+    current: list[str] = []
+    for line in block.text.split("\n"):
+        if _LIST_ITEM.match(line):
+            if current:
+                lines.append((" ".join(current), "\n"))
+            current = [line.strip()]
+        elif line.strip():
+            current.append(line.strip())
+    if current:
+        lines.append((" ".join(current), "\n"))
+    units: list[tuple[str, str]] = []
+    for text, sep in lines:
+        for i, sentence in enumerate(split_sentences(text)):
+            units.append((sentence, sep if i == 0 else " "))
+    return units
+
+
+class TokenChunker:
+    def __init__(
+        self, count_many: TokenCounter, chunk_size: int, overlap: int, language: str
+    ) -> None:
+        if chunk_size < 8:
+            raise ConfigError(f"--chunk-size {chunk_size} is too small (at least 8 tokens).")
+        if not 0 <= overlap < chunk_size // 2:
+            raise ConfigError(
+                f"--overlap {overlap} must be at least 0 and less than half of --chunk-size "
+                f"{chunk_size}."
+            )
+        self.count_many = count_many
+        self.size = chunk_size
+        self.overlap = overlap
+        self.language = language
+
+    def _split_long(self, text: str, page: int | None, sep: str) -> list[_Piece]:
+        """A sentence longer than the budget, cut between words into budget-sized pieces."""
+        words = text.split()
+        counts = self.count_many(words)
+        pieces: list[_Piece] = []
+        cur: list[str] = []
+        cur_tokens = 0
+        for word, n in zip(words, counts, strict=True):
+            if n > self.size:  # one "word" longer than a chunk: slice it by characters
+                if cur:
+                    pieces.append(_Piece(" ".join(cur), cur_tokens, page, sep))
+                    cur, cur_tokens = [], 0
+                step = max(1, self.size)
+                for i in range(0, len(word), step):
+                    part = word[i : i + step]
+                    pieces.append(_Piece(part, self.count_many([part])[0], page, " "))
+                continue
+            if cur and cur_tokens + n > self.size:
+                pieces.append(_Piece(" ".join(cur), cur_tokens, page, sep if not pieces else " "))
+                cur, cur_tokens = [], 0
+            cur.append(word)
+            cur_tokens += n
+        if cur:
+            pieces.append(_Piece(" ".join(cur), cur_tokens, page, sep if not pieces else " "))
+        return pieces
+
+    def _pieces(self, block: Block) -> list[_Piece]:
+        units = _paragraph_units(block)
+        counts = self.count_many([u[0] for u in units])
+        out: list[_Piece] = []
+        table = block.kind == "table"
+        for (text, sep), n in zip(units, counts, strict=True):
+            if n > self.size:
+                out.extend(self._split_long(text, block.page, sep))
+            else:
+                out.append(_Piece(text, n, block.page, sep, table))
+        if out:
+            out[0].sep = "\n\n"
+        return out
+
+    def chunks(self, blocks: Iterable[Block]) -> Iterator[Chunk]:
+        index = 0
+        current: list[_Piece] = []
+        seeded = 0  # leading pieces of `current` repeated from the previous chunk
+        path: tuple[str, ...] | None = None
+
+        def emit() -> Chunk:
+            nonlocal index
+            content, overlap_chars = _join(current, seeded)
+            pages = [p.page for p in current if p.page is not None]
+            meta: dict[str, Any] = {}
+            if pages and max(pages) != min(pages):
+                meta["page_end"] = max(pages)
+            chunk = Chunk(
+                index=index,
+                content=content,
+                token_count=sum(p.tokens for p in current),
+                page=min(pages) if pages else None,
+                heading_path=path or (),
+                overlap_chars=overlap_chars,
+                language=self.language,
+                metadata=meta,
+            )
+            index += 1
+            return chunk
+
+        def seed() -> tuple[list[_Piece], int]:
+            """Trailing whole sentences of the chunk just emitted, within the overlap budget."""
+            if self.overlap <= 0:
+                return [], 0
+            tail: list[_Piece] = []
+            total = 0
+            for piece in reversed(current):
+                if total + piece.tokens > self.overlap:
+                    break
+                tail.insert(0, piece)
+                total += piece.tokens
+            if len(tail) == len(current):  # never repeat a whole chunk
+                tail = tail[1:]
+            return [_Piece(p.text, p.tokens, p.page, p.sep, p.table) for p in tail], len(tail)
+
+        for block in blocks:
+            if block.heading_path != path or block.kind == "heading":
+                if current and seeded < len(current):
+                    yield emit()
+                current, seeded = [], 0
+                path = block.heading_path
+            pieces = self._pieces(block)
+            if not pieces:
+                continue
+            block_tokens = sum(p.tokens for p in pieces)
+            used = sum(p.tokens for p in current)
+            fresh = len(current) - seeded
+            keep_whole = block.kind in ("table", "code") and block_tokens <= self.size
+            if (
+                fresh > 0
+                and used + block_tokens > self.size
+                and (keep_whole or used >= self.size // 2)
+            ):
+                # Start the paragraph (or whole table) in a new chunk rather than splitting it.
+                yield emit()
+                current, seeded = seed()
+                used = sum(p.tokens for p in current)
+                if keep_whole:
+                    while current and used + block_tokens > self.size:
+                        used -= current.pop(0).tokens
+                        seeded -= 1
+            for piece in pieces:
+                used = sum(p.tokens for p in current)
+                if used + piece.tokens > self.size and len(current) > seeded:
+                    yield emit()
+                    current, seeded = seed()
+                    used = sum(p.tokens for p in current)
+                while seeded and used + piece.tokens > self.size:
+                    used -= current.pop(0).tokens
+                    seeded -= 1
+                current.append(piece)
+        if current and seeded < len(current):
+            yield emit()
+
+
+def _join(pieces: list[_Piece], seeded: int) -> tuple[str, int]:
+    """Content of a chunk and the length of its leading overlap (separator included)."""
+    parts: list[str] = []
+    overlap_chars = 0
+    for i, piece in enumerate(pieces):
+        if i > 0:
+            parts.append(piece.sep)
+        parts.append(piece.text)
+        if i == seeded - 1:
+            overlap_chars = sum(len(x) for x in parts)
+    content = "".join(parts)
+    if 0 < seeded < len(pieces):
+        overlap_chars += len(pieces[seeded].sep)
+    return content, overlap_chars
+
+
+# -- word windows ----------------------------------------------------------------------------------
+
+
+class WordChunker:
+    def __init__(
+        self, count_many: TokenCounter, chunk_size: int, overlap: int, language: str
+    ) -> None:
+        if chunk_size < 2 or not 0 <= overlap < chunk_size:
+            raise ConfigError(
+                f"--chunk-size {chunk_size} / --overlap {overlap}: need chunk-size >= 2 and "
+                "0 <= overlap < chunk-size words."
+            )
+        self.count_many = count_many
+        self.size = chunk_size
+        self.overlap = overlap
+        self.language = language
+
+    def chunks(self, blocks: Iterable[Block]) -> Iterator[Chunk]:
+        window: deque[tuple[str, int | None, tuple[str, ...]]] = deque()
+        index = 0
+        fresh = 0  # words in the window not yet emitted
+        batch: list[Chunk] = []
+
+        def make(overlap_words: int) -> Chunk:
+            nonlocal index
+            words = [w for w, _, _ in window]
+            content = " ".join(words)
+            overlap_chars = len(" ".join(words[:overlap_words])) + 1 if overlap_words else 0
+            pages = [p for _, p, _ in window if p is not None]
+            meta: dict[str, Any] = {}
+            if pages and max(pages) != min(pages):
+                meta["page_end"] = max(pages)
+            chunk = Chunk(
+                index=index,
+                content=content,
+                token_count=0,
+                page=min(pages) if pages else None,
+                heading_path=window[0][2],
+                overlap_chars=overlap_chars,
+                language=self.language,
+                metadata=meta,
+            )
+            index += 1
+            return chunk
+
+        def flush(chunks: list[Chunk]) -> Iterator[Chunk]:
+            for chunk, n in zip(chunks, self.count_many([c.content for c in chunks]), strict=True):
+                chunk.token_count = n
+                yield chunk
+
+        for block in blocks:
+            for word in block.text.split():
+                window.append((word, block.page, block.heading_path))
+                fresh += 1
+                if len(window) == self.size:
+                    batch.append(make(self.size - fresh))
+                    for _ in range(self.size - self.overlap):
+                        window.popleft()
+                    fresh = 0
+                    if len(batch) >= 64:
+                        yield from flush(batch)
+                        batch = []
+        if fresh:
+            batch.append(make(len(window) - fresh))
+        yield from flush(batch)
+
+
+def make_chunker(
+    name: str,
+    count_many: TokenCounter,
+    chunk_size: int,
+    overlap: int,
+    language: str = "english",
+) -> TokenChunker | WordChunker:
+    if name == "tokens":
+        return TokenChunker(count_many, chunk_size, overlap, language)
+    if name == "words":
+        return WordChunker(count_many, chunk_size, overlap, language)
+    raise ConfigError(f"unknown chunker {name!r}: choose one of {', '.join(CHUNKERS)}.")
+
+
+def token_counter(embedder: Any) -> TokenCounter:
+    """The embedder's batch token counter (falls back to one call per text)."""
+    many = getattr(embedder, "count_tokens_many", None)
+    if many is not None:
+        return many
+    return lambda texts: [embedder.count_tokens(t) for t in texts]

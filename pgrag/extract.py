@@ -1,0 +1,639 @@
+"""Extractors: turn a file, a URL or a string into an :class:`ExtractedDocument`.
+
+A document is a title, a content hash and a stream of :class:`Block` s (paragraphs, headings,
+tables, code), each knowing its page and heading path. Blocks are produced lazily from the
+source, page by page or line by line, so a 50 MB file is never held whole in memory as text
+(HTML excepted: it is parsed as one tree). Opening a source checks what can be checked cheaply
+(empty, binary, encrypted, corrupt) and raises :class:`ExtractionError` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgrag.errors import ExtractionError
+
+SOURCE_TYPES = ("pdf", "markdown", "html", "text", "url")
+EXTENSIONS = {
+    ".pdf": "pdf",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".mdx": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".txt": "text",
+    ".text": "text",
+    ".rst": "text",
+}
+SNIFF_BYTES = 64 * 1024
+MAX_PARAGRAPH_CHARS = 100_000  # a "paragraph" longer than this is flushed at a line boundary
+URL_TIMEOUT = float(os.environ.get("PGRAG_HTTP_TIMEOUT", "30"))
+URL_MAX_BYTES = 100 * 1024 * 1024
+NO_TEXT = "no extractable text"
+PDF_NO_TEXT = "PDF has no extractable text (scanned images?): run OCR on it first, e.g. ocrmypdf"
+
+
+@dataclass(frozen=True)
+class Block:
+    """A unit of document structure: a paragraph, heading, table or code block.
+
+    ``kind`` is ``text``, ``heading``, ``table`` or ``code``; tables and code are kept whole
+    when they fit a chunk and are otherwise split between lines (rows), never inside one.
+    """
+
+    text: str
+    page: int | None = None
+    heading_path: tuple[str, ...] = ()
+    kind: str = "text"
+
+
+class LazyBlocks:
+    """A re-iterable stream of blocks: each iteration reads the source again."""
+
+    def __init__(self, produce: Callable[[], Iterator[Block]]) -> None:
+        self._produce = produce
+
+    def __iter__(self) -> Iterator[Block]:
+        return self._produce()
+
+
+@dataclass
+class ExtractedDocument:
+    """A source ready to chunk: identity, title, hash, and its blocks (a list or a lazy stream)."""
+
+    uri: str
+    title: str
+    source_type: str
+    blocks: Iterable[Block]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    content_sha256: str = ""
+    empty_message: str = field(default=NO_TEXT, repr=False)
+
+    @classmethod
+    def from_text(
+        cls,
+        uri: str,
+        text: str,
+        *,
+        title: str = "",
+        metadata: dict[str, Any] | None = None,
+        source_type: str = "text",
+    ) -> ExtractedDocument:
+        """A document from a string (Markdown structure is parsed when source_type='markdown')."""
+        if source_type not in SOURCE_TYPES:
+            raise ExtractionError(
+                f"{uri}: unknown source type {source_type!r} ({', '.join(SOURCE_TYPES)})"
+            )
+        lines = text.splitlines()
+        if source_type == "markdown":
+            blocks = list(markdown_blocks(lines))
+        elif source_type == "html":
+            blocks = list(html_blocks(text))
+        else:
+            blocks = list(text_blocks(lines))
+        if not title:
+            title = next((b.text for b in blocks if b.kind == "heading"), "")
+        return cls(
+            uri=uri,
+            title=title,
+            source_type=source_type,
+            blocks=blocks,
+            metadata=dict(metadata or {}),
+            content_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        )
+
+
+# -- plain text and Markdown ---------------------------------------------------------------------
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s{0,3}(```|~~~)")
+_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
+
+
+def text_blocks(lines: Iterable[str]) -> Iterator[Block]:
+    """Paragraphs separated by blank lines."""
+    buf: list[str] = []
+    size = 0
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            if buf:
+                yield Block("\n".join(buf))
+                buf, size = [], 0
+            continue
+        buf.append(line.rstrip())
+        size += len(line)
+        if size > MAX_PARAGRAPH_CHARS:
+            yield Block("\n".join(buf))
+            buf, size = [], 0
+    if buf:
+        yield Block("\n".join(buf))
+
+
+def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
+    """Headings (with their path), paragraphs, tables and fenced code, in order."""
+    stack: list[tuple[int, str]] = []
+    buf: list[str] = []
+    kind = "text"
+    fence: str | None = None
+    first = True
+    front_matter = False
+
+    def path() -> tuple[str, ...]:
+        return tuple(title for _, title in stack)
+
+    def flush() -> Iterator[Block]:
+        nonlocal buf, kind
+        if buf and any(x.strip() for x in buf):
+            yield Block("\n".join(buf), heading_path=path(), kind=kind)
+        buf, kind = [], "text"
+
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if first:
+            first = False
+            if line.strip() == "---":
+                front_matter = True
+                continue
+        if front_matter:
+            if line.strip() in ("---", "..."):
+                front_matter = False
+            continue
+        if fence is not None:
+            buf.append(line)
+            if line.strip().startswith(fence):
+                fence = None
+                yield from flush()
+            continue
+        m = _FENCE.match(line)
+        if m:
+            yield from flush()
+            fence, kind = m.group(1), "code"
+            buf.append(line)
+            continue
+        m = _HEADING.match(line)
+        if m:
+            yield from flush()
+            level, title = len(m.group(1)), m.group(2).strip()
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            yield Block(title, heading_path=path(), kind="heading")
+            continue
+        if _SETEXT.match(line) and len(buf) == 1 and kind == "text" and buf[0].strip():
+            title = buf[0].strip()
+            buf = []
+            level = 1 if line.strip().startswith("=") else 2
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            yield Block(title, heading_path=path(), kind="heading")
+            continue
+        if not line.strip():
+            yield from flush()
+            continue
+        is_row = line.lstrip().startswith("|")
+        if buf and (kind == "table") != is_row:
+            yield from flush()
+        if is_row:
+            kind = "table"
+        buf.append(line.rstrip())
+        if kind == "text" and sum(len(x) for x in buf) > MAX_PARAGRAPH_CHARS:
+            yield from flush()
+    yield from flush()
+
+
+def markdown_title(lines: Iterable[str]) -> str:
+    """Front-matter ``title:`` or the first heading (reads only the top of the file)."""
+    in_front = False
+    for i, raw in enumerate(lines):
+        line = raw.strip()
+        if i == 0 and line == "---":
+            in_front = True
+            continue
+        if in_front:
+            if line in ("---", "..."):
+                in_front = False
+            elif line.lower().startswith("title:"):
+                return line[6:].strip().strip("\"'")
+            continue
+        m = _HEADING.match(line)
+        if m:
+            return m.group(2).strip()
+        if i > 200:
+            break
+    return ""
+
+
+# -- HTML ----------------------------------------
+
+_DROP_TAGS = (
+    "script, style, nav, header, footer, aside, noscript, form, iframe, svg, template, button"
+)
+_BLOCK_TAGS = "h1, h2, h3, h4, h5, h6, p, li, pre, blockquote, table, dt, dd, figcaption"
+
+
+def _html_tree(text: str) -> Any:
+    from selectolax.lexbor import LexborHTMLParser
+
+    tree = LexborHTMLParser(text)
+    for node in tree.css(_DROP_TAGS):
+        node.decompose()
+    return tree
+
+
+def html_title(tree: Any) -> str:
+    node = tree.css_first("title")
+    title = node.text(strip=True) if node is not None else ""
+    if not title:
+        h1 = tree.css_first("h1")
+        title = h1.text(separator=" ", strip=True) if h1 is not None else ""
+    return " ".join(title.split())
+
+
+def html_blocks(text: str, tree: Any = None) -> Iterator[Block]:
+    """Main text of an HTML page: headings (with their path), paragraphs, list items, tables."""
+    tree = tree if tree is not None else _html_tree(text)
+    root = tree.css_first("main") or tree.css_first("article") or tree.body or tree.root
+    if root is None:
+        return
+    nodes = root.css(_BLOCK_TAGS)
+    chosen = {n.mem_id for n in nodes}
+    stack: list[tuple[int, str]] = []
+    for node in nodes:
+        parent, nested = node.parent, False
+        while parent is not None:
+            if parent.mem_id in chosen:
+                nested = True
+                break
+            parent = parent.parent
+        if nested:
+            continue
+        tag = node.tag
+        if tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
+            title = " ".join(node.text(separator=" ", strip=True).split())
+            if not title:
+                continue
+            level = int(tag[1])
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            yield Block(title, heading_path=tuple(t for _, t in stack), kind="heading")
+        elif tag == "table":
+            rows = []
+            for tr in node.css("tr"):
+                cells = [
+                    " ".join(c.text(separator=" ", strip=True).split()) for c in tr.css("th, td")
+                ]
+                if any(cells):
+                    rows.append("| " + " | ".join(cells) + " |")
+            if rows:
+                yield Block("\n".join(rows), heading_path=tuple(t for _, t in stack), kind="table")
+        elif tag == "pre":
+            content = node.text(strip=False).strip("\n")
+            if content.strip():
+                yield Block(content, heading_path=tuple(t for _, t in stack), kind="code")
+        else:
+            content = " ".join(node.text(separator=" ", strip=True).split())
+            if content:
+                if tag == "li":
+                    content = "- " + content
+                yield Block(content, heading_path=tuple(t for _, t in stack))
+
+
+# -- PDF ----------------------------------------
+
+
+def _open_pdf(uri: str, path: str | None = None, data: bytes | None = None) -> Any:
+    import pymupdf
+
+    pymupdf.TOOLS.mupdf_display_errors(False)
+    try:
+        doc = pymupdf.open(path) if path is not None else pymupdf.open(stream=data, filetype="pdf")
+    except Exception as exc:  # FileDataError, RuntimeError, ...: all mean unreadable
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ExtractionError(f"{uri}: corrupt or unreadable PDF ({reason})") from exc
+    if doc.needs_pass:
+        doc.close()
+        raise ExtractionError(f"{uri}: encrypted PDF (password protected): decrypt it first")
+    if doc.page_count == 0:
+        doc.close()
+        raise ExtractionError(f"{uri}: corrupt PDF (no pages)")
+    return doc
+
+
+def _table_markdown(rows: list[list[Any]]) -> str:
+    lines = []
+    for i, row in enumerate(rows):
+        cells = [" ".join(str(c or "").split()) for c in row]
+        lines.append("| " + " | ".join(cells) + " |")
+        if i == 0:
+            lines.append("|" + "---|" * len(cells))
+    return "\n".join(lines)
+
+
+def _inside(inner: tuple[float, ...], outer: tuple[float, ...]) -> bool:
+    cx, cy = (inner[0] + inner[2]) / 2, (inner[1] + inner[3]) / 2
+    return outer[0] <= cx <= outer[2] and outer[1] <= cy <= outer[3]
+
+
+def pdf_blocks(open_doc: Callable[[], Any], uri: str) -> Iterator[Block]:
+    """Text blocks and tables, page by page (a page is loaded, read and released in turn)."""
+    doc = open_doc()
+    try:
+        toc = [(lvl, title.strip(), page) for lvl, title, page, *_ in doc.get_toc(simple=True)]
+        stack: list[tuple[int, str]] = []
+        t = 0
+        for pno in range(doc.page_count):
+            page_no = pno + 1
+            while t < len(toc) and toc[t][2] <= page_no:
+                lvl, title, _ = toc[t]
+                while stack and stack[-1][0] >= lvl:
+                    stack.pop()
+                stack.append((lvl, title))
+                t += 1
+            path = tuple(title for _, title in stack)
+            try:
+                page = doc.load_page(pno)
+                items: list[tuple[float, Block]] = []
+                boxes: list[tuple[float, ...]] = []
+                for table in page.find_tables().tables:
+                    rows = table.extract()
+                    if rows:
+                        boxes.append(tuple(table.bbox))
+                        items.append(
+                            (table.bbox[1], Block(_table_markdown(rows), page_no, path, "table"))
+                        )
+                for x0, y0, x1, y1, text, _no, btype in page.get_text("blocks", sort=True):
+                    if btype != 0 or any(_inside((x0, y0, x1, y1), b) for b in boxes):
+                        continue
+                    text = re.sub(r"-\n(?=[a-z])", "", text)
+                    text = " ".join(text.split())
+                    if text:
+                        items.append((y0, Block(text, page_no, path)))
+            except ExtractionError:
+                raise
+            except Exception as exc:
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                raise ExtractionError(f"{uri}: unreadable PDF page {page_no} ({reason})") from exc
+            items.sort(key=lambda it: it[0])
+            for _, block in items:
+                yield block
+    finally:
+        doc.close()
+
+
+# -- files and URLs ----------------------------------------
+
+
+def source_type_for(path: str | Path) -> str | None:
+    """The source type a file extension implies, or None when unknown."""
+    return EXTENSIONS.get(Path(path).suffix.lower())
+
+
+def _looks_binary(sample: bytes) -> bool:
+    if b"\x00" in sample:
+        return True
+    if not sample:
+        return False
+    control = sum(1 for b in sample if b < 32 and b not in (9, 10, 12, 13, 27))
+    return control / len(sample) > 0.05
+
+
+def _scan_file(path: Path) -> tuple[str, bool, bytes]:
+    """One streaming pass: (sha256, valid UTF-8, first bytes)."""
+    digest = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    utf8 = True
+    head = b""
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            if not head:
+                head = chunk[:SNIFF_BYTES]
+            digest.update(chunk)
+            if utf8:
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError:
+                    utf8 = False
+    if utf8:
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            utf8 = False
+    return digest.hexdigest(), utf8, head
+
+
+def detect_encoding(sample: bytes) -> str:
+    """Best guess for non-UTF-8 bytes (charset-normalizer), else latin-1 (never fails)."""
+    try:
+        from charset_normalizer import from_bytes
+
+        best = from_bytes(sample).best()
+        if best is not None and best.encoding:
+            return str(best.encoding)
+    except ImportError:  # pragma: no cover - charset-normalizer is a dependency
+        pass
+    return "latin-1"
+
+
+def decode_bytes(data: bytes) -> tuple[str, str]:
+    """(text, encoding): UTF-8 when valid, else the detected encoding, never dropping input."""
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        enc = detect_encoding(data[: 1 << 20])
+        return data.decode(enc, errors="replace"), enc
+
+
+def extract_path(path: str | Path, source_type: str | None = None) -> ExtractedDocument:
+    """Open a local file as a document; raise :class:`ExtractionError` for unusable input."""
+    p = Path(path)
+    uri = str(p.resolve())
+    if not p.is_file():
+        raise ExtractionError(f"{uri}: no such file")
+    source_type = source_type or source_type_for(p) or "text"
+    if p.stat().st_size == 0:
+        raise ExtractionError(f"{uri}: empty file")
+    sha, utf8, head = _scan_file(p)
+    stem_title = p.stem.replace("_", " ").replace("-", " ").strip()
+    metadata: dict[str, Any] = {"file_name": p.name, "size_bytes": p.stat().st_size}
+    if source_type == "pdf":
+        doc = _open_pdf(uri, path=str(p))
+        info = doc.metadata or {}
+        pages = doc.page_count
+        doc.close()
+        metadata["pages"] = pages
+        for key in ("author", "subject", "keywords"):
+            if info.get(key):
+                metadata[key] = info[key]
+        return ExtractedDocument(
+            uri=uri,
+            title=(info.get("title") or "").strip() or stem_title,
+            source_type="pdf",
+            blocks=LazyBlocks(lambda: pdf_blocks(lambda: _open_pdf(uri, path=str(p)), uri)),
+            metadata=metadata,
+            content_sha256=sha,
+            empty_message=f"{uri}: {PDF_NO_TEXT}",
+        )
+    if _looks_binary(head):
+        raise ExtractionError(f"{uri}: binary content, not {source_type} (NUL or control bytes)")
+    encoding = (
+        "utf-8"
+        if utf8
+        else detect_encoding(
+            head if p.stat().st_size <= SNIFF_BYTES else p.open("rb").read(1 << 20)
+        )
+    )
+    metadata["encoding"] = encoding
+
+    def lines() -> Iterator[str]:
+        with p.open("r", encoding=encoding, errors="replace", newline=None) as f:
+            yield from f
+
+    if source_type == "html":
+        text = p.read_bytes().decode(encoding, errors="replace")
+        tree = _html_tree(text)
+        return ExtractedDocument(
+            uri=uri,
+            title=html_title(tree) or stem_title,
+            source_type="html",
+            blocks=LazyBlocks(lambda: html_blocks(text)),
+            metadata=metadata,
+            content_sha256=sha,
+            empty_message=f"{uri}: empty file ({NO_TEXT})",
+        )
+    if source_type == "markdown":
+        return ExtractedDocument(
+            uri=uri,
+            title=markdown_title(lines()) or stem_title,
+            source_type="markdown",
+            blocks=LazyBlocks(lambda: markdown_blocks(lines())),
+            metadata=metadata,
+            content_sha256=sha,
+            empty_message=f"{uri}: empty file ({NO_TEXT})",
+        )
+    return ExtractedDocument(
+        uri=uri,
+        title=stem_title,
+        source_type="text",
+        blocks=LazyBlocks(lambda: text_blocks(lines())),
+        metadata=metadata,
+        content_sha256=sha,
+        empty_message=f"{uri}: empty file ({NO_TEXT})",
+    )
+
+
+def is_url(value: str) -> bool:
+    return value.startswith(("http://", "https://"))
+
+
+def extract_url(url: str, timeout: float | None = None) -> ExtractedDocument:
+    """Fetch ``url`` over HTTP; the extractor follows the Content-Type (then the path)."""
+    timeout = URL_TIMEOUT if timeout is None else timeout
+    request = urllib.request.Request(url, headers={"User-Agent": "pgrag-ingest"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            content_type = response.headers.get_content_type() or ""
+            charset = response.headers.get_content_charset()
+            data = response.read(URL_MAX_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        raise ExtractionError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+    except TimeoutError as exc:
+        raise ExtractionError(f"{url}: timed out after {timeout:g} s") from exc
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            raise ExtractionError(f"{url}: timed out after {timeout:g} s") from exc
+        raise ExtractionError(f"{url}: cannot fetch ({reason})") from exc
+    except OSError as exc:
+        raise ExtractionError(f"{url}: cannot fetch ({exc})") from exc
+    if len(data) > URL_MAX_BYTES:
+        raise ExtractionError(f"{url}: larger than {URL_MAX_BYTES // (1 << 20)} MB")
+    if not data.strip():
+        raise ExtractionError(f"{url}: empty response")
+    sha = hashlib.sha256(data).hexdigest()
+    path_type = source_type_for(urllib.parse.urlparse(url).path)
+    if content_type == "application/pdf" or (not content_type and path_type == "pdf"):
+        fmt = "pdf"
+    elif content_type in ("text/html", "application/xhtml+xml"):
+        fmt = "html"
+    elif content_type in ("text/markdown", "text/x-markdown"):
+        fmt = "markdown"
+    elif content_type.startswith("text/"):
+        fmt = path_type if path_type in ("markdown", "html") else "text"
+    else:
+        fmt = path_type or ""
+    if fmt not in ("pdf", "html", "markdown", "text"):
+        raise ExtractionError(f"{url}: unsupported content type {content_type or 'unknown'}")
+    metadata: dict[str, Any] = {"content_type": content_type, "format": fmt}
+    base_title = urllib.parse.urlparse(url).path.rstrip("/").rsplit("/", 1)[-1] or url
+    if fmt == "pdf":
+        doc = _open_pdf(url, data=data)
+        title = (doc.metadata or {}).get("title", "").strip() or base_title
+        doc.close()
+        return ExtractedDocument(
+            uri=url,
+            title=title,
+            source_type="url",
+            blocks=LazyBlocks(lambda: pdf_blocks(lambda: _open_pdf(url, data=data), url)),
+            metadata=metadata,
+            content_sha256=sha,
+            empty_message=f"{url}: {PDF_NO_TEXT}",
+        )
+    if _looks_binary(data[:SNIFF_BYTES]):
+        raise ExtractionError(f"{url}: binary content, not {fmt}")
+    if charset:
+        text = data.decode(charset, errors="replace")
+    else:
+        text, charset = decode_bytes(data)
+    doc_ = ExtractedDocument.from_text(url, text, source_type=fmt)
+    if fmt == "html":
+        doc_.title = html_title(_html_tree(text))
+    return ExtractedDocument(
+        uri=url,
+        title=doc_.title or base_title,
+        source_type="url",
+        blocks=doc_.blocks,
+        metadata=metadata,
+        content_sha256=sha,
+        empty_message=f"{url}: {NO_TEXT}",
+    )
+
+
+def discover_paths(paths: Iterable[str], glob: str | None = None) -> Iterator[str]:
+    """Files and URLs to ingest: folders walked recursively (known extensions, or ``glob``)."""
+    for item in paths:
+        if is_url(item):
+            yield item
+            continue
+        p = Path(item)
+        if p.is_dir():
+            pattern = glob or "*"
+            for child in sorted(p.rglob(pattern)):
+                if not child.is_file() or any(
+                    part.startswith(".") for part in child.parts[len(p.parts) :]
+                ):
+                    continue
+                if glob or source_type_for(child):
+                    yield str(child)
+        elif glob and not p.match(glob):
+            continue
+        else:
+            yield item
+
+
+def extract(source: str) -> ExtractedDocument:
+    """A file path or a URL as a document."""
+    return extract_url(source) if is_url(source) else extract_path(source)
