@@ -128,9 +128,8 @@ def explain(hit: SearchHit, options: SearchOptions) -> str:
     """Why this source: each arm's rank and score, and the fused score."""
 
     def arm(name: str, rank: int | None, score: float | None, label: str) -> str:
-        if rank is None:
-            return f"{name}: not in its top candidates"
-        return f"{name} #{rank} ({label} {score:.4f})"
+        where = f"#{rank}" if rank is not None else "not among its candidates"
+        return f"{name} {where}" + (f" ({label} {score:.4f})" if score is not None else "")
 
     vector = arm("vector", hit.vector_rank, hit.vector_score, "cosine similarity")
     keyword = arm("keyword", hit.keyword_rank, hit.keyword_score, "BM25")
@@ -187,7 +186,7 @@ def print_hits(hits: list[SearchHit], options: SearchOptions, show_explain: bool
 @click.option(
     "--min-score",
     type=float,
-    help="Drop results below this score (fused score in hybrid, cosine similarity in vector).",
+    help="Drop results whose cosine similarity to the query is below this (vector, hybrid).",
 )
 @click.option("--language", help="Text-search configuration of the query (english, simple, ...).")
 @click.option("--explain", "show_explain", is_flag=True, help="Show each arm's rank and score.")
@@ -274,7 +273,8 @@ def print_sources(ctx: Context) -> None:
 @click.option(
     "--min-score",
     type=float,
-    help="Below this fused score, answer 'No relevant information found.' without the LLM.",
+    help="Minimum cosine similarity of a source to the question; when none passes, print "
+    "'No relevant information found.' without calling the LLM.",
 )
 @click.option("--window", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--mmr", "mmr_lambda", type=click.FloatRange(0, 1), help="MMR lambda (diversity).")

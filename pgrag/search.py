@@ -97,8 +97,8 @@ class SearchOptions:
                 )
         if self.mode == "keyword" and self.min_score is not None:
             raise ConfigError(
-                "--min-score applies to vector (cosine similarity) and hybrid (fused score) "
-                "search; BM25 scores have no fixed scale."
+                "--min-score is a cosine-similarity floor for vector and hybrid search; "
+                "BM25 scores have no fixed scale."
             )
         if self.mmr_lambda is not None and not 0.0 <= self.mmr_lambda <= 1.0:
             raise ConfigError("--mmr takes a lambda between 0 (diverse) and 1 (relevant).")
