@@ -147,6 +147,10 @@ main.add_command(search)
 main.add_command(ask)
 main.add_command(evaluate)
 
+from pgrag.cli_bundle import sql_bundle  # noqa: E402
+
+main.add_command(sql_bundle)
+
 from pgrag.cli_ingest import ingest  # noqa: E402
 
 main.add_command(ingest)
