@@ -38,7 +38,7 @@ EXTENSIONS = {
 }
 SNIFF_BYTES = 64 * 1024
 MAX_PARAGRAPH_CHARS = 100_000  # a "paragraph" longer than this is flushed at a line boundary
-URL_TIMEOUT = float(os.environ.get("PGRAG_HTTP_TIMEOUT", "30"))
+DEFAULT_URL_TIMEOUT = 30.0  # seconds; env PGRAG_HTTP_TIMEOUT
 URL_MAX_BYTES = 100 * 1024 * 1024
 NO_TEXT = "no extractable text"
 PDF_NO_TEXT = "PDF has no extractable text (scanned images?): run OCR on it first, e.g. ocrmypdf"
@@ -329,14 +329,18 @@ def _open_pdf(uri: str, path: str | None = None, data: bytes | None = None) -> A
         raise ExtractionError(f"{uri}: encrypted PDF (password protected): decrypt it first")
     if doc.page_count == 0:
         doc.close()
-        raise ExtractionError(f"{uri}: corrupt PDF (no pages)")
+        raise ExtractionError(f"{uri}: corrupt or unreadable PDF (no pages)")
     return doc
 
 
 def _table_markdown(rows: list[list[Any]]) -> str:
+    grid = [[" ".join(str(c or "").split()) for c in row] for row in rows]
+    width = max(len(r) for r in grid)
+    grid = [r + [""] * (width - len(r)) for r in grid]
+    keep = [j for j in range(width) if any(r[j] for r in grid)]  # drop empty (merged) columns
     lines = []
-    for i, row in enumerate(rows):
-        cells = [" ".join(str(c or "").split()) for c in row]
+    for i, row in enumerate(grid):
+        cells = [row[j] for j in keep]
         lines.append("| " + " | ".join(cells) + " |")
         if i == 0:
             lines.append("|" + "---|" * len(cells))
@@ -346,6 +350,17 @@ def _table_markdown(rows: list[list[Any]]) -> str:
 def _inside(inner: tuple[float, ...], outer: tuple[float, ...]) -> bool:
     cx, cy = (inner[0] + inner[2]) / 2, (inner[1] + inner[3]) / 2
     return outer[0] <= cx <= outer[2] and outer[1] <= cy <= outer[3]
+
+
+def _has_rulings(page: Any) -> bool:
+    segments = 0
+    for path in page.get_cdrawings():
+        for item in path.get("items", ()):
+            if item[0] in ("l", "re", "qu"):
+                segments += 1
+                if segments >= 3:
+                    return True
+    return False
 
 
 def pdf_blocks(open_doc: Callable[[], Any], uri: str) -> Iterator[Block]:
@@ -368,7 +383,10 @@ def pdf_blocks(open_doc: Callable[[], Any], uri: str) -> Iterator[Block]:
                 page = doc.load_page(pno)
                 items: list[tuple[float, Block]] = []
                 boxes: list[tuple[float, ...]] = []
-                for table in page.find_tables().tables:
+                # find_tables (ruling-line strategy) costs ~0.5 s a page even when there is
+                # nothing to find: only ask when the page draws lines or rectangles.
+                tables = page.find_tables().tables if _has_rulings(page) else []
+                for table in tables:
                     rows = table.extract()
                     if rows:
                         boxes.append(tuple(table.bbox))
@@ -440,8 +458,17 @@ def detect_encoding(sample: bytes) -> str:
     try:
         from charset_normalizer import from_bytes
 
-        best = from_bytes(sample).best()
-        if best is not None and best.encoding:
+        matches = list(from_bytes(sample))
+        if matches:
+            best = matches[0]
+            # Short samples often tie between code pages: prefer the most common Western one.
+            for m in matches:
+                if (
+                    m.encoding in ("cp1252", "latin_1", "iso8859_15")
+                    and m.chaos <= best.chaos + 0.01
+                    and m.coherence >= best.coherence - 0.01
+                ):
+                    return "cp1252"
             return str(best.encoding)
     except ImportError:  # pragma: no cover - charset-normalizer is a dependency
         pass
@@ -541,7 +568,8 @@ def is_url(value: str) -> bool:
 
 def extract_url(url: str, timeout: float | None = None) -> ExtractedDocument:
     """Fetch ``url`` over HTTP; the extractor follows the Content-Type (then the path)."""
-    timeout = URL_TIMEOUT if timeout is None else timeout
+    if timeout is None:
+        timeout = float(os.environ.get("PGRAG_HTTP_TIMEOUT", DEFAULT_URL_TIMEOUT))
     request = urllib.request.Request(url, headers={"User-Agent": "pgrag-ingest"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

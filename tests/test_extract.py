@@ -1,0 +1,241 @@
+"""Extractors on real files generated here: PDF (PyMuPDF), Markdown, HTML, text, URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pymupdf
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+from pgrag.errors import ExtractionError
+from pgrag.extract import extract_path, extract_url
+
+# -- fixture makers (also used by test_ingest_files.py) -------------------------------------------
+
+TABLE_ROWS = [["Metric", "Value", "Unit"], ["Latency", "12", "ms"], ["Throughput", "450", "rows/s"]]
+
+
+def make_report_pdf(path: Path, pages: int = 3, table_page: int = 2) -> Path:
+    """A multi-page PDF with a title, a table of contents and a ruled table on one page."""
+    doc = pymupdf.open()
+    for i in range(1, pages + 1):
+        page = doc.new_page()
+        page.insert_text((72, 72), f"Chapter {i}", fontsize=16)
+        body = f"This is page {i} of the report. It discusses topic number {i} at length. " * 3
+        page.insert_textbox(pymupdf.Rect(72, 100, 520, 300), body, fontsize=11)
+        if i == table_page:
+            x0, y0, cw, rh = 72, 400, 150, 24
+            for r in range(len(TABLE_ROWS) + 1):
+                page.draw_line((x0, y0 + r * rh), (x0 + 3 * cw, y0 + r * rh))
+            for c in range(4):
+                page.draw_line((x0 + c * cw, y0), (x0 + c * cw, y0 + len(TABLE_ROWS) * rh))
+            for r, row in enumerate(TABLE_ROWS):
+                for c, cell in enumerate(row):
+                    page.insert_text((x0 + c * cw + 4, y0 + r * rh + 16), cell, fontsize=10)
+    toc = [[1, f"Chapter {i}", i] for i in range(1, pages + 1)]
+    toc.insert(table_page, [2, "Results", table_page])
+    doc.set_toc(toc)
+    doc.set_metadata({"title": "Quarterly Report"})
+    doc.save(str(path))
+    return path
+
+
+def make_encrypted_pdf(path: Path) -> Path:
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "secret")
+    doc.save(
+        str(path),
+        encryption=pymupdf.PDF_ENCRYPT_AES_256,
+        user_pw="user",
+        owner_pw="owner",
+    )
+    return path
+
+
+def make_scanned_pdf(path: Path) -> Path:
+    """A PDF whose only page is an image: nothing to extract without OCR."""
+    doc = pymupdf.open()
+    page = doc.new_page()
+    pix = pymupdf.Pixmap(pymupdf.csRGB, pymupdf.IRect(0, 0, 64, 64), False)
+    pix.clear_with(200)
+    page.insert_image(pymupdf.Rect(72, 72, 272, 272), pixmap=pix)
+    doc.save(str(path))
+    return path
+
+
+def make_corrupt_pdf(path: Path) -> Path:
+    path.write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\n garbage \x00\x01\x02 trailer")
+    return path
+
+
+MARKDOWN = """---
+title: Installing pgrag
+---
+# Install
+
+pgrag needs PostgreSQL with pgvector.
+
+## Linux
+
+Use the package manager. Then run pgrag migrate.
+
+### Debian
+
+apt-get install postgresql-18-pgvector
+
+## macOS
+
+Use Homebrew.
+
+| OS | Command |
+|----|---------|
+| macOS | brew install pgvector |
+
+```sh
+# not a heading
+pgrag migrate
+```
+"""
+
+HTML = """<html><head><title>Search guide</title><style>body{color:red}</style>
+<script>var tracking = "do not index";</script></head>
+<body><nav><a href="/">Home</a> <a href="/docs">Docs navigation menu</a></nav>
+<header>Site header banner</header>
+<main><h1>Search</h1><p>Hybrid search fuses <b>BM25</b> and vectors.</p>
+<h2>Filters</h2><ul><li>tenant</li><li>metadata</li></ul>
+<table><tr><th>k</th><th>meaning</th></tr><tr><td>60</td><td>RRF constant</td></tr></table>
+</main><aside>Related posts sidebar</aside><footer>Copyright footer</footer></body></html>
+"""
+
+
+# -- PDF ------------------------------------------------------------------------------------------
+
+
+def test_pdf_blocks_carry_page_numbers_toc_headings_and_whole_tables(tmp_path: Path) -> None:
+    doc = extract_path(make_report_pdf(tmp_path / "report.pdf"))
+
+    blocks = list(doc.blocks)
+    assert doc.title == "Quarterly Report" and doc.source_type == "pdf"
+    assert doc.metadata["pages"] == 3
+    assert {b.page for b in blocks} == {1, 2, 3}
+    assert all(f"page {b.page} of" in b.text for b in blocks if "of the report" in b.text)
+    tables = [b for b in blocks if b.kind == "table"]
+    assert len(tables) == 1 and tables[0].page == 2
+    assert tables[0].text.splitlines()[0] == "| Metric | Value | Unit |"
+    assert "| Throughput | 450 | rows/s |" in tables[0].text
+    assert tables[0].heading_path == ("Chapter 2", "Results")
+    assert blocks[0].heading_path == ("Chapter 1",)
+    assert doc.content_sha256 == hashlib.sha256((tmp_path / "report.pdf").read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("maker", "reason"),
+    [
+        (make_encrypted_pdf, "encrypted PDF"),
+        (make_corrupt_pdf, "corrupt or unreadable PDF"),
+    ],
+)
+def test_unusable_pdfs_are_rejected_with_one_line(tmp_path: Path, maker, reason) -> None:  # type: ignore[no-untyped-def]
+    path = maker(tmp_path / "bad.pdf")
+    with pytest.raises(ExtractionError, match=reason) as info:
+        extract_path(path)
+    assert "\n" not in str(info.value) and str(path.resolve()) in str(info.value)
+
+
+def test_scanned_pdf_yields_no_blocks_and_says_so(tmp_path: Path) -> None:
+    doc = extract_path(make_scanned_pdf(tmp_path / "scan.pdf"))
+    assert list(doc.blocks) == []
+    assert "scanned" in doc.empty_message and "OCR" in doc.empty_message
+
+
+# -- Markdown, HTML, text -------------------------------------------------------------------------
+
+
+def test_markdown_keeps_the_heading_path_tables_and_code(tmp_path: Path) -> None:
+    path = tmp_path / "install.md"
+    path.write_text(MARKDOWN)
+    doc = extract_path(path)
+    blocks = list(doc.blocks)
+
+    assert doc.title == "Installing pgrag"
+    by_text = {b.text.splitlines()[0]: b for b in blocks}
+    assert by_text["pgrag needs PostgreSQL with pgvector."].heading_path == ("Install",)
+    assert by_text["apt-get install postgresql-18-pgvector"].heading_path == (
+        "Install",
+        "Linux",
+        "Debian",
+    )
+    assert by_text["Use Homebrew."].heading_path == ("Install", "macOS")
+    table = by_text["| OS | Command |"]
+    assert table.kind == "table" and len(table.text.splitlines()) == 3
+    code = by_text["```sh"]
+    assert code.kind == "code" and "# not a heading" in code.text
+    assert code.heading_path == ("Install", "macOS")
+
+
+def test_html_main_text_without_navigation_scripts_or_styles(tmp_path: Path) -> None:
+    path = tmp_path / "guide.html"
+    path.write_text(HTML)
+    doc = extract_path(path)
+    text = "\n".join(b.text for b in doc.blocks)
+
+    assert doc.title == "Search guide"
+    for dropped in ("tracking", "navigation", "banner", "sidebar", "footer", "color:red"):
+        assert dropped not in text
+    blocks = {b.text: b for b in doc.blocks}
+    assert blocks["Hybrid search fuses BM25 and vectors."].heading_path == ("Search",)
+    assert blocks["- metadata"].heading_path == ("Search", "Filters")
+    assert blocks["| k | meaning |\n| 60 | RRF constant |"].kind == "table"
+
+
+def test_non_utf8_text_is_decoded_with_a_fallback_not_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.txt"
+    path.write_bytes("Crème brûlée à la française, déjà vu, naïve façade.\n".encode("latin-1"))
+    doc = extract_path(path)
+    assert [b.text for b in doc.blocks] == ["Crème brûlée à la française, déjà vu, naïve façade."]
+    assert doc.metadata["encoding"] != "utf-8"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("empty.md", b"", "empty file"),
+        ("image.txt", bytes(range(256)) * 40, "binary content"),
+        ("archive.md", b"PK\x03\x04\x14\x00\x00\x00\x08\x00" + b"\x00" * 100, "binary content"),
+    ],
+)
+def test_empty_and_binary_files_are_rejected(
+    tmp_path: Path, name: str, content: bytes, reason: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ExtractionError, match=reason):
+        extract_path(path)
+
+
+# -- URLs -----------------------------------------------------------------------------------------
+
+
+def test_url_type_follows_the_content_type(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/guide").respond_with_data(HTML, content_type="text/html")
+    doc = extract_url(httpserver.url_for("/guide"))
+    assert doc.source_type == "url" and doc.title == "Search guide"
+    assert doc.metadata["format"] == "html"
+    assert "Hybrid search fuses BM25 and vectors." in [b.text for b in doc.blocks]
+
+
+def test_url_404_and_timeout_are_one_line_errors(httpserver: HTTPServer) -> None:
+    def slow(request: Request) -> Response:
+        time.sleep(1.5)
+        return Response("late", content_type="text/plain")
+
+    httpserver.expect_request("/slow").respond_with_handler(slow)
+    httpserver.expect_request("/missing").respond_with_data("no such page", status=404)
+    with pytest.raises(ExtractionError, match="HTTP 404"):
+        extract_url(httpserver.url_for("/missing"))
+    with pytest.raises(ExtractionError, match=r"timed out after 0.3 s"):
+        extract_url(httpserver.url_for("/slow"), timeout=0.3)
