@@ -1,0 +1,1072 @@
+-- pgrag retrieval: BM25 maintenance triggers and the search functions clients call.
+-- Idempotent: re-applied on every migrate. Every function pins search_path to pg_catalog, pg_temp,
+-- qualifies every name, runs with the caller's rights (security invoker) so row-level security
+-- applies, and scopes rows to pgrag.current_tenant_id() when a tenant claim is present.
+--
+-- Client-facing functions live in schema public (what PostgREST exposes):
+--   vector_search, keyword_search, hybrid_search, chunk_windows, build_context.
+-- Internals live in schema pgrag. See docs/sql-api.md.
+
+-- ---------------------------------------------------------------------------------------------
+-- BM25 maintenance: statement-level triggers with transition tables on pgrag.chunks.
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.bm25_chunks_inserted()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
+    select n.tenant_id, t.lexeme, n.id, pg_catalog.cardinality(t.positions), l.len
+    from new_chunks as n
+    cross join lateral (
+        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)::integer as len
+        from pg_catalog.unnest(n.fts) as u
+    ) as l
+    cross join lateral pg_catalog.unnest(n.fts) as t;
+
+    insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
+    select n.tenant_id, n.language::text, (pg_catalog.pg_backend_pid() % 16),
+           pg_catalog.count(*), coalesce(pg_catalog.sum(l.len), 0)
+    from new_chunks as n
+    cross join lateral (
+        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0) as len
+        from pg_catalog.unnest(n.fts) as u
+    ) as l
+    group by n.tenant_id, n.language
+    on conflict (tenant_id, language, shard) do update
+        set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
+            token_count = s.token_count operator(pg_catalog.+) excluded.token_count;
+    return null;
+end
+$$;
+comment on function pgrag.bm25_chunks_inserted() is
+'Trigger function (after insert, per statement): adds BM25 postings and corpus statistics of new chunks.';
+
+create or replace function pgrag.bm25_chunks_deleted()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    delete from pgrag.bm25_postings as p
+    using (
+        select o.tenant_id, o.id, pg_catalog.unnest(pg_catalog.tsvector_to_array(o.fts)) as lexeme
+        from old_chunks as o
+    ) as o
+    where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id;
+
+    insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
+    select o.tenant_id, o.language::text, (pg_catalog.pg_backend_pid() % 16),
+           -pg_catalog.count(*), -coalesce(pg_catalog.sum(l.len), 0)
+    from old_chunks as o
+    cross join lateral (
+        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0) as len
+        from pg_catalog.unnest(o.fts) as u
+    ) as l
+    group by o.tenant_id, o.language
+    on conflict (tenant_id, language, shard) do update
+        set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
+            token_count = s.token_count operator(pg_catalog.+) excluded.token_count;
+    return null;
+end
+$$;
+comment on function pgrag.bm25_chunks_deleted() is
+'Trigger function (after delete, per statement): removes BM25 postings and statistics of deleted chunks.';
+
+create or replace function pgrag.bm25_chunks_updated()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    -- Only rows whose indexed text (or identity) changed touch the BM25 index: such a row is
+    -- removed as its old version and added as its new one.
+    delete from pgrag.bm25_postings as p
+    using (
+        select o.tenant_id, o.id, pg_catalog.unnest(pg_catalog.tsvector_to_array(o.fts)) as lexeme
+        from old_chunks as o
+        where not exists (
+            select from new_chunks as n
+            where n.tenant_id = o.tenant_id and n.id = o.id
+              and n.language = o.language and n.fts = o.fts
+        )
+    ) as o
+    where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id;
+
+    insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
+    select n.tenant_id, t.lexeme, n.id, pg_catalog.cardinality(t.positions), l.len
+    from new_chunks as n
+    cross join lateral (
+        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)::integer as len
+        from pg_catalog.unnest(n.fts) as u
+    ) as l
+    cross join lateral pg_catalog.unnest(n.fts) as t
+    where not exists (
+        select from old_chunks as o
+        where n.tenant_id = o.tenant_id and n.id = o.id
+          and n.language = o.language and n.fts = o.fts
+    );
+
+    insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
+    select d.tenant_id, d.language, (pg_catalog.pg_backend_pid() % 16),
+           pg_catalog.sum(d.n), pg_catalog.sum(d.len)
+    from (
+        select o.tenant_id, o.language::text as language, -1 as n,
+               -(select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)
+                 from pg_catalog.unnest(o.fts) as u) as len
+        from old_chunks as o
+        where not exists (
+            select from new_chunks as n
+            where n.tenant_id = o.tenant_id and n.id = o.id
+              and n.language = o.language and n.fts = o.fts
+        )
+        union all
+        select n.tenant_id, n.language::text, 1,
+               (select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)
+                from pg_catalog.unnest(n.fts) as u)
+        from new_chunks as n
+        where not exists (
+            select from old_chunks as o
+            where n.tenant_id = o.tenant_id and n.id = o.id
+              and n.language = o.language and n.fts = o.fts
+        )
+    ) as d
+    group by d.tenant_id, d.language
+    on conflict (tenant_id, language, shard) do update
+        set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
+            token_count = s.token_count operator(pg_catalog.+) excluded.token_count;
+    return null;
+end
+$$;
+comment on function pgrag.bm25_chunks_updated() is
+'Trigger function (after update, per statement): re-indexes for BM25 the chunks whose fts, language, tenant or id changed.';
+
+create or replace trigger chunks_bm25_insert
+    after insert on pgrag.chunks
+    referencing new table as new_chunks
+    for each statement execute function pgrag.bm25_chunks_inserted();
+
+create or replace trigger chunks_bm25_delete
+    after delete on pgrag.chunks
+    referencing old table as old_chunks
+    for each statement execute function pgrag.bm25_chunks_deleted();
+
+create or replace trigger chunks_bm25_update
+    after update on pgrag.chunks
+    referencing old table as old_chunks new table as new_chunks
+    for each statement execute function pgrag.bm25_chunks_updated();
+
+-- ---------------------------------------------------------------------------------------------
+-- Query parsing: websearch syntax with OR semantics.
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.keyword_query(
+    query_text text,
+    config regconfig,
+    out positive tsquery,
+    out negative tsquery,
+    out lexemes text[]
+)
+language plpgsql
+stable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    q text := pg_catalog.websearch_to_tsquery(config, coalesce(query_text, ''))::text;
+    n integer := pg_catalog.length(q);
+    i integer := 1;
+    depth integer := 0;
+    in_quote boolean := false;
+    ch text;
+    clause text := '';
+    clauses text[] := '{}';
+    pos text[] := '{}';
+    neg text[] := '{}';
+    c text;
+begin
+    -- Split the tsquery text at top-level & and | (outside quotes and parentheses): each piece
+    -- is a clause (a lexeme, a phrase, or a negated lexeme or phrase).
+    while i <= n loop
+        ch := pg_catalog.substr(q, i, 1);
+        if in_quote then
+            clause := clause operator(pg_catalog.||) ch;
+            if ch = '''' then
+                if pg_catalog.substr(q, i + 1, 1) = '''' then
+                    clause := clause operator(pg_catalog.||) '''';
+                    i := i + 1;
+                else
+                    in_quote := false;
+                end if;
+            end if;
+        elsif ch = '''' then
+            in_quote := true;
+            clause := clause operator(pg_catalog.||) ch;
+        elsif ch = '(' then
+            depth := depth + 1;
+            clause := clause operator(pg_catalog.||) ch;
+        elsif ch = ')' then
+            depth := depth - 1;
+            clause := clause operator(pg_catalog.||) ch;
+        elsif depth = 0 and ch in ('&', '|') then
+            clauses := clauses operator(pg_catalog.||) pg_catalog.btrim(clause);
+            clause := '';
+        else
+            clause := clause operator(pg_catalog.||) ch;
+        end if;
+        i := i + 1;
+    end loop;
+    if pg_catalog.btrim(clause) <> '' then
+        clauses := clauses operator(pg_catalog.||) pg_catalog.btrim(clause);
+    end if;
+
+    foreach c in array clauses loop
+        if pg_catalog.left(c, 1) = '!' then
+            neg := neg operator(pg_catalog.||) ('(' operator(pg_catalog.||) pg_catalog.btrim(pg_catalog.substr(c, 2)) operator(pg_catalog.||) ')');
+        elsif c <> '' then
+            pos := pos operator(pg_catalog.||) ('(' operator(pg_catalog.||) c operator(pg_catalog.||) ')');
+        end if;
+    end loop;
+
+    if pg_catalog.cardinality(pos) > 0 then
+        positive := pg_catalog.array_to_string(pos, ' | ')::tsquery;
+        select pg_catalog.array_agg(distinct pg_catalog.replace(m[1], '''''', ''''))
+        into lexemes
+        from pg_catalog.regexp_matches(pg_catalog.array_to_string(pos, ' '),
+                                       '''((?:[^'']|'''')*)''', 'g') as m;
+    else
+        lexemes := '{}';
+    end if;
+    if pg_catalog.cardinality(neg) > 0 then
+        negative := pg_catalog.array_to_string(neg, ' | ')::tsquery;
+    end if;
+end
+$$;
+comment on function pgrag.keyword_query(text, regconfig) is
+'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word or a quoted phrase), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Candidate generation (internal): each arm returns (tenant_id, chunk_id, score) best first,
+-- with every filter applied inside the arm.
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.tenant_chunk_count(tenant text)
+returns bigint
+language sql
+stable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(pg_catalog.sum(s.chunk_count), 0)::bigint
+    from pgrag.corpus_stats as s
+    where s.tenant_id = tenant
+$$;
+comment on function pgrag.tenant_chunk_count(text) is
+'Number of chunks of a tenant, from the sharded corpus statistics (used to pick exact or HNSW search).';
+
+create or replace function pgrag.vector_candidates(
+    query_embedding @extschema:vector@.vector,
+    match_count integer default 10,
+    ef_search integer default null,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (tenant_id text, chunk_id bigint, distance double precision)
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_custom_plan
+as $$
+#variable_conflict use_column
+declare
+    v_tenant text := pgrag.current_tenant_id();
+    v_k integer := greatest(coalesce(match_count, 10), 0);
+    v_exact_max bigint := coalesce(
+        nullif(pg_catalog.current_setting('pgrag.exact_search_max_rows', true), '')::bigint, 10000);
+    v_filtered boolean := metadata_filter is not null or source_types is not null
+        or created_after is not null or created_before is not null;
+    v_tenants text[];
+    v_ids bigint[];
+    v_dists double precision[];
+    v_exact boolean;
+    v_old_ef text := pg_catalog.current_setting('hnsw.ef_search', true);
+    v_old_iter text := pg_catalog.current_setting('hnsw.iterative_scan', true);
+begin
+    if query_embedding is null or v_k = 0 then
+        return;
+    end if;
+    -- Exact search when the rows the caller may see are few: a document-id filter, or a tenant
+    -- small enough that scanning it costs less than an HNSW walk that filters most rows away.
+    v_exact := document_ids is not null
+        or (v_tenant is not null and pgrag.tenant_chunk_count(v_tenant) <= v_exact_max);
+
+    if not v_exact then
+        -- Iterative index scans keep walking the graph until match_count rows pass the tenant
+        -- and filter conditions (pgvector 0.8); the relaxed order is re-sorted below.
+        perform pg_catalog.set_config('hnsw.iterative_scan',
+            case when v_tenant is not null or v_filtered then 'relaxed_order' else 'off' end, true);
+        perform pg_catalog.set_config('hnsw.ef_search',
+            greatest(coalesce(vector_candidates.ef_search,
+                              nullif(v_old_ef, '')::integer, 40), v_k)::text, true);
+        select pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id),
+               pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id),
+               pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id)
+        into v_tenants, v_ids, v_dists
+        from (
+            select c.tenant_id, c.id as chunk_id,
+                   c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+            from pgrag.chunks as c
+            join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+            where c.embedding is not null
+              and d.status = 'ready'
+              and (v_tenant is null or c.tenant_id = v_tenant)
+              and (metadata_filter is null
+                   or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) metadata_filter)
+              and (source_types is null or d.source_type = any (source_types))
+              and (created_after is null or d.created_at >= created_after)
+              and (created_before is null or d.created_at < created_before)
+            order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+            limit v_k
+        ) as h;
+        perform pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
+        perform pg_catalog.set_config('hnsw.iterative_scan', coalesce(v_old_iter, 'off'), true);
+        -- Never fewer than match_count rows when that many exist: a filter too selective for
+        -- the scan budget (hnsw.max_scan_tuples) falls back to the exact path.
+        v_exact := coalesce(pg_catalog.cardinality(v_ids), 0) < v_k and (v_tenant is not null or v_filtered);
+    end if;
+
+    if v_exact then
+        select pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id),
+               pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id),
+               pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id)
+        into v_tenants, v_ids, v_dists
+        from (
+            with visible as materialized (
+                select c.tenant_id, c.id as chunk_id,
+                       c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                from pgrag.chunks as c
+                join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+                where c.embedding is not null
+                  and d.status = 'ready'
+                  and (v_tenant is null or c.tenant_id = v_tenant)
+                  and (document_ids is null or c.document_id = any (document_ids))
+                  and (metadata_filter is null
+                       or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) metadata_filter)
+                  and (source_types is null or d.source_type = any (source_types))
+                  and (created_after is null or d.created_at >= created_after)
+                  and (created_before is null or d.created_at < created_before)
+            )
+            select v.tenant_id, v.chunk_id, v.distance from visible as v
+            order by v.distance, v.chunk_id
+            limit v_k
+        ) as h;
+    end if;
+
+    return query
+    select u.t, u.id, u.dist
+    from rows from (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_ids), pg_catalog.unnest(v_dists))
+         with ordinality as u(t, id, dist, ord)
+    order by u.ord;
+end
+$$;
+comment on function pgrag.vector_candidates(@extschema:vector@.vector, integer, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Vector arm: (tenant_id, chunk_id, cosine distance) of the nearest ready chunks, filters applied inside the search. HNSW with iterative scans, or an exact scan for small visible sets (pgrag.exact_search_max_rows, default 10000) and as a fallback when the index walk returns too few rows.';
+
+create or replace function pgrag.keyword_candidates(
+    query_text text,
+    match_count integer default 10,
+    language text default null,
+    k1 double precision default 1.2,
+    b double precision default 0.75,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (tenant_id text, chunk_id bigint, score double precision)
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_custom_plan
+as $$
+#variable_conflict use_column
+declare
+    v_tenant text := pgrag.current_tenant_id();
+    v_k integer := greatest(coalesce(match_count, 10), 0);
+    v_k1 double precision := coalesce(k1, 1.2);
+    v_b double precision := coalesce(b, 0.75);
+    v_config regconfig;
+    v_n double precision;
+    v_total double precision;
+    v_avgdl double precision;
+    v_q record;
+begin
+    if coalesce(query_text, '') = '' or v_k = 0 then
+        return;
+    end if;
+    -- Text-search configuration: the one asked for, else the tenant's most common chunk language.
+    if keyword_candidates.language is not null then
+        v_config := keyword_candidates.language::regconfig;
+    end if;
+    select pg_catalog.sum(s.chunk_count), pg_catalog.sum(s.token_count)
+    into v_n, v_total
+    from pgrag.corpus_stats as s
+    where v_tenant is null or s.tenant_id = v_tenant;
+    if coalesce(v_n, 0) <= 0 then
+        return;
+    end if;
+    if v_config is null then
+        select s.language::regconfig into v_config
+        from pgrag.corpus_stats as s
+        where v_tenant is null or s.tenant_id = v_tenant
+        group by s.language
+        order by pg_catalog.sum(s.chunk_count) desc, s.language
+        limit 1;
+    end if;
+    v_avgdl := greatest(v_total / v_n, 1e-9);
+    select * into v_q from pgrag.keyword_query(query_text, coalesce(v_config, 'english'::regconfig));
+    if pg_catalog.cardinality(v_q.lexemes) = 0 then
+        return;
+    end if;
+
+    return query
+    with terms as (
+        select t.lexeme,
+               pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5)) as idf
+        from (
+            select l.lexeme,
+                   (select pg_catalog.count(*) from pgrag.bm25_postings as p
+                    where (v_tenant is null or p.tenant_id = v_tenant) and p.lexeme = l.lexeme)::double precision as df
+            from pg_catalog.unnest(v_q.lexemes) as l(lexeme)
+        ) as t
+        where t.df > 0
+    ),
+    scored as (
+        select p.tenant_id, p.chunk_id,
+               pg_catalog.sum(t.idf * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as score
+        from terms as t
+        join pgrag.bm25_postings as p
+          on p.lexeme = t.lexeme and (v_tenant is null or p.tenant_id = v_tenant)
+        group by p.tenant_id, p.chunk_id
+        order by 3 desc, p.chunk_id
+    )
+    select s.tenant_id, s.chunk_id, s.score
+    from scored as s
+    cross join lateral (
+        select 1
+        from pgrag.chunks as c
+        join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+        where c.tenant_id = s.tenant_id and c.id = s.chunk_id
+          and d.status = 'ready'
+          and (v_q.negative is null or not c.fts operator(pg_catalog.@@) v_q.negative)
+          and (v_q.positive is null or c.fts operator(pg_catalog.@@) v_q.positive)
+          and (document_ids is null or c.document_id = any (document_ids))
+          and (metadata_filter is null
+               or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) metadata_filter)
+          and (source_types is null or d.source_type = any (source_types))
+          and (created_after is null or d.created_at >= created_after)
+          and (created_before is null or d.created_at < created_before)
+    ) as ok
+    order by s.score desc, s.chunk_id
+    limit v_k;
+end
+$$;
+comment on function pgrag.keyword_candidates(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Keyword arm: (tenant_id, chunk_id, Okapi BM25 score) best first. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)), term part tf/(tf + k1(1 - b + b dl/avgdl)), N and avgdl from pgrag.corpus_stats and df from pgrag.bm25_postings of the caller''s tenant.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Fusion, MMR and windows (internal).
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.mmr_order(
+    embeddings @extschema:vector@.vector[],
+    relevance double precision[],
+    lambda double precision,
+    select_count integer
+)
+returns integer[]
+language plpgsql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    n integer := coalesce(pg_catalog.cardinality(embeddings), 0);
+    rmin double precision;
+    rmax double precision;
+    rel double precision[];
+    maxsim double precision[];
+    chosen boolean[];
+    picked integer[] := '{}';
+    best integer;
+    best_val double precision;
+    val double precision;
+    sim double precision;
+    i integer;
+begin
+    if n = 0 then
+        return picked;
+    end if;
+    select pg_catalog.min(r), pg_catalog.max(r) into rmin, rmax
+    from pg_catalog.unnest(relevance) as r;
+    rel := pg_catalog.array_fill(1.0::double precision, array[n]);
+    maxsim := pg_catalog.array_fill(null::double precision, array[n]);
+    chosen := pg_catalog.array_fill(false, array[n]);
+    for i in 1 .. n loop
+        if rmax > rmin then
+            rel[i] := (coalesce(relevance[i], rmin) - rmin) / (rmax - rmin);
+        end if;
+    end loop;
+    for step in 1 .. least(coalesce(select_count, n), n) loop
+        best := null;
+        best_val := null;
+        for i in 1 .. n loop
+            if not chosen[i] then
+                val := lambda * rel[i] - (1 - lambda) * coalesce(maxsim[i], 0);
+                if best_val is null or val > best_val then
+                    best := i;
+                    best_val := val;
+                end if;
+            end if;
+        end loop;
+        chosen[best] := true;
+        picked := picked operator(pg_catalog.||) best;
+        if embeddings[best] is not null then
+            for i in 1 .. n loop
+                if not chosen[i] and embeddings[i] is not null then
+                    sim := 1 - (embeddings[i] operator(@extschema:vector@.<=>) embeddings[best]);
+                    if maxsim[i] is null or sim > maxsim[i] then
+                        maxsim[i] := sim;
+                    end if;
+                end if;
+            end loop;
+        end if;
+    end loop;
+    return picked;
+end
+$$;
+comment on function pgrag.mmr_order(@extschema:vector@.vector[], double precision[], double precision, integer) is
+'Maximal marginal relevance: picks select_count of the candidates, each maximising lambda * relevance (min-max normalised) - (1 - lambda) * its highest cosine similarity to those already picked; returns their 1-based positions in pick order.';
+
+create or replace function pgrag.fused_candidates(
+    query_text text,
+    query_embedding @extschema:vector@.vector,
+    select_count integer,
+    candidate_count integer,
+    fusion text default 'rrf',
+    rrf_k integer default 60,
+    vector_weight double precision default 1,
+    keyword_weight double precision default 1,
+    min_score double precision default null,
+    mmr_lambda double precision default null,
+    language text default null,
+    ef_search integer default null,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (
+    ord bigint, tenant_id text, chunk_id bigint,
+    vector_rank bigint, vector_score double precision,
+    keyword_rank bigint, keyword_score double precision, score double precision
+)
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_custom_plan
+as $$
+#variable_conflict use_column
+declare
+    v_fusion text := pg_catalog.lower(coalesce(fusion, 'rrf'));
+    v_rrf_k double precision := coalesce(rrf_k, 60);
+    v_vw double precision := coalesce(vector_weight, 1);
+    v_kw double precision := coalesce(keyword_weight, 1);
+    v_select integer := greatest(coalesce(select_count, 10), 0);
+    v_cand integer := greatest(coalesce(candidate_count, 40), v_select, 1);
+begin
+    if v_fusion not in ('rrf', 'weighted') then
+        raise exception 'unknown fusion %: use ''rrf'' or ''weighted''', fusion
+            using errcode = '22023';
+    end if;
+    return query
+    with v as (
+        select vc.tenant_id, vc.chunk_id, 1 - vc.distance as s,
+               pg_catalog.row_number() over (order by vc.distance, vc.chunk_id) as r
+        from pgrag.vector_candidates(query_embedding, v_cand, ef_search, document_ids,
+                                     metadata_filter, source_types, created_after,
+                                     created_before) as vc
+    ),
+    k as (
+        select kc.tenant_id, kc.chunk_id, kc.score as s,
+               pg_catalog.row_number() over (order by kc.score desc, kc.chunk_id) as r
+        from pgrag.keyword_candidates(query_text, v_cand, language, null, null, document_ids,
+                                      metadata_filter, source_types, created_after,
+                                      created_before) as kc
+    ),
+    f as (
+        select coalesce(v.tenant_id, k.tenant_id) as t, coalesce(v.chunk_id, k.chunk_id) as id,
+               v.r as vr, v.s as vs, k.r as kr, k.s as ks
+        from v full join k on k.tenant_id = v.tenant_id and k.chunk_id = v.chunk_id
+    ),
+    mm as (
+        select pg_catalog.min(f.vs) as vmin, pg_catalog.max(f.vs) as vmax,
+               pg_catalog.min(f.ks) as kmin, pg_catalog.max(f.ks) as kmax
+        from f
+    ),
+    scored as (
+        select f.t, f.id, f.vr,
+               coalesce(f.vs, 1 - (c.embedding operator(@extschema:vector@.<=>) query_embedding)) as vs,
+               f.kr, f.ks,
+               case when v_fusion = 'rrf' then
+                   coalesce(v_vw / (v_rrf_k + f.vr), 0) + coalesce(v_kw / (v_rrf_k + f.kr), 0)
+               else
+                   case when f.vs is null then 0
+                        when mm.vmax > mm.vmin then v_vw * (f.vs - mm.vmin) / (mm.vmax - mm.vmin)
+                        else v_vw end
+                   + case when f.ks is null then 0
+                          when mm.kmax > mm.kmin then v_kw * (f.ks - mm.kmin) / (mm.kmax - mm.kmin)
+                          else v_kw end
+               end as fused,
+               c.embedding
+        from f
+        cross join mm
+        join pgrag.chunks as c on c.tenant_id = f.t and c.id = f.id
+    ),
+    ranked as (
+        select pg_catalog.row_number() over (
+                   order by s.fused desc, s.vr nulls last, s.kr nulls last, s.id) as pos,
+               s.t, s.id, s.vr, s.vs, s.kr, s.ks, s.fused, s.embedding
+        from scored as s
+        where min_score is null or query_embedding is null or s.vs >= min_score
+    ),
+    picked as (
+        select case
+                   when mmr_lambda is null then
+                       (select pg_catalog.array_agg(r.pos::integer order by r.pos)
+                        from ranked as r where r.pos <= v_select)
+                   else pgrag.mmr_order(
+                       (select pg_catalog.array_agg(r.embedding order by r.pos) from ranked as r),
+                       (select pg_catalog.array_agg(r.fused order by r.pos) from ranked as r),
+                       mmr_lambda, v_select)
+               end as a
+    )
+    select o.n, r.t, r.id, r.vr, r.vs, r.kr, r.ks, r.fused
+    from picked
+    cross join lateral pg_catalog.unnest(picked.a) with ordinality as o(pos, n)
+    join ranked as r on r.pos = o.pos
+    order by o.n;
+end
+$$;
+comment on function pgrag.fused_candidates(text, @extschema:vector@.vector, integer, integer, text, integer, double precision, double precision, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Hybrid candidates: both arms (candidate_count each, filters inside), fused by RRF or weighted min-max scores, min_score as a cosine-similarity floor, optionally re-ordered by MMR; select_count rows, best first.';
+
+create or replace function pgrag.windows(
+    tenant_ids text[],
+    chunk_ids bigint[],
+    window_size integer default 1,
+    scores double precision[] default null,
+    decay double precision default 0.5
+)
+returns table (
+    tenant_id text, document_id bigint, first_chunk_index integer, last_chunk_index integer,
+    chunk_ids bigint[], content text, page integer, heading_path text[], score double precision,
+    title text, source_uri text, source_type text, hit_chunk_ids bigint[], best_chunk_id bigint,
+    first_hit bigint, token_count integer
+)
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    with hits as (
+        select u.t, u.id, u.ord, coalesce(u.s, 1.0) as s
+        from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids), pg_catalog.unnest(scores))
+             with ordinality as u(t, id, s, ord)
+        where u.id is not null
+    ),
+    hc as (
+        select h.t, h.id, h.ord, h.s, c.document_id, c.chunk_index
+        from hits as h
+        join pgrag.chunks as c on c.tenant_id = h.t and c.id = h.id
+        join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+        where d.status = 'ready'
+          and (pgrag.current_tenant_id() is null or c.tenant_id = pgrag.current_tenant_id())
+    ),
+    expanded as (
+        select hc.t, hc.document_id, g.idx,
+               pg_catalog.max(hc.s * pg_catalog.power(coalesce(windows.decay, 0.5),
+                                                       pg_catalog.abs(g.idx - hc.chunk_index))) as score,
+               pg_catalog.min(hc.ord) filter (where g.idx = hc.chunk_index) as hit_ord
+        from hc
+        cross join lateral pg_catalog.generate_series(
+            hc.chunk_index - greatest(coalesce(windows.window_size, 0), 0),
+            hc.chunk_index + greatest(coalesce(windows.window_size, 0), 0)) as g(idx)
+        group by hc.t, hc.document_id, g.idx
+    ),
+    present as (
+        select e.t, e.document_id, e.idx, e.score, e.hit_ord, c.id, c.content, c.overlap_chars,
+               c.page, c.heading_path, c.token_count,
+               case when coalesce(windows.window_size, 0) > 0
+                    then e.idx - pg_catalog.row_number() over (
+                             partition by e.t, e.document_id order by e.idx)
+                    else e.idx end as grp
+        from expanded as e
+        join pgrag.chunks as c
+          on c.tenant_id = e.t and c.document_id = e.document_id and c.chunk_index = e.idx
+    ),
+    marked as (
+        select p.*,
+               pg_catalog.min(p.idx) over win as first_idx,
+               pg_catalog.first_value(p.page) over best as best_page,
+               pg_catalog.first_value(p.heading_path) over best as best_heading,
+               pg_catalog.first_value(p.id) over best as best_id
+        from present as p
+        window win as (partition by p.t, p.document_id, p.grp),
+               best as (partition by p.t, p.document_id, p.grp order by p.hit_ord nulls last, p.idx)
+    ),
+    w as (
+        select m.t, m.document_id, pg_catalog.min(m.idx) as first_idx, pg_catalog.max(m.idx) as last_idx,
+               pg_catalog.array_agg(m.id order by m.idx) as ids,
+               pg_catalog.string_agg(
+                   case when m.idx = m.first_idx then m.content
+                        when m.overlap_chars > 0 then pg_catalog.substr(m.content, m.overlap_chars + 1)
+                        else E'\n' operator(pg_catalog.||) m.content end,
+                   '' order by m.idx) as content,
+               m.best_page as page,
+               m.best_heading as heading_path,
+               pg_catalog.max(m.score) as score,
+               pg_catalog.array_agg(m.id order by m.idx) filter (where m.hit_ord is not null) as hit_ids,
+               m.best_id,
+               pg_catalog.min(m.hit_ord) as first_hit,
+               pg_catalog.sum(m.token_count)::integer as token_count
+        from marked as m
+        group by m.t, m.document_id, m.grp, m.best_page, m.best_heading, m.best_id
+    )
+    select w.t, w.document_id, w.first_idx, w.last_idx, w.ids, w.content, w.page, w.heading_path,
+           w.score, d.title, d.source_uri, d.source_type, w.hit_ids, w.best_id, w.first_hit,
+           w.token_count
+    from w
+    join pgrag.documents as d on d.tenant_id = w.t and d.id = w.document_id
+    order by w.first_hit
+$$;
+comment on function pgrag.windows(text[], bigint[], integer, double precision[], double precision) is
+'Windows of +/- window_size neighbouring chunks around hits (tenant_ids, chunk_ids in rank order), overlapping or adjacent windows of a document merged, each neighbour''s overlap_chars prefix stripped; chunk score = best hit score * decay^distance; ordered by the best hit they contain.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Client-facing functions (schema public).
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function public.vector_search(
+    query_embedding @extschema:vector@.vector,
+    match_count integer default 10,
+    min_similarity double precision default null,
+    ef_search integer default null,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (
+    chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
+    source_type text, page integer, heading_path text[], content text,
+    similarity double precision, rank bigint
+)
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
+           c.heading_path, c.content, 1 - v.distance,
+           pg_catalog.row_number() over (order by v.distance, v.chunk_id)
+    from pgrag.vector_candidates(vector_search.query_embedding, vector_search.match_count,
+                                 vector_search.ef_search, vector_search.document_ids,
+                                 vector_search.metadata_filter, vector_search.source_types,
+                                 vector_search.created_after, vector_search.created_before) as v
+    join pgrag.chunks as c on c.tenant_id = v.tenant_id and c.id = v.chunk_id
+    join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+    where vector_search.min_similarity is null or 1 - v.distance >= vector_search.min_similarity
+    order by v.distance, v.chunk_id
+$$;
+comment on function public.vector_search(@extschema:vector@.vector, integer, double precision, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Semantic search: the match_count ready chunks nearest to query_embedding by cosine distance (HNSW; iterative scans under tenant/filters; exact scan for small visible sets), with similarity = 1 - cosine distance >= min_similarity. Filters: document_ids, metadata_filter (jsonb containment over document || chunk metadata), source_types, created_after/before (document created_at). Tenant from request.jwt.claims; RLS applies.';
+
+create or replace function public.keyword_search(
+    query_text text,
+    match_count integer default 10,
+    language text default null,
+    k1 double precision default 1.2,
+    b double precision default 0.75,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (
+    chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
+    source_type text, page integer, heading_path text[], content text,
+    score double precision, rank bigint
+)
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
+           c.heading_path, c.content, k.score,
+           pg_catalog.row_number() over (order by k.score desc, k.chunk_id)
+    from pgrag.keyword_candidates(keyword_search.query_text, keyword_search.match_count,
+                                  keyword_search.language, keyword_search.k1, keyword_search.b,
+                                  keyword_search.document_ids, keyword_search.metadata_filter,
+                                  keyword_search.source_types, keyword_search.created_after,
+                                  keyword_search.created_before) as k
+    join pgrag.chunks as c on c.tenant_id = k.tenant_id and c.id = k.chunk_id
+    join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+    order by k.score desc, k.chunk_id
+$$;
+comment on function public.keyword_search(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search.';
+
+create or replace function public.hybrid_search(
+    query_text text,
+    query_embedding @extschema:vector@.vector,
+    match_count integer default 10,
+    fusion text default 'rrf',
+    rrf_k integer default 60,
+    vector_weight double precision default 1,
+    keyword_weight double precision default 1,
+    candidate_count integer default null,
+    window_size integer default 0,
+    mmr_lambda double precision default null,
+    min_score double precision default null,
+    language text default null,
+    ef_search integer default null,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (
+    chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
+    source_type text, page integer, heading_path text[], content text,
+    vector_rank bigint, vector_score double precision, keyword_rank bigint,
+    keyword_score double precision, score double precision, rank bigint
+)
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_k integer := greatest(coalesce(match_count, 10), 0);
+    v_w integer := greatest(coalesce(window_size, 0), 0);
+    v_cand integer := coalesce(candidate_count, greatest(v_k * 4, 40));
+begin
+    if v_k = 0 then
+        return;
+    end if;
+    if v_w = 0 then
+        return query
+        select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
+               c.heading_path, c.content, f.vector_rank, f.vector_score, f.keyword_rank,
+               f.keyword_score, f.score, f.ord
+        from pgrag.fused_candidates(query_text, query_embedding, v_k, v_cand, fusion, rrf_k,
+                                    vector_weight, keyword_weight, min_score, mmr_lambda,
+                                    language, ef_search, document_ids, metadata_filter,
+                                    source_types, created_after, created_before) as f
+        join pgrag.chunks as c on c.tenant_id = f.tenant_id and c.id = f.chunk_id
+        join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+        order by f.ord;
+        return;
+    end if;
+    -- Windowed: every fused candidate becomes a hit; hits whose windows touch are merged, so
+    -- more hits than match_count are expanded to still fill match_count windows.
+    return query
+    with f as materialized (
+        select * from pgrag.fused_candidates(
+            query_text, query_embedding,
+            case when mmr_lambda is null then 2 * v_cand else v_k * (1 + 2 * v_w) end,
+            v_cand, fusion, rrf_k, vector_weight, keyword_weight, min_score, mmr_lambda,
+            language, ef_search, document_ids, metadata_filter, source_types, created_after,
+            created_before)
+    ),
+    w as (
+        select * from pgrag.windows(
+            (select pg_catalog.array_agg(f.tenant_id order by f.ord) from f),
+            (select pg_catalog.array_agg(f.chunk_id order by f.ord) from f),
+            v_w,
+            (select pg_catalog.array_agg(f.score order by f.ord) from f),
+            0.5)
+        order by first_hit
+        limit v_k
+    )
+    select f.chunk_id, w.document_id, c.chunk_index, w.title, w.source_uri, w.source_type,
+           w.page, w.heading_path, w.content, f.vector_rank, f.vector_score, f.keyword_rank,
+           f.keyword_score, f.score, pg_catalog.row_number() over (order by w.first_hit)
+    from w
+    join f on f.tenant_id = w.tenant_id and f.chunk_id = w.best_chunk_id
+    join pgrag.chunks as c on c.tenant_id = f.tenant_id and c.id = f.chunk_id
+    order by w.first_hit;
+end
+$$;
+comment on function public.hybrid_search(text, @extschema:vector@.vector, integer, text, integer, double precision, double precision, integer, integer, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Hybrid search: vector and BM25 arms (candidate_count each, default greatest(4 * match_count, 40); filters inside each arm) fused by reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank)) or weighted min-max normalised scores (fusion => ''weighted''). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window.';
+
+create or replace function public.chunk_windows(
+    chunk_ids bigint[],
+    window_size integer default 1,
+    scores double precision[] default null,
+    decay double precision default 0.5
+)
+returns table (
+    document_id bigint, first_chunk_index integer, last_chunk_index integer, chunk_ids bigint[],
+    content text, page integer, heading_path text[], score double precision,
+    title text, source_uri text, hit_chunk_ids bigint[], token_count integer, rank bigint
+)
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    with ids as (
+        select c.tenant_id, u.id, u.ord
+        from pg_catalog.unnest(chunk_windows.chunk_ids) with ordinality as u(id, ord)
+        join pgrag.chunks as c on c.id = u.id
+        where pgrag.current_tenant_id() is null or c.tenant_id = pgrag.current_tenant_id()
+    )
+    select w.document_id, w.first_chunk_index, w.last_chunk_index, w.chunk_ids, w.content, w.page,
+           w.heading_path, w.score, w.title, w.source_uri, w.hit_chunk_ids, w.token_count,
+           pg_catalog.row_number() over (order by w.score desc, w.first_hit)
+    from pgrag.windows(
+        (select pg_catalog.array_agg(ids.tenant_id order by ids.ord) from ids),
+        (select pg_catalog.array_agg(ids.id order by ids.ord) from ids),
+        chunk_windows.window_size,
+        (select pg_catalog.array_agg(chunk_windows.scores[ids.ord] order by ids.ord) from ids),
+        chunk_windows.decay) as w
+    order by w.score desc, w.first_hit
+$$;
+comment on function public.chunk_windows(bigint[], integer, double precision[], double precision) is
+'Expands hits (chunk_ids, best first; scores default 1) with +/- window_size neighbouring chunks of the same document. Overlapping or adjacent windows merge into one row, so no text repeats; each chunk after the first in a window loses its overlap_chars prefix (text the chunker repeated from the previous chunk). score: best hit score * decay^distance over the window. page and heading_path: those of the best hit; token_count: sum of chunks.token_count (an upper bound).';
+
+create or replace function public.build_context(
+    query_text text,
+    query_embedding @extschema:vector@.vector,
+    token_budget integer default 2000,
+    match_count integer default 8,
+    min_score double precision default null,
+    window_size integer default 0,
+    mmr_lambda double precision default null,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (context text, sources jsonb)
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_k integer := greatest(coalesce(match_count, 8), 0);
+    v_w integer := greatest(coalesce(window_size, 0), 0);
+    v_budget integer := greatest(coalesce(token_budget, 2000), 0);
+    v_used integer := 0;
+    v_n integer := 0;
+    v_parts text[] := '{}';
+    v_sources jsonb := '[]';
+    v_header text;
+    v_cost integer;
+    v_content text;
+    v_tokens integer;
+    v_index integer;
+    r record;
+begin
+    for r in
+        with f as materialized (
+            select * from pgrag.fused_candidates(
+                query_text, query_embedding, v_k * (1 + 2 * v_w) * 2, greatest(v_k * 4, 40),
+                'rrf', 60, 1, 1, min_score, mmr_lambda, null, null, document_ids,
+                metadata_filter, source_types, created_after, created_before)
+        )
+        select w.*
+        from pgrag.windows(
+            (select pg_catalog.array_agg(f.tenant_id order by f.ord) from f),
+            (select pg_catalog.array_agg(f.chunk_id order by f.ord) from f),
+            v_w,
+            (select pg_catalog.array_agg(f.score order by f.ord) from f),
+            0.5) as w
+        order by w.first_hit
+    loop
+        exit when v_n >= v_k;
+        v_header := pg_catalog.format('[Source %s] %s', v_n + 1, coalesce(nullif(r.title, ''), '(untitled)'))
+            operator(pg_catalog.||) pg_catalog.format(' (%s%s%s)', r.source_uri,
+                case when r.page is not null then pg_catalog.format(', page %s', r.page) else '' end,
+                case when pg_catalog.cardinality(r.heading_path) > 0
+                     then ', ' operator(pg_catalog.||) pg_catalog.array_to_string(r.heading_path, ' > ')
+                     else '' end);
+        -- Tokens: the chunks' own token counts (model tokens, an upper bound when windows strip
+        -- overlap), or length/4 when unknown; the header is estimated at length/4.
+        v_cost := coalesce(nullif(r.token_count, 0), pg_catalog.ceil(pg_catalog.length(r.content) / 4.0)::integer)
+            + pg_catalog.ceil(pg_catalog.length(v_header) / 4.0)::integer + 2;
+        if v_used + v_cost > v_budget and r.first_chunk_index < r.last_chunk_index then
+            -- The window does not fit: fall back to its best hit alone.
+            select c.content, c.token_count, c.chunk_index into v_content, v_tokens, v_index
+            from pgrag.chunks as c
+            where c.tenant_id = r.tenant_id and c.id = r.best_chunk_id;
+            r.content := v_content;
+            r.chunk_ids := array[r.best_chunk_id];
+            r.first_chunk_index := v_index;
+            r.last_chunk_index := v_index;
+            v_cost := coalesce(nullif(v_tokens, 0), pg_catalog.ceil(pg_catalog.length(v_content) / 4.0)::integer)
+                + pg_catalog.ceil(pg_catalog.length(v_header) / 4.0)::integer + 2;
+        end if;
+        continue when v_used + v_cost > v_budget;
+        v_used := v_used + v_cost;
+        v_n := v_n + 1;
+        v_parts := v_parts operator(pg_catalog.||) (v_header operator(pg_catalog.||) E'\n' operator(pg_catalog.||) r.content);
+        v_sources := v_sources operator(pg_catalog.||) pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+            'source', v_n,
+            'label', pg_catalog.format('[Source %s]', v_n),
+            'document_id', r.document_id,
+            'title', r.title,
+            'source_uri', r.source_uri,
+            'source_type', r.source_type,
+            'page', r.page,
+            'heading_path', pg_catalog.to_jsonb(r.heading_path),
+            'chunk_ids', pg_catalog.to_jsonb(r.chunk_ids),
+            'first_chunk_index', r.first_chunk_index,
+            'last_chunk_index', r.last_chunk_index,
+            'score', r.score,
+            'token_count', v_cost));
+    end loop;
+    context := pg_catalog.array_to_string(v_parts, E'\n\n');
+    sources := v_sources;
+    return next;
+end
+$$;
+comment on function public.build_context(text, @extschema:vector@.vector, integer, integer, double precision, integer, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Context for an LLM: hybrid (RRF) results, optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (estimated from chunks.token_count), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor).';
