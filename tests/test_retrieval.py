@@ -10,15 +10,15 @@ import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
+from conftest import create_database, drop_database
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from conftest import create_database, drop_database
 from pgrag.db import connect, set_request_tenant
 
 TENANT = "acme"
@@ -164,7 +164,7 @@ def corpus() -> list[Doc]:
                 "Let the bread dough rise overnight in the fridge for a deeper flavour.",
             ],
             source_type="text",
-            created_at=datetime(2020, 1, 1, tzinfo=timezone.utc),
+            created_at=datetime(2020, 1, 1, tzinfo=UTC),
         ),
         Doc(
             "Gebäude",
@@ -369,13 +369,13 @@ def test_document_and_date_filters(seeded: dict[str, list[int]], as_tenant: Any)
         query_text="bake bread",
         query_embedding="bake bread",
         document_ids=[doc],
-        created_before=datetime(2021, 1, 1, tzinfo=timezone.utc),
+        created_before=datetime(2021, 1, 1, tzinfo=UTC),
     )
     assert {r["title"] for r in rows} == {"Cooking"} and len(rows) == 2
     later = as_tenant(
         "keyword_search",
         query_text="bake bread",
-        created_after=datetime(2021, 1, 1, tzinfo=timezone.utc),
+        created_after=datetime(2021, 1, 1, tzinfo=UTC),
     )
     assert later == []
 
