@@ -190,9 +190,13 @@ class OpenAIEmbedder:
     @cached_property
     def _encoding(self) -> Any:
         # bpe-openai ships the BPE tables inside its wheel: works offline, unlike tiktoken.
+        import warnings
+
         import bpe_openai
 
-        return bpe_openai.get_encoding("cl100k_base")
+        with warnings.catch_warnings():  # it reads its tables with a deprecated importlib API
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bpe_openai.get_encoding("cl100k_base")
 
     @cached_property
     def _client(self) -> Any:
