@@ -11,13 +11,15 @@ set search_path = pg_catalog, pg_temp
 as $$
     select nullif(
         nullif(pg_catalog.current_setting('request.jwt.claims', true), '')::jsonb
-            ->> coalesce(
-                    nullif(pg_catalog.current_setting('pgrag.tenant_claim', true), ''),
-                    'tenant_id'),
+            #>> pg_catalog.string_to_array(
+                    coalesce(
+                        nullif(pg_catalog.current_setting('pgrag.tenant_claim', true), ''),
+                        'tenant_id'),
+                    '.'),
         '')
 $$;
 comment on function pgrag.current_tenant_id() is
-'Tenant of the current request: the claim named by the setting pgrag.tenant_claim (default tenant_id) in request.jwt.claims, as PostgREST sets it; null when absent.';
+'Tenant of the current request: the claim named by the setting pgrag.tenant_claim (default tenant_id; a dotted path such as app_metadata.tenant_id reaches a nested claim) in request.jwt.claims, as PostgREST sets it; null when absent. Every RLS policy compares tenant_id with it.';
 
 create or replace function pgrag.touch_updated_at()
 returns trigger
