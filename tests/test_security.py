@@ -553,14 +553,9 @@ def test_policies_file_grants_every_public_function_the_sql_creates() -> None:
     assert created == listed == set(API_FUNCTIONS)
 
 
-# Findings pgspot reports on the installed SQL, each accepted with its reason.
-ACCEPTED_PGSPOT = {
-    # CREATE TEMP TABLE inside trigger functions (statement-level BM25 maintenance) and hybrid
-    # fusion: the table lives in the caller's own pg_temp, which only the caller's session can
-    # write, and the functions run as the caller (security invoker): a pre-created table of the
-    # same name could only mislead the caller about its own data.
-    ("idempotent/002-search.sql", "PS012"),
-}
+# Findings pgspot reports on the installed SQL that are accepted, as (file, code), each with
+# its reason in a comment here and next to the SQL. None at present.
+ACCEPTED_PGSPOT: set[tuple[str, str]] = set()
 
 
 def test_pgspot_reports_nothing_unjustified_on_the_installed_sql(tmp_path: Path) -> None:
