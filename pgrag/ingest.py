@@ -31,7 +31,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -152,19 +151,82 @@ def _reason(uri: str, message: str) -> str:
 # -- loading thread ----------------------------------------------------------------------------
 
 
-class _Loader(threading.Thread):
+class _Worker(threading.Thread):
+    """A pipeline stage: a bounded inbox, handled in order on its own thread.
+
+    An error stops the stage's work (it keeps draining so producers never block) and is
+    raised to whoever puts into it next or waits for it to finish.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=QUEUE_DEPTH)
+        self.error: BaseException | None = None
+        self.cancelled = False
+
+    def put(self, kind: str, payload: Any) -> None:
+        while True:
+            if self.error is not None:
+                raise self.error
+            try:
+                self.inbox.put((kind, payload), timeout=0.2)
+                return
+            except queue.Full:
+                if not self.is_alive():
+                    raise PgragError(f"{self.name} stopped unexpectedly") from self.error
+
+    def stop(self, cancel: bool = False) -> None:
+        """Queue the end of work (``cancel``: skip whatever is still queued)."""
+        self.cancelled = self.cancelled or cancel
+        while self.is_alive():
+            try:
+                self.inbox.put(("stop", None), timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def finish(self) -> None:
+        self.stop()
+        self.join()
+        self.close()
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        pass
+
+    def handle(self, kind: str, payload: Any) -> None:
+        getattr(self, f"_do_{kind}")(payload)
+
+    def run(self) -> None:
+        try:
+            while True:
+                kind, payload = self.inbox.get()
+                if kind == "stop":
+                    return
+                if not self.cancelled:
+                    self.handle(kind, payload)
+        except BaseException as exc:
+            self.error = exc
+            with contextlib.suppress(Exception):
+                while self.inbox.get()[0] != "stop":  # drain until told to stop
+                    pass
+
+
+class _Loader(_Worker):
     """Owns the loading connection: COPYs batches to staging and swaps documents in."""
 
     def __init__(self, dsn: str, tenant: str, model: str, provider: str) -> None:
-        super().__init__(name="pgrag-loader", daemon=True)
+        super().__init__("pgrag-loader")
         self.tenant = tenant
         self.model = model
         self.provider = provider
-        self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=QUEUE_DEPTH)
-        self.error: BaseException | None = None
         self.conn = connect(dsn, autocommit=True)
         self.model_recorded = False
         self._make_stage()
+
+    def close(self) -> None:
+        self.conn.close()
 
     def _make_stage(self) -> None:
         row = self.conn.execute(
@@ -180,40 +242,6 @@ class _Loader(threading.Thread):
                 "text not null, overlap_chars int4 not null, metadata jsonb not null)"
             ).format(vector)
         )
-
-    def put(self, kind: str, payload: Any) -> None:
-        while True:
-            if self.error is not None:
-                raise self.error
-            try:
-                self.inbox.put((kind, payload), timeout=0.2)
-                return
-            except queue.Full:
-                if not self.is_alive():
-                    raise PgragError("the loading thread stopped unexpectedly") from self.error
-
-    def finish(self) -> None:
-        self.put("stop", None)
-        self.join()
-        self.conn.close()
-        if self.error is not None:
-            raise self.error
-
-    def run(self) -> None:
-        try:
-            while True:
-                kind, payload = self.inbox.get()
-                if kind == "stop":
-                    return
-                if self.error is not None:
-                    continue  # drain so the producer never blocks
-                getattr(self, f"_do_{kind}")(payload)
-        except BaseException as exc:
-            self.error = exc
-            with contextlib.suppress(Exception):
-                while True:  # keep draining until told to stop
-                    if self.inbox.get()[0] == "stop":
-                        return
 
     def _do_stage(self, rows: list[tuple[Any, ...]]) -> None:
         copy_sql = sql.SQL("copy pgrag_stage ({}) from stdin (format binary)").format(
@@ -367,6 +395,7 @@ class _Run:
             "language": options.language,
         }
         self.loader: _Loader | None = None
+        self.embedding: _Embedding | None = None
         self.seen: set[str] = set()
         self.batch: list[tuple[_Doc, Chunk]] = []
         self.completed: list[_Doc] = []
@@ -434,9 +463,11 @@ class _Run:
                 if group:
                     self._group(group)
                 self._flush()
-            if self.loader is not None:
+            if self.embedding is not None and self.loader is not None:
+                embedding, self.embedding = self.embedding, None
+                embedding.finish()  # everything embedded and handed to the loader
                 loader, self.loader = self.loader, None
-                loader.finish()
+                loader.finish()  # everything committed
         except BaseException as exc:
             self._abort(exc)
             raise
@@ -447,13 +478,13 @@ class _Run:
 
     def _abort(self, exc: BaseException) -> None:
         """Mark in-flight documents as failed (best effort) and stop the loader."""
-        if self.loader is not None:
-            loader, self.loader = self.loader, None
-            with contextlib.suppress(BaseException):
-                loader.put("stop", None)
-            loader.join(timeout=30)
-            with contextlib.suppress(Exception):
-                loader.conn.close()
+        for worker in (self.embedding, self.loader):
+            if worker is not None:
+                worker.stop(cancel=True)
+                worker.join(timeout=60)
+                with contextlib.suppress(Exception):
+                    worker.close()
+        self.embedding = self.loader = None
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         ids = list(self.in_flight)
         if ids and not self.conn.closed:
@@ -465,13 +496,16 @@ class _Run:
                     (f"ingest aborted: {message}", self.tenant, ids),
                 )
 
-    def _ensure_loader(self) -> _Loader:
-        if self.loader is None:
-            self.loader = _Loader(
+    def _ensure_workers(self) -> _Embedding:
+        if self.embedding is None:
+            loader = _Loader(
                 self.dsn, self.tenant, self.embedder.model_name, self.embedder.provider
             )
-            self.loader.start()
-        return self.loader
+            loader.start()
+            self.loader = loader
+            self.embedding = _Embedding(self, loader)
+            self.embedding.start()
+        return self.embedding
 
     def _group(self, group: list[ExtractedDocument | _Failed]) -> None:
         uris = [g.uri for g in group]
@@ -582,71 +616,97 @@ class _Run:
         self.summary.documents_failed += 1
         self.summary.failures.append((doc.source.uri, reason))
         self.in_flight.pop(doc.doc_id, None)
-        self._ensure_loader().put("fail", (doc.doc_id, reason))
+        self._ensure_workers().put("fail", (doc.doc_id, reason))
         self.progress.advance(doc.source.uri, failed=True)
 
     def _flush(self) -> None:
-        """Embed the current batch, hand it to the loader, then commit completed documents."""
+        """Hand the current batch to the embedding stage, then the completed documents."""
         batch, self.batch = self.batch, []
-        loader = self._ensure_loader()
+        embedder = self._ensure_workers()
         if batch:
-            need: dict[str, int] = {}  # text -> row in the embedding matrix
-            texts: list[str] = []
-            for doc, chunk in batch:
-                fresh = self.options.force or chunk.sha256 not in doc.old_shas
-                if fresh and chunk.content not in need:
-                    need[chunk.content] = len(texts)
-                    texts.append(chunk.content)
-            vectors = self.embedder.embed(texts) if texts else np.zeros((0, 0), np.float32)
-            rows = []
-            for doc, chunk in batch:
-                pos = need.get(chunk.content)
-                if pos is None or (not self.options.force and chunk.sha256 in doc.old_shas):
-                    vector = None
-                    self.summary.chunks_reused += 1
-                else:
-                    vector = vectors[pos]
-                rows.append(
-                    (
-                        doc.doc_id,
-                        chunk.index,
-                        chunk.content,
-                        vector,
-                        chunk.page,
-                        list(chunk.heading_path),
-                        chunk.language,
-                        chunk.token_count,
-                        chunk.sha256,
-                        chunk.overlap_chars,
-                        chunk.metadata,
-                    )
-                )
-            self.summary.chunks_embedded += len(texts)
-            loader.put("stage", rows)
+            embedder.put("stage", batch)
         if self.completed:
             done, self.completed = self.completed, []
-            loader.put(
-                "commit",
-                [
-                    (
-                        d.doc_id,
-                        d.source.title,
-                        d.source.source_type,
-                        d.source.content_sha256,
-                        {**d.source.metadata, "ingest": self.settings},
-                        d.n_chunks,
-                    )
-                    for d in done
-                ],
+            embedder.put("commit", done)
+
+
+class _Embedding(_Worker):
+    """Embeds batches (only chunks whose text is new) and forwards them to the loader.
+
+    Running it beside the chunker (main thread) and the loader overlaps CPU-bound embedding
+    with extraction, chunking and database work.
+    """
+
+    def __init__(self, run: _Run, loader: _Loader) -> None:
+        super().__init__("pgrag-embedding")
+        self.r = run
+        self.loader = loader
+
+    def _do_fail(self, payload: tuple[int, str]) -> None:
+        self.loader.put("fail", payload)
+
+    def _do_stage(self, batch: list[tuple[_Doc, Chunk]]) -> None:
+        force = self.r.options.force
+        summary = self.r.summary
+        need: dict[str, int] = {}  # text -> row in the embedding matrix
+        texts: list[str] = []
+        for doc, chunk in batch:
+            fresh = force or chunk.sha256 not in doc.old_shas
+            if fresh and chunk.content not in need:
+                need[chunk.content] = len(texts)
+                texts.append(chunk.content)
+        vectors = self.r.embedder.embed(texts) if texts else None
+        rows = []
+        for doc, chunk in batch:
+            pos = need.get(chunk.content)
+            if vectors is None or pos is None or (not force and chunk.sha256 in doc.old_shas):
+                vector = None
+                summary.chunks_reused += 1
+            else:
+                vector = vectors[pos]
+            rows.append(
+                (
+                    doc.doc_id,
+                    chunk.index,
+                    chunk.content,
+                    vector,
+                    chunk.page,
+                    list(chunk.heading_path),
+                    chunk.language,
+                    chunk.token_count,
+                    chunk.sha256,
+                    chunk.overlap_chars,
+                    chunk.metadata,
+                )
             )
-            for d in done:
-                self.in_flight.pop(d.doc_id, None)
-                if d.is_new:
-                    self.summary.documents_new += 1
-                else:
-                    self.summary.documents_changed += 1
-                self.summary.chunks_written += d.n_chunks
-                self.progress.advance(d.source.uri)
+        summary.chunks_embedded += len(texts)
+        self.loader.put("stage", rows)
+
+    def _do_commit(self, done: list[_Doc]) -> None:
+        settings = self.r.settings
+        self.loader.put(
+            "commit",
+            [
+                (
+                    d.doc_id,
+                    d.source.title,
+                    d.source.source_type,
+                    d.source.content_sha256,
+                    {**d.source.metadata, "ingest": settings},
+                    d.n_chunks,
+                )
+                for d in done
+            ],
+        )
+        summary = self.r.summary
+        for d in done:
+            self.r.in_flight.pop(d.doc_id, None)
+            if d.is_new:
+                summary.documents_new += 1
+            else:
+                summary.documents_changed += 1
+            summary.chunks_written += d.n_chunks
+            self.r.progress.advance(d.source.uri)
 
 
 class _Progress:
