@@ -180,47 +180,33 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     q text := pg_catalog.websearch_to_tsquery(config, coalesce(query_text, ''))::text;
-    n integer := pg_catalog.length(q);
-    i integer := 1;
     depth integer := 0;
-    in_quote boolean := false;
-    ch text;
+    tok text;
     clause text := '';
     clauses text[] := '{}';
     pos text[] := '{}';
     neg text[] := '{}';
     c text;
 begin
-    -- Split the tsquery text at top-level & and | (outside quotes and parentheses): each piece
-    -- is a clause (a lexeme, a phrase, or a negated lexeme or phrase).
-    while i <= n loop
-        ch := pg_catalog.substr(q, i, 1);
-        if in_quote then
-            clause := clause operator(pg_catalog.||) ch;
-            if ch = '''' then
-                if pg_catalog.substr(q, i + 1, 1) = '''' then
-                    clause := clause operator(pg_catalog.||) '''';
-                    i := i + 1;
-                else
-                    in_quote := false;
-                end if;
-            end if;
-        elsif ch = '''' then
-            in_quote := true;
-            clause := clause operator(pg_catalog.||) ch;
-        elsif ch = '(' then
+    -- Split the tsquery text at top-level & and | (outside parentheses): each piece is a clause
+    -- (a lexeme, a phrase, or a negated lexeme or phrase). Tokens: quoted lexemes (with ''
+    -- escapes and an optional :* or weight suffix), <N> and <-> phrase operators, ( ) ! & |.
+    for tok in
+        select m[1]
+        from pg_catalog.regexp_matches(
+            q, '(''(?:[^'']|'''')*''(?::[*A-Da-d]+)?|<[0-9]+>|<->|[()!&|])', 'g') as m
+    loop
+        if tok = '(' then
             depth := depth + 1;
-            clause := clause operator(pg_catalog.||) ch;
-        elsif ch = ')' then
+        elsif tok = ')' then
             depth := depth - 1;
-            clause := clause operator(pg_catalog.||) ch;
-        elsif depth = 0 and ch in ('&', '|') then
+        end if;
+        if depth = 0 and tok in ('&', '|') then
             clauses := clauses operator(pg_catalog.||) pg_catalog.btrim(clause);
             clause := '';
         else
-            clause := clause operator(pg_catalog.||) ch;
+            clause := clause operator(pg_catalog.||) ' ' operator(pg_catalog.||) tok;
         end if;
-        i := i + 1;
     end loop;
     if pg_catalog.btrim(clause) <> '' then
         clauses := clauses operator(pg_catalog.||) pg_catalog.btrim(clause);
@@ -284,6 +270,7 @@ create or replace function pgrag.vector_candidates(
 returns table (tenant_id text, chunk_id bigint, distance double precision)
 language plpgsql
 stable
+rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
@@ -387,7 +374,7 @@ create or replace function pgrag.keyword_candidates(
     query_text text,
     match_count integer default 10,
     language text default null,
-    k1 double precision default 1.2,
+    k1 double precision default 1.5,
     b double precision default 0.75,
     document_ids bigint[] default null,
     metadata_filter jsonb default null,
@@ -398,21 +385,35 @@ create or replace function pgrag.keyword_candidates(
 returns table (tenant_id text, chunk_id bigint, score double precision)
 language plpgsql
 stable
+rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
     v_tenant text := pgrag.current_tenant_id();
     v_k integer := greatest(coalesce(match_count, 10), 0);
-    v_k1 double precision := coalesce(k1, 1.2);
+    v_k1 double precision := coalesce(k1, 1.5);
     v_b double precision := coalesce(b, 0.75);
     v_config regconfig;
     v_n double precision;
     v_total double precision;
     v_avgdl double precision;
     v_q record;
+    v_tenants text[];
+    v_lex text[];
+    v_idf double precision[];
+    v_pos tsquery;
+    v_neg tsquery;
+    v_tids text[];
+    v_ids bigint[];
+    v_scores double precision[];
+    v_limit integer;
+    v_more boolean;
+    v_batch integer;
+    v_off integer := 0;
+    v_found integer := 0;
+    v_rows integer;
 begin
     if coalesce(query_text, '') = '' or v_k = 0 then
         return;
@@ -421,17 +422,24 @@ begin
     if keyword_candidates.language is not null then
         v_config := keyword_candidates.language::regconfig;
     end if;
+    -- The tenants searched: the caller's, or every tenant the caller may see (RLS applies to
+    -- corpus_stats too); an array keeps one plan shape for both, with index conditions.
+    if v_tenant is not null then
+        v_tenants := array[v_tenant];
+    else
+        select pg_catalog.array_agg(distinct s.tenant_id) into v_tenants from pgrag.corpus_stats as s;
+    end if;
     select pg_catalog.sum(s.chunk_count), pg_catalog.sum(s.token_count)
     into v_n, v_total
     from pgrag.corpus_stats as s
-    where v_tenant is null or s.tenant_id = v_tenant;
+    where s.tenant_id = any (v_tenants);
     if coalesce(v_n, 0) <= 0 then
         return;
     end if;
     if v_config is null then
         select s.language::regconfig into v_config
         from pgrag.corpus_stats as s
-        where v_tenant is null or s.tenant_id = v_tenant
+        where s.tenant_id = any (v_tenants)
         group by s.language
         order by pg_catalog.sum(s.chunk_count) desc, s.language
         limit 1;
@@ -442,48 +450,79 @@ begin
         return;
     end if;
 
-    return query
-    with terms as (
-        select t.lexeme,
-               pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5)) as idf
+    -- Document frequency of each query lexeme: an index-only count of its postings.
+    select pg_catalog.array_agg(t.lexeme), pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5)))
+    into v_lex, v_idf
+    from (
+        select l.lexeme,
+               (select pg_catalog.count(*) from pgrag.bm25_postings as p
+                where p.tenant_id = any (v_tenants) and p.lexeme = l.lexeme)::double precision as df
+        from pg_catalog.unnest(v_q.lexemes) as l(lexeme)
+    ) as t
+    where t.df > 0;
+    if v_lex is null then
+        return;
+    end if;
+    -- Single-word clauses are satisfied by every chunk holding a scored lexeme: the tsquery
+    -- check is needed only for phrases (<->, <N>) and exclusions.
+    if v_q.positive::text operator(pg_catalog.~) '<[-0-9]' then
+        v_pos := v_q.positive;
+    end if;
+    v_neg := v_q.negative;
+
+    v_limit := greatest(4 * v_k, 200);
+    loop
+        -- Okapi BM25 of every chunk holding a query lexeme (one index-only range scan per
+        -- lexeme), best v_limit first (then all of them if the walk below needs more).
+        select pg_catalog.array_agg(s.tenant_id order by s.score desc, s.chunk_id),
+               pg_catalog.array_agg(s.chunk_id order by s.score desc, s.chunk_id),
+               pg_catalog.array_agg(s.score order by s.score desc, s.chunk_id)
+        into v_tids, v_ids, v_scores
         from (
-            select l.lexeme,
-                   (select pg_catalog.count(*) from pgrag.bm25_postings as p
-                    where (v_tenant is null or p.tenant_id = v_tenant) and p.lexeme = l.lexeme)::double precision as df
-            from pg_catalog.unnest(v_q.lexemes) as l(lexeme)
-        ) as t
-        where t.df > 0
-    ),
-    scored as (
-        select p.tenant_id, p.chunk_id,
-               pg_catalog.sum(t.idf * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as score
-        from terms as t
-        join pgrag.bm25_postings as p
-          on p.lexeme = t.lexeme and (v_tenant is null or p.tenant_id = v_tenant)
-        group by p.tenant_id, p.chunk_id
-        order by 3 desc, p.chunk_id
-    )
-    select s.tenant_id, s.chunk_id, s.score
-    from scored as s
-    cross join lateral (
-        select 1
-        from pgrag.chunks as c
-        join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
-        where c.tenant_id = s.tenant_id and c.id = s.chunk_id
-          and d.status = 'ready'
-          and (v_q.negative is null or not c.fts operator(pg_catalog.@@) v_q.negative)
-          and (v_q.positive is null or c.fts operator(pg_catalog.@@) v_q.positive)
-          and (document_ids is null or c.document_id = any (document_ids))
-          and (metadata_filter is null
-               or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) metadata_filter)
-          and (source_types is null or d.source_type = any (source_types))
-          and (created_after is null or d.created_at >= created_after)
-          and (created_before is null or d.created_at < created_before)
-    ) as ok
-    order by s.score desc, s.chunk_id
-    limit v_k;
+            select p.tenant_id, p.chunk_id,
+                   pg_catalog.sum(t.idf * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as score
+            from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
+            join pgrag.bm25_postings as p on p.tenant_id = any (v_tenants) and p.lexeme = t.lexeme
+            group by p.tenant_id, p.chunk_id
+            order by 3 desc, p.chunk_id
+            limit v_limit + 1
+        ) as s;
+        v_more := coalesce(pg_catalog.cardinality(v_ids), 0) > v_limit;
+        -- Walk the ranking in growing batches until match_count chunks pass the checks:
+        -- document ready, filters, phrases and exclusions (filters inside the arm).
+        v_batch := greatest(2 * v_k, 50);
+        while v_found < v_k and v_off < least(coalesce(pg_catalog.cardinality(v_ids), 0), v_limit) loop
+            return query
+            select u.t, u.id, u.s
+            from rows from (
+                pg_catalog.unnest(v_tids[v_off + 1 : least(v_off + v_batch, v_limit)]),
+                pg_catalog.unnest(v_ids[v_off + 1 : least(v_off + v_batch, v_limit)]),
+                pg_catalog.unnest(v_scores[v_off + 1 : least(v_off + v_batch, v_limit)])
+            ) with ordinality as u(t, id, s, ord)
+            join pgrag.chunks as c on c.tenant_id = u.t and c.id = u.id
+            join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+            where d.status = 'ready'
+              and (v_neg is null or not c.fts operator(pg_catalog.@@) v_neg)
+              and (v_pos is null or c.fts operator(pg_catalog.@@) v_pos)
+              and (document_ids is null or c.document_id = any (document_ids))
+              and (metadata_filter is null
+                   or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) metadata_filter)
+              and (source_types is null or d.source_type = any (source_types))
+              and (created_after is null or d.created_at >= created_after)
+              and (created_before is null or d.created_at < created_before)
+            order by u.ord
+            limit v_k - v_found;
+            get diagnostics v_rows = row_count;
+            v_found := v_found + v_rows;
+            v_off := least(v_off + v_batch, v_limit);
+            v_batch := v_batch * 4;
+        end loop;
+        exit when v_found >= v_k or not v_more;
+        v_limit := 2147483646;
+    end loop;
 end
 $$;
+
 comment on function pgrag.keyword_candidates(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
 'Keyword arm: (tenant_id, chunk_id, Okapi BM25 score) best first. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)), term part tf/(tf + k1(1 - b + b dl/avgdl)), N and avgdl from pgrag.corpus_stats and df from pgrag.bm25_postings of the caller''s tenant.';
 
@@ -588,6 +627,7 @@ returns table (
 )
 language plpgsql
 stable
+rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
@@ -692,6 +732,7 @@ returns table (
 )
 language sql
 stable
+rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
@@ -813,7 +854,7 @@ create or replace function public.keyword_search(
     query_text text,
     match_count integer default 10,
     language text default null,
-    k1 double precision default 1.2,
+    k1 double precision default 1.5,
     b double precision default 0.75,
     document_ids bigint[] default null,
     metadata_filter jsonb default null,
