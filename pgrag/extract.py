@@ -387,7 +387,11 @@ def pdf_blocks(open_doc: Callable[[], Any], uri: str) -> Iterator[Block]:
                 # nothing to find: only ask when the page draws lines or rectangles.
                 tables = page.find_tables().tables if _has_rulings(page) else []
                 for table in tables:
-                    rows = table.extract()
+                    # Cell text through the page's text layer: table.extract() loses spaces.
+                    rows = [
+                        [page.get_textbox(cell) if cell else "" for cell in row.cells]
+                        for row in table.rows
+                    ]
                     if rows:
                         boxes.append(tuple(table.bbox))
                         items.append(

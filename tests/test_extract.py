@@ -16,7 +16,11 @@ from pgrag.extract import extract_path, extract_url
 
 # -- fixture makers (also used by test_ingest_files.py) -------------------------------------------
 
-TABLE_ROWS = [["Metric", "Value", "Unit"], ["Latency", "12", "ms"], ["Throughput", "450", "rows/s"]]
+TABLE_ROWS = [
+    ["Metric", "Value", "Unit"],
+    ["Latency", "12", "ms"],
+    ["Throughput", "450", "rows per s"],
+]
 
 
 def make_report_pdf(path: Path, pages: int = 3, table_page: int = 2) -> Path:
@@ -126,7 +130,7 @@ def test_pdf_blocks_carry_page_numbers_toc_headings_and_whole_tables(tmp_path: P
     tables = [b for b in blocks if b.kind == "table"]
     assert len(tables) == 1 and tables[0].page == 2
     assert tables[0].text.splitlines()[0] == "| Metric | Value | Unit |"
-    assert "| Throughput | 450 | rows/s |" in tables[0].text
+    assert "| Throughput | 450 | rows per s |" in tables[0].text
     assert tables[0].heading_path == ("Chapter 2", "Results")
     assert blocks[0].heading_path == ("Chapter 1",)
     assert doc.content_sha256 == hashlib.sha256((tmp_path / "report.pdf").read_bytes()).hexdigest()
