@@ -21,10 +21,20 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[local,dev]'
 	touch $@
 
+DEMO_QUERY ?= what happens when an ingest is killed?
+
 demo: install
 	$(PGRAG) db start
 	$(PGRAG) migrate
-	$(PGRAG) status
+	$(PY) samples/make_sample_pdf.py
+	@echo "== ingest the sample corpus (Markdown, HTML, a generated 3-page PDF)"
+	$(PGRAG) ingest samples/
+	@echo "== ingest it again: unchanged documents are skipped, nothing is embedded"
+	$(PGRAG) ingest samples/
+	@echo "== hybrid search (BM25 + vector, reciprocal rank fusion), with each arm's rank and score"
+	$(PGRAG) search "$(DEMO_QUERY)" -k 3 --explain
+	@echo "== the context an LLM gets, with [Source N] citations"
+	$(PGRAG) ask "$(DEMO_QUERY)"
 
 test: install
 	$(VENV)/bin/pytest -q
