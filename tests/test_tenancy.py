@@ -590,3 +590,56 @@ def test_authenticator_login_applies_no_rls_bypass(two_tenants: Loaded) -> None:
         pytest.raises(psycopg.errors.InsufficientPrivilege),
     ):
         conn.execute("select * from pgrag.chunks")
+
+
+# -- tables added later get policies on the next migrate ------------------------------------------
+
+
+@pytest.fixture
+def sql_with_extra_table(tmp_path: Any) -> Any:
+    """A private copy of sql/ with one more incremental migration (callers fill it in)."""
+    import shutil
+
+    from pgrag.migrator import sql_dir
+
+    copy = tmp_path / "sql"
+    shutil.copytree(sql_dir(), copy)
+    n = len(list((copy / "incremental").glob("*.sql"))) + 1
+    return copy / "incremental" / f"{n:03d}-notes.sql"
+
+
+def test_a_tenant_table_added_later_gets_every_policy(
+    empty_db: str, sql_with_extra_table: Any
+) -> None:
+    from pgrag.migrator import Migrator
+
+    sql_with_extra_table.write_text(
+        "create table pgrag.notes (tenant_id text not null, id bigint, document_id bigint, "
+        "body text, primary key (tenant_id, id));\n"
+        "alter table pgrag.notes enable row level security;\n"
+    )
+    Migrator(empty_db, sql_with_extra_table.parent.parent).migrate()
+
+    with connect(empty_db) as conn:
+        policies = {
+            (r[0], r[1], r[2])
+            for r in conn.execute(
+                "select policyname, cmd, roles::text from pg_policies "
+                "where schemaname = 'pgrag' and tablename = 'notes'"
+            )
+        }
+    assert policies == EXPECTED_TENANT_POLICIES | {("pgrag_anon_select", "SELECT", "{anon}")}
+
+
+def test_a_tenant_table_without_rls_stops_the_migration(
+    empty_db: str, sql_with_extra_table: Any
+) -> None:
+    from pgrag.errors import MigrationError
+    from pgrag.migrator import Migrator
+
+    sql_with_extra_table.write_text(
+        "create table pgrag.notes (tenant_id text not null, id bigint, "
+        "primary key (tenant_id, id));\n"
+    )
+    with pytest.raises(MigrationError, match=r"pgrag\.notes has a tenant_id column but row level"):
+        Migrator(empty_db, sql_with_extra_table.parent.parent).migrate()
