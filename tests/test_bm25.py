@@ -20,8 +20,89 @@ import pytest
 from pgrag.db import connect, set_request_tenant
 
 TENANT = "ref"
-WORDS = ["protein", "cell", "cells", "membrane", "receptor", "signal", "signalling", "pathway", "kinase", "mutation", "gene", "genes", "expression", "tumour", "tumours", "cancer", "patient", "patients", "therapy", "trial", "dose", "response", "immune", "infection", "virus", "viral", "vaccine", "antibody", "blood", "pressure", "heart", "cardiac", "risk", "mortality", "cohort", "study", "studies", "analysis", "model", "mice", "mouse", "human", "tissue", "brain", "neuron", "neural", "memory", "sleep", "diet", "obesity", "insulin", "glucose", "diabetes", "liver", "kidney", "bone", "growth", "factor", "stem", "development"]
-FILLER = ["the", "of", "and", "in", "with", "to", "was", "were", "is", "that", "for", "by", "on", "a", "an", "as", "at", "from", "this"]
+WORDS = [
+    "protein",
+    "cell",
+    "cells",
+    "membrane",
+    "receptor",
+    "signal",
+    "signalling",
+    "pathway",
+    "kinase",
+    "mutation",
+    "gene",
+    "genes",
+    "expression",
+    "tumour",
+    "tumours",
+    "cancer",
+    "patient",
+    "patients",
+    "therapy",
+    "trial",
+    "dose",
+    "response",
+    "immune",
+    "infection",
+    "virus",
+    "viral",
+    "vaccine",
+    "antibody",
+    "blood",
+    "pressure",
+    "heart",
+    "cardiac",
+    "risk",
+    "mortality",
+    "cohort",
+    "study",
+    "studies",
+    "analysis",
+    "model",
+    "mice",
+    "mouse",
+    "human",
+    "tissue",
+    "brain",
+    "neuron",
+    "neural",
+    "memory",
+    "sleep",
+    "diet",
+    "obesity",
+    "insulin",
+    "glucose",
+    "diabetes",
+    "liver",
+    "kidney",
+    "bone",
+    "growth",
+    "factor",
+    "stem",
+    "development",
+]
+FILLER = [
+    "the",
+    "of",
+    "and",
+    "in",
+    "with",
+    "to",
+    "was",
+    "were",
+    "is",
+    "that",
+    "for",
+    "by",
+    "on",
+    "a",
+    "an",
+    "as",
+    "at",
+    "from",
+    "this",
+]
 
 
 def make_corpus(n: int, seed: int) -> list[str]:
@@ -58,19 +139,22 @@ def insert_corpus(
     ).fetchone()
     assert doc
     start = conn.execute(
-        "select coalesce(max(chunk_index) + 1, 0) from pgrag.chunks where tenant_id = %s and document_id = %s",
+        "select coalesce(max(chunk_index) + 1, 0) from pgrag.chunks"
+        " where tenant_id = %s and document_id = %s",
         (tenant, doc[0]),
     ).fetchone()
     assert start
     with conn.cursor() as cur:
         cur.executemany(
-            "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
+            "insert into pgrag.chunks"
+            " (tenant_id, document_id, chunk_index, content, content_sha256)"
             " values (%s, %s, %s, %s, md5(%s))",
             [(tenant, doc[0], start[0] + i, t, t) for i, t in enumerate(texts)],
         )
     conn.commit()
     rows = conn.execute(
-        "select id from pgrag.chunks where tenant_id = %s and document_id = %s order by chunk_index",
+        "select id from pgrag.chunks where tenant_id = %s and document_id = %s"
+        " order by chunk_index",
         (tenant, doc[0]),
     ).fetchall()
     return [r[0] for r in rows]
@@ -117,7 +201,8 @@ def sql_scores(
             (query, k1, b),
         ).fetchall()
         q = conn.execute(
-            "select lexemes, positive::text, negative::text from pgrag.keyword_query(%s, 'english')",
+            "select lexemes, positive::text, negative::text"
+            " from pgrag.keyword_query(%s, 'english')",
             (query,),
         ).fetchone()
     assert q
@@ -242,13 +327,15 @@ def test_concurrent_ingests_of_one_tenant_do_not_block(
         ).fetchone()
         assert doc
         first.execute(
-            "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
+            "insert into pgrag.chunks"
+            " (tenant_id, document_id, chunk_index, content, content_sha256)"
             " values (%s, %s, 1000, 'protein kinase', 'x')",
             (TENANT, doc[0]),
         )
         second.execute("set lock_timeout = '2s'")
         second.execute(
-            "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
+            "insert into pgrag.chunks"
+            " (tenant_id, document_id, chunk_index, content, content_sha256)"
             " values (%s, %s, 1001, 'protein kinase', 'y')",
             (TENANT, doc[0]),
         )  # would raise LockNotAvailable if it waited for the first writer

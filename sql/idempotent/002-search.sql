@@ -451,15 +451,16 @@ begin
     end if;
 
     -- Document frequency of each query lexeme: an index-only count of its postings.
-    select pg_catalog.array_agg(t.lexeme), pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - t.df + 0.5) / (t.df + 0.5)))
-    into v_lex, v_idf
-    from (
+    with d as materialized (
         select l.lexeme,
                (select pg_catalog.count(*) from pgrag.bm25_postings as p
                 where p.tenant_id = any (v_tenants) and p.lexeme = l.lexeme)::double precision as df
         from pg_catalog.unnest(v_q.lexemes) as l(lexeme)
-    ) as t
-    where t.df > 0;
+    )
+    select pg_catalog.array_agg(d.lexeme), pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - d.df + 0.5) / (d.df + 0.5)))
+    into v_lex, v_idf
+    from d
+    where d.df > 0;
     if v_lex is null then
         return;
     end if;
