@@ -184,6 +184,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fetch", type=int, default=ev.DEFAULT_FETCH)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-ingest", action="store_true")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="session setting for every query (e.g. pgrag.exact_search_max_rows=0)",
+    )
+    parser.add_argument(
+        "--quality-only",
+        action="store_true",
+        help="skip the timed 10-row pass (latency then comes from the ranked pass)",
+    )
     args = parser.parse_args(argv)
 
     dataset = ev.load_beir(args.data, limit_queries=args.limit_queries)
@@ -207,7 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     embed_ms = (time.perf_counter() - started) * 1000.0 / len(dataset.queries)
 
     results: dict[str, dict[str, Any]] = {}
+    latency_k = None if args.quality_only else ev.DEFAULT_LATENCY_K
     with connect(dsn) as conn:
+        for setting in args.set:
+            name, _, value = setting.partition("=")
+            conn.execute("select pg_catalog.set_config(%s, %s, false)", (name, value))
+        conn.commit()
         counts = conn.execute(
             "select (select count(*) from pgrag.documents where tenant_id = %(t)s),"
             " (select count(*) from pgrag.chunks where tenant_id = %(t)s),"
@@ -231,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                         tenant=tenant,
                         embeddings=embeddings,
                         fetch=args.fetch,
+                        latency_k=latency_k,
                     ),
                 )
             )
@@ -246,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                             tenant=tenant,
                             embeddings=embeddings,
                             fetch=args.fetch,
-                            latency_k=ev.DEFAULT_LATENCY_K,
+                            latency_k=latency_k or args.fetch,
                         ),
                     )
                 )
@@ -282,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "query_embedding_ms_per_query": round(embed_ms, 2),
         "latency": "client-side ms of one query returning 10 rows; embedding excluded",
         "fetch_for_metrics": args.fetch,
+        "session_settings": args.set,
         "postgres": counts[2],
         "pgvector": counts[3],
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
