@@ -280,7 +280,7 @@ declare
     v_tenant text := pgrag.current_tenant_id();
     v_k integer := greatest(coalesce(match_count, 10), 0);
     v_exact_max bigint := coalesce(
-        nullif(pg_catalog.current_setting('pgrag.exact_search_max_rows', true), '')::bigint, 10000);
+        nullif(pg_catalog.current_setting('pgrag.exact_search_max_rows', true), '')::bigint, 2000);
     v_filtered boolean := metadata_filter is not null or source_types is not null
         or created_after is not null or created_before is not null;
     v_tenants text[];
@@ -289,6 +289,7 @@ declare
     v_exact boolean;
     v_old_ef text := pg_catalog.current_setting('hnsw.ef_search', true);
     v_old_iter text := pg_catalog.current_setting('hnsw.iterative_scan', true);
+    v_old_sort text := pg_catalog.current_setting('enable_sort');
 begin
     if query_embedding is null or v_k = 0 then
         return;
@@ -303,9 +304,18 @@ begin
         -- and filter conditions (pgvector 0.8); the relaxed order is re-sorted below.
         perform pg_catalog.set_config('hnsw.iterative_scan',
             case when v_tenant is not null or v_filtered then 'relaxed_order' else 'off' end, true);
+        -- Without sorts the HNSW index scan is the only ordered plan: the planner would
+        -- otherwise prefer the tenant btree plus a sort of every row of a big tenant (it does not
+        -- price reading each out-of-line embedding), which the exact path already covers.
+        perform pg_catalog.set_config('enable_sort', 'off', true);
+        -- A wider candidate list when rows are filtered after the index walk: each iteration
+        -- then brings more rows that pass (recall with 1 %-selective tenants, see docs).
         perform pg_catalog.set_config('hnsw.ef_search',
             greatest(coalesce(vector_candidates.ef_search,
-                              nullif(v_old_ef, '')::integer, 40), v_k)::text, true);
+                              case when v_tenant is not null or v_filtered
+                                   then greatest(nullif(v_old_ef, '')::integer, 100)
+                                   else nullif(v_old_ef, '')::integer end,
+                              40), v_k)::text, true);
         select pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id),
                pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id),
                pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id)
@@ -326,6 +336,7 @@ begin
             order by c.embedding operator(@extschema:vector@.<=>) query_embedding
             limit v_k
         ) as h;
+        perform pg_catalog.set_config('enable_sort', v_old_sort, true);
         perform pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
         perform pg_catalog.set_config('hnsw.iterative_scan', coalesce(v_old_iter, 'off'), true);
         -- Never fewer than match_count rows when that many exist: a filter too selective for
@@ -368,7 +379,7 @@ begin
 end
 $$;
 comment on function pgrag.vector_candidates(@extschema:vector@.vector, integer, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Vector arm: (tenant_id, chunk_id, cosine distance) of the nearest ready chunks, filters applied inside the search. HNSW with iterative scans, or an exact scan for small visible sets (pgrag.exact_search_max_rows, default 10000) and as a fallback when the index walk returns too few rows.';
+'Vector arm: (tenant_id, chunk_id, cosine distance) of the nearest ready chunks, filters applied inside the search. HNSW with iterative scans, or an exact scan for small visible sets (pgrag.exact_search_max_rows, default 2000) and as a fallback when the index walk returns too few rows.';
 
 create or replace function pgrag.keyword_candidates(
     query_text text,

