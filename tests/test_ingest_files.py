@@ -274,3 +274,34 @@ def test_changing_the_model_is_refused_with_how_to_reembed(
 
     with pytest.raises(EmbeddingConfigError, match="--switch-model"):
         ingest_paths(db, [str(tmp_path)], embedder=local_embedder)
+
+
+def test_switch_model_reembeds_this_run_and_leaves_the_rest_pending(
+    db: str, tmp_path: Path, local_embedder: LocalEmbedder
+) -> None:
+    from pgrag.ingest import IngestOptions
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{name}.md").write_text(f"# {name}\n\nText of {name}. More text.\n")
+    ingest_paths(db, [str(tmp_path)], embedder=local_embedder)
+    with psycopg.connect(db) as conn:  # as if another model had produced these embeddings
+        conn.execute("update pgrag.embedding_config set provider = 'openai', model = 'old'")
+
+    switched = ingest_paths(
+        db, [str(tmp_path / "a")], embedder=local_embedder, options=IngestOptions(switch_model=True)
+    )
+
+    assert switched.chunks_embedded == switched.chunks_written == 1
+    assert rows(db, "select provider, model from pgrag.embedding_config") == [
+        ("local", local_embedder.model_name)
+    ]
+    state = rows(
+        db,
+        "select d.title, d.status, bool_and(c.embedding is not null) from pgrag.documents d "
+        "join pgrag.chunks c on c.document_id = d.id group by d.tenant_id, d.id order by 1",
+    )
+    assert state == [("a", "ready", True), ("b", "pending", False)]
+    rest = ingest_paths(db, [str(tmp_path / "b")], embedder=local_embedder)
+    assert rest.chunks_embedded == 1 and rest.documents_failed == 0
+    consistent_state(db)
