@@ -316,9 +316,11 @@ begin
                                    then greatest(nullif(v_old_ef, '')::integer, 100)
                                    else nullif(v_old_ef, '')::integer end,
                               40), v_k)::text, true);
-        select pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id),
-               pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id),
-               pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id)
+        -- Under a filter the relaxed order is only roughly by distance: take 4 x match_count
+        -- rows (at least 40), re-sort them by exact distance, keep match_count.
+        select (pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id))[1 : v_k],
+               (pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id))[1 : v_k],
+               (pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id))[1 : v_k]
         into v_tenants, v_ids, v_dists
         from (
             select c.tenant_id, c.id as chunk_id,
@@ -334,7 +336,7 @@ begin
               and (created_after is null or d.created_at >= created_after)
               and (created_before is null or d.created_at < created_before)
             order by c.embedding operator(@extschema:vector@.<=>) query_embedding
-            limit v_k
+            limit case when v_tenant is not null or v_filtered then greatest(4 * v_k, 40) else v_k end
         ) as h;
         perform pg_catalog.set_config('enable_sort', v_old_sort, true);
         perform pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
