@@ -34,17 +34,34 @@ def connect(dsn: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Con
 
 
 def register_vector_if_installed(conn: psycopg.Connection[Any]) -> bool:
-    """Register pgvector's types on ``conn`` when the extension exists in its database."""
-    from pgvector.psycopg import register_vector
+    """Register pgvector's types on ``conn`` when the extension exists in its database.
 
-    with conn.cursor() as cur:
-        cur.execute("select 1 from pg_catalog.pg_extension where extname = 'vector'")
-        present = cur.fetchone() is not None
+    Works wherever pgvector lives (``public``, or ``extensions`` on Supabase), whether or not
+    that schema is on the connection's search_path.
+    """
+    from pgvector.psycopg.halfvec import register_halfvec_info
+    from pgvector.psycopg.sparsevec import register_sparsevec_info
+    from pgvector.psycopg.vector import register_vector_info
+    from psycopg import sql
+    from psycopg.types import TypeInfo
+
+    row = conn.execute(
+        "select n.nspname from pg_catalog.pg_extension e "
+        "join pg_catalog.pg_namespace n on n.oid = e.extnamespace where e.extname = 'vector'"
+    ).fetchone()
+    if row is not None:
+        schema = str(row[0])
+        for name, register in (
+            ("vector", register_vector_info),
+            ("halfvec", register_halfvec_info),
+            ("sparsevec", register_sparsevec_info),
+        ):
+            info = TypeInfo.fetch(conn, sql.Identifier(schema, name))
+            if info is not None:
+                register(conn, info)
     if not conn.autocommit:
         conn.rollback()
-    if present:
-        register_vector(conn)
-    return present
+    return row is not None
 
 
 DEFAULT_TENANT = "default"

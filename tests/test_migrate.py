@@ -302,3 +302,27 @@ def test_server_without_pgvector_gets_one_clear_line_and_nothing_applied(
     assert "install it" in lines[0]
     with psycopg.connect(server_without_pgvector) as conn:
         assert conn.execute("select to_regnamespace('pgrag')").fetchone() == (None,)
+
+
+def test_pgvector_in_an_extensions_schema_off_the_search_path_works(empty_db: str) -> None:
+    """Supabase keeps pgvector in schema ``extensions``; the migrator and clients must follow."""
+    import numpy as np
+
+    from pgrag.db import connect
+
+    with psycopg.connect(empty_db, autocommit=True) as admin:
+        admin.execute("create schema extensions")
+        admin.execute("create extension vector schema extensions")
+
+    Migrator(empty_db).migrate()
+
+    with connect(empty_db) as conn:
+        column_type = conn.execute(
+            "select format_type(atttypid, atttypmod) from pg_attribute "
+            "where attrelid = 'pgrag.chunks'::regclass and attname = 'embedding'"
+        ).fetchone()
+        roundtrip = conn.execute(
+            "select %s::extensions.vector", (np.array([1, 2, 3], dtype=np.float32),)
+        ).fetchone()
+    assert column_type == ("extensions.vector(384)",)
+    assert roundtrip is not None and list(roundtrip[0].to_list()) == [1.0, 2.0, 3.0]
