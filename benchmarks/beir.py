@@ -156,6 +156,22 @@ def run_baseline(
     return ev.ModeResult("", ev.metrics(dataset.qrels, rankings), latencies, rankings)
 
 
+def git_head() -> str | None:
+    """The checkout's commit (the SQL functions measured are the ones migrated from it)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
 def python_rrf(*runs: dict[str, list[str]], k: int = 60) -> dict[str, list[str]]:
     """Reciprocal rank fusion of document rankings (the reference fusion, done in Python)."""
     fused: dict[str, list[str]] = {}
@@ -286,8 +302,10 @@ def main(argv: list[str] | None = None) -> int:
         row = ev.ModeResult("", ev.metrics(dataset.qrels, fused), [], fused).as_dict()
         results["python RRF of keyword + vector documents"] = row
 
+    home = os.environ.get("PGRAG_HOME")
     command = (
-        "PGRAG_HOME=/tmp/pgrag-search-dev .venv/bin/python benchmarks/beir.py"
+        (f"PGRAG_HOME={home} " if home and not args.dsn else "")
+        + ".venv/bin/python benchmarks/beir.py"
         + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     )
     report = {
@@ -306,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,
+        "git_head": git_head(),
         "modes": results,
         "reference_ndcg@10": REFERENCE,
         "targets": {k: {"ndcg@10": q, "latency_p50_ms": ms} for k, (q, ms) in TARGETS.items()},
