@@ -308,14 +308,14 @@ begin
         -- otherwise prefer the tenant btree plus a sort of every row of a big tenant (it does not
         -- price reading each out-of-line embedding), which the exact path already covers.
         perform pg_catalog.set_config('enable_sort', 'off', true);
-        -- A wider candidate list when rows are filtered after the index walk: each iteration
-        -- then brings more rows that pass (recall with 1 %-selective tenants, see docs).
+        -- A wider candidate list when rows are filtered after the index walk (800: recall@10
+        -- 0.971 for a tenant with 10 % of 100k rows, against 0.928 with 400; see docs).
         perform pg_catalog.set_config('hnsw.ef_search',
-            greatest(coalesce(vector_candidates.ef_search,
-                              case when v_tenant is not null or v_filtered
-                                   then greatest(nullif(v_old_ef, '')::integer, 100)
-                                   else nullif(v_old_ef, '')::integer end,
-                              40), v_k)::text, true);
+            least(greatest(coalesce(vector_candidates.ef_search,
+                                    case when v_tenant is not null or v_filtered
+                                         then greatest(nullif(v_old_ef, '')::integer, 800)
+                                         else nullif(v_old_ef, '')::integer end,
+                                    40), v_k), 1000)::text, true);
         -- Under a filter the relaxed order is only roughly by distance: take 4 x match_count
         -- rows (at least 40), re-sort them by exact distance, keep match_count.
         select (pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id))[1 : v_k],
