@@ -126,6 +126,7 @@ def test_cli_ingests_a_folder_reports_each_bad_input_and_reruns_embed_nothing(
 
     # Second run: nothing is embedded; the human summary has one line per failure.
     calls = shared_model.calls
+    time.sleep(1.6)  # the test server answers one request at a time: let it finish /slow
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 1
     assert "documents: 0 new, 0 changed, 5 unchanged, 7 failed" in again.stdout
