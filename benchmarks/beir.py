@@ -2,7 +2,7 @@
 
 Rows:
   * pgrag's SQL functions through ``pgrag.search`` (the code ``pgrag search`` runs):
-    keyword (BM25), vector, hybrid (RRF), hybrid-weighted, and optional extra modes;
+    keyword (BM25), vector, hybrid (default weighted fusion), hybrid-rrf, and extra modes;
   * Postgres full-text baselines as public guides write them, as plain SQL over the same
     chunks: ``ts_rank`` length-normalized with OR semantics, ``ts_rank_cd`` with AND semantics
     (websearch_to_tsquery), and the Supabase hybrid-search guide's RRF function body.
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "--mode",
         action="append",
         dest="modes",
-        help="pgrag modes (repeatable; default keyword, vector, hybrid, hybrid-weighted)",
+        help="pgrag modes (repeatable; default keyword, vector, hybrid, hybrid-rrf)",
     )
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--limit-queries", type=int)

@@ -137,7 +137,7 @@ def explain(hit: SearchHit, options: SearchOptions) -> str:
         return vector
     if options.mode == "keyword":
         return keyword
-    fused = "RRF" if options.fusion == "rrf" else "weighted"
+    fused = "RRF" if options.fusion == "rrf" else "weighted"  # SQL default: weighted
     return f"{vector}; {keyword} -> {fused} score {hit.score:.4f}"
 
 
@@ -179,9 +179,9 @@ def print_hits(hits: list[SearchHit], options: SearchOptions, show_explain: bool
 @click.option(
     "--fusion",
     type=click.Choice(["rrf", "weighted"]),
-    default="rrf",
-    show_default=True,
-    help="How hybrid search fuses its arms: reciprocal rank fusion or weighted scores.",
+    default=None,
+    help="How hybrid search fuses its arms: weighted scores (the default; keyword 1, "
+    "vector 0.8) or reciprocal rank fusion (k 60).",
 )
 @click.option(
     "--min-score",
@@ -377,9 +377,10 @@ def ask(
     "modes",
     multiple=True,
     metavar="MODE",
-    help="keyword, vector, hybrid, hybrid-weighted, hybrid-window, hybrid-mmr; repeatable; "
+    help="keyword, vector, hybrid, hybrid-rrf, hybrid-equal, hybrid-window, hybrid-mmr; "
+    "repeatable; "
     "tune with MODE:option=value,... (e.g. hybrid:rrf_k=20). "
-    "Default: keyword, vector, hybrid, hybrid-weighted.",
+    "Default: keyword, vector, hybrid, hybrid-rrf.",
 )
 @click.option("--limit-queries", type=click.IntRange(min=1), help="Evaluate the first N queries.")
 @click.option(

@@ -26,12 +26,13 @@ from pgrag.search import SearchHit, SearchOptions, search
 EVAL_MODES: dict[str, SearchOptions] = {
     "keyword": SearchOptions(mode="keyword"),
     "vector": SearchOptions(mode="vector"),
-    "hybrid": SearchOptions(mode="hybrid", fusion="rrf"),
-    "hybrid-weighted": SearchOptions(mode="hybrid", fusion="weighted"),
+    "hybrid": SearchOptions(mode="hybrid"),  # the SQL default: weighted fusion
+    "hybrid-rrf": SearchOptions(mode="hybrid", fusion="rrf"),
+    "hybrid-equal": SearchOptions(mode="hybrid", fusion="weighted", vector_weight=1.0),
     "hybrid-window": SearchOptions(mode="hybrid", window=1),
     "hybrid-mmr": SearchOptions(mode="hybrid", mmr_lambda=0.7),
 }
-DEFAULT_EVAL_MODES: tuple[str, ...] = ("keyword", "vector", "hybrid", "hybrid-weighted")
+DEFAULT_EVAL_MODES: tuple[str, ...] = ("keyword", "vector", "hybrid", "hybrid-rrf")
 
 DEFAULT_FETCH = 100
 """Chunks fetched per query for the quality metrics (recall@100 needs 100 documents)."""

@@ -65,7 +65,7 @@ class SearchOptions:
 
     mode: Mode = "hybrid"
     limit: int = 10
-    fusion: Fusion = "rrf"
+    fusion: Fusion | None = None
     rrf_k: int | None = None
     vector_weight: float | None = None
     keyword_weight: float | None = None
@@ -88,7 +88,7 @@ class SearchOptions:
             hybrid_only = {
                 "--window": self.window,
                 "--mmr": self.mmr_lambda,
-                "--fusion weighted": self.fusion == "weighted",
+                "--fusion": self.fusion,
             }
             used = [name for name, value in hybrid_only.items() if value]
             if used:

@@ -179,7 +179,7 @@ def test_modes_and_explain(corpus: str) -> None:
     assert result.exit_code == 0, result.output
     why = [line for line in result.output.splitlines() if line.strip().startswith("why:")]
     assert len(why) == 2
-    assert "vector #" in why[0] and "keyword #" in why[0] and "RRF score" in why[0]
+    assert "vector #" in why[0] and "keyword #" in why[0] and "weighted score" in why[0]
 
     result = run(corpus, "ERR-4471", "--mode", "keyword", "--explain", "-k", "1")
     assert "why: keyword #1 (BM25 " in result.output
