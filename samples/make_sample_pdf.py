@@ -67,6 +67,8 @@ def build(out: Path) -> Path:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2 or (len(sys.argv) == 2 and sys.argv[1].startswith("-")):
+        sys.exit(__doc__)
     target = (
         Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "pgrag-overview.pdf"
     )
