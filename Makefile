@@ -31,7 +31,7 @@ demo: install
 	$(PGRAG) ingest samples/
 	@echo "== ingest it again: unchanged documents are skipped, nothing is embedded"
 	$(PGRAG) ingest samples/
-	@echo "== hybrid search (BM25 + vector, reciprocal rank fusion), with each arm's rank and score"
+	@echo "== hybrid search (BM25 + vector, weighted fusion), with each arm's rank and score"
 	$(PGRAG) search "$(DEMO_QUERY)" -k 3 --explain
 	@echo "== the context an LLM gets, with [Source N] citations"
 	$(PGRAG) ask "$(DEMO_QUERY)"
