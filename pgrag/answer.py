@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgrag.errors import PgragError
+from pgrag.openai_errors import describe_openai_error
 
 DEFAULT_CHAT_MODEL = "gpt-4o-mini"
 
@@ -85,38 +86,14 @@ def answer(question: str, context: str, config: ChatConfig) -> str:
             messages=grounded_messages(question, context),  # type: ignore[arg-type]
             temperature=0,
         )
-    except openai.AuthenticationError as exc:
+    except openai.APIError as exc:
         raise ChatError(
-            f"the chat endpoint {where} refused the API key (HTTP {exc.status_code}): "
-            "check OPENAI_API_KEY."
-        ) from exc
-    except openai.PermissionDeniedError as exc:
-        raise ChatError(
-            f"the chat endpoint {where} denied access (HTTP {exc.status_code}): "
-            "check that the key may use this model (--chat-model / PGRAG_CHAT_MODEL)."
-        ) from exc
-    except openai.NotFoundError as exc:
-        raise ChatError(
-            f"the chat endpoint {where} answered 404: check OPENAI_BASE_URL and --chat-model."
-        ) from exc
-    except openai.RateLimitError as exc:
-        raise ChatError(
-            f"the chat endpoint {where} is still rate-limiting after "
-            f"{config.max_retries} retries (HTTP 429): try again later."
-        ) from exc
-    except openai.APIStatusError as exc:
-        raise ChatError(
-            f"the chat endpoint {where} failed with HTTP {exc.status_code} after "
-            f"{config.max_retries} retries."
-        ) from exc
-    except openai.APITimeoutError as exc:
-        raise ChatError(
-            f"the chat endpoint {where} did not answer within {config.timeout:g} s "
-            f"({config.max_retries} retries)."
-        ) from exc
-    except openai.APIConnectionError as exc:
-        raise ChatError(
-            f"cannot reach the chat endpoint {where}: check OPENAI_BASE_URL and the network."
+            describe_openai_error(
+                exc,
+                what=f"the chat endpoint {where}",
+                retries=config.max_retries,
+                timeout=config.timeout,
+            )
         ) from exc
     choices = response.choices or []
     text = (choices[0].message.content or "").strip() if choices else ""

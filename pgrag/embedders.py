@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pgrag.errors import ConfigError, EmbeddingConfigError, EmbeddingError, NotInstalled
+from pgrag.openai_errors import describe_openai_error
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -250,23 +251,14 @@ class OpenAIEmbedder:
         where = self.base_url or "api.openai.com"
         try:
             response = self._client.embeddings.create(**kwargs)
-        except openai.AuthenticationError as exc:
+        except openai.APIError as exc:
             raise EmbeddingError(
-                f"{where} refused the API key (HTTP 401): check OPENAI_API_KEY."
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise EmbeddingError(
-                f"embedding request to {where} failed with HTTP {exc.status_code} after "
-                f"{self.max_retries} retries: {_one_line(exc.message)}"
-            ) from exc
-        except openai.APITimeoutError as exc:
-            raise EmbeddingError(
-                f"embedding request to {where} timed out ({self.timeout:g} s) after "
-                f"{self.max_retries} retries."
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise EmbeddingError(
-                f"cannot reach {where} after {self.max_retries} retries: {_one_line(str(exc))}"
+                describe_openai_error(
+                    exc,
+                    what=f"the embedding endpoint {where}",
+                    retries=self.max_retries,
+                    timeout=self.timeout,
+                )
             ) from exc
         data = sorted(response.data, key=lambda d: d.index)
         vectors = np.asarray([d.embedding for d in data], dtype=np.float32)
@@ -279,11 +271,6 @@ class OpenAIEmbedder:
         self.calls += 1
         self.texts_embedded += len(batch)
         return vectors
-
-
-def _one_line(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text[:300]
 
 
 # -- choosing an embedder ----------------------------------------------------------------------
