@@ -44,11 +44,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import psycopg
-from psycopg import sql
+from common import fresh_database
 from psycopg.conninfo import make_conninfo
 
 from pgrag.db import connect
-from pgrag.migrator import Migrator
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact"
@@ -80,15 +79,6 @@ def embed(texts: list[str]) -> np.ndarray:
     from pgrag.embedders import LocalEmbedder
 
     return np.asarray(LocalEmbedder().embed(texts), dtype=np.float32)
-
-
-def fresh_database(admin_dsn: str, name: str) -> str:
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    return make_conninfo(admin_dsn, dbname=name)
 
 
 def load(
@@ -318,8 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         if exists:
             restore_big_tenant(dsn)  # left over by an interrupted run
     if not exists:
-        fresh_database(admin, args.database)
-        Migrator(dsn).migrate(DIMS)
+        fresh_database(admin, args.database, dims=DIMS)
         timings |= load(dsn, centres, titles, args.tenants, args.per_tenant, args.noise, args.seed)
 
     rng = random.Random(args.seed)

@@ -37,7 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
-import psycopg
+from common import drop_database, fresh_database
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
@@ -48,7 +48,6 @@ from pgrag.db import connect
 from pgrag.embedders import LocalEmbedder
 from pgrag.extract import ExtractedDocument, extract_path
 from pgrag.ingest import ingest_documents
-from pgrag.migrator import Migrator
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
@@ -72,24 +71,6 @@ def load_corpus(path: Path, limit: int | None) -> list[ExtractedDocument]:
             if limit and len(docs) >= limit:
                 break
     return docs
-
-
-def fresh_database(admin: str, name: str) -> str:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    dsn = make_conninfo(admin, dbname=name)
-    Migrator(dsn).migrate(384)
-    return dsn
-
-
-def drop_database(admin: str, name: str) -> None:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
-        )
 
 
 def embed_alone(embedder: LocalEmbedder, texts: list[str]) -> tuple[float, np.ndarray]:

@@ -42,13 +42,13 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from common import fresh_database  # noqa: E402
+
 from pgrag.db import connect, set_request_tenant  # noqa: E402
-from pgrag.migrator import Migrator  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -124,17 +124,6 @@ def cluster(admin_dsn: str | None) -> Iterator[str]:
     finally:
         server.cleanup()
         shutil.rmtree(base, ignore_errors=True)
-
-
-def fresh_database(admin_dsn: str, name: str) -> str:
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    dsn = make_conninfo(admin_dsn, dbname=name)
-    Migrator(dsn).migrate(384)
-    return dsn
 
 
 def load(dsn: str, texts: list[str], vectors: np.ndarray, tenants: int) -> dict[str, float]:
