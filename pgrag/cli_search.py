@@ -153,8 +153,15 @@ def print_hits(hits: list[SearchHit], options: SearchOptions, show_explain: bool
         click.echo()
 
 
+def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse an empty or blank query: it would only rank noise."""
+    if not value.strip():
+        raise click.BadParameter("must not be empty.")
+    return value
+
+
 @click.command()
-@click.argument("query")
+@click.argument("query", callback=_not_blank)
 @click.option(
     "--mode",
     type=click.Choice(["hybrid", "vector", "keyword"]),
@@ -263,7 +270,7 @@ def print_sources(ctx: Context) -> None:
 
 
 @click.command()
-@click.argument("question")
+@click.argument("question", callback=_not_blank)
 @click.option(
     "-k", "--limit", type=click.IntRange(min=1), help="Chunks to consider (SQL default 8)."
 )

@@ -24,9 +24,12 @@ def connect(dsn: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Con
     try:
         conn = psycopg.connect(dsn, autocommit=autocommit, **kwargs)
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        # libpq's message: the reason, then often a tab-indented hint; keep both on one line.
+        reason = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+        reason = reason or type(exc).__name__
+        end = "" if reason.endswith((".", "?", "!")) else "."
         raise DatabaseUnreachable(
-            f"cannot connect to the database {redact(dsn)}: {reason}. "
+            f"cannot connect to the database {redact(dsn)}: {reason}{end} "
             "Check --dsn / PGRAG_DSN, or omit them to use the embedded database."
         ) from exc
     register_vector_if_installed(conn)

@@ -326,3 +326,11 @@ def test_pgvector_in_an_extensions_schema_off_the_search_path_works(empty_db: st
         ).fetchone()
     assert column_type == ("extensions.vector(384)",)
     assert roundtrip is not None and list(roundtrip[0].to_list()) == [1.0, 2.0, 3.0]
+
+
+def test_unreachable_database_message_keeps_libpq_reason() -> None:
+    result = CliRunner().invoke(main, ["--dsn", "postgresql://nobody@127.0.0.1:1/none", "status"])
+
+    assert result.exit_code == 1
+    assert "Connection refused" in result.output
+    assert "\t" not in result.output and "?." not in result.output

@@ -239,3 +239,13 @@ def test_usage_errors(corpus: str) -> None:
     assert result.exit_code == 1 and "JSON object" in result.output
     result = run(corpus, "x", "--mode", "keyword", "--min-score", "1")
     assert result.exit_code == 1 and "BM25 scores have no fixed scale" in result.output
+
+
+@pytest.mark.parametrize("command", ["search", "ask"])
+def test_blank_query_is_refused_before_touching_the_database(command: str) -> None:
+    result = CliRunner().invoke(
+        main, ["--dsn", "postgresql://nobody@127.0.0.1:1/none", command, "  "]
+    )
+
+    assert result.exit_code == 2
+    assert "must not be empty" in result.output
