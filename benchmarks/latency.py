@@ -11,7 +11,8 @@ rebuilt after loading. Queries: the SciFact test claims (text and real embedding
 Two layouts per size, each in its own database of a throwaway embedded cluster (or --admin-dsn):
 
 * ``single``: every chunk in one tenant; p50/p95 of vector_search, keyword_search, hybrid_search
-  (RRF) and hybrid_search with window_size 1 and MMR, called as that tenant.
+  (its default weighted fusion, and RRF) and hybrid_search with window_size 1 and MMR, called
+  as that tenant.
 * ``tenants``: the same chunks spread over 100 tenants (1 % each); vector_search called as one
   tenant: p50/p95, recall@10 against exact search and short results, for pgrag's default path
   (exact scan for small tenants), the HNSW iterative-scan path (forced with
@@ -225,8 +226,8 @@ def bench_single(dsn: str, queries: list[str], qvecs: np.ndarray, k: int) -> dic
             "select chunk_id from public.hybrid_search(%s, %s, %s)",
             lambda q, v: (q, v, k),
         ),
-        "hybrid_search_weighted": (
-            "select chunk_id from public.hybrid_search(%s, %s, %s, fusion => 'weighted')",
+        "hybrid_search_rrf": (
+            "select chunk_id from public.hybrid_search(%s, %s, %s, fusion => 'rrf')",
             lambda q, v: (q, v, k),
         ),
         "hybrid_search_window1_mmr": (
