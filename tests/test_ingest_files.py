@@ -62,6 +62,7 @@ def test_cli_ingests_a_folder_reports_each_bad_input_and_reruns_embed_nothing(
     httpserver: HTTPServer,
     shared_model: LocalEmbedder,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     corpus = make_corpus(tmp_path / "corpus")
     make_encrypted_pdf(corpus / "locked.pdf")
@@ -71,12 +72,19 @@ def test_cli_ingests_a_folder_reports_each_bad_input_and_reruns_embed_nothing(
     (corpus / "photo.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200))
     httpserver.expect_request("/page").respond_with_data(HTML, content_type="text/html")
     httpserver.expect_request("/gone").respond_with_data("missing", status=404)
-    httpserver.expect_request("/slow").respond_with_handler(
-        lambda request: time.sleep(1.5) or "late"  # type: ignore[func-returns-value]
+    # The slow URL gets a server of its own: the test server answers one request at a time, so
+    # a shared one would hold /page back behind /slow. The timeout leaves /page ample headroom
+    # while the embedding thread keeps both cores busy.
+    slow_server = HTTPServer()
+    slow_server.start()
+    request.addfinalizer(slow_server.clear)
+    request.addfinalizer(slow_server.stop)
+    slow_server.expect_request("/slow").respond_with_handler(
+        lambda request: time.sleep(3) or "late"  # type: ignore[func-returns-value]
     )
-    monkeypatch.setenv("PGRAG_HTTP_TIMEOUT", "0.3")
+    monkeypatch.setenv("PGRAG_HTTP_TIMEOUT", "1.5")
     args = ["--dsn", db, "ingest", str(corpus), httpserver.url_for("/page")]
-    args += [httpserver.url_for("/gone"), httpserver.url_for("/slow")]
+    args += [httpserver.url_for("/gone"), slow_server.url_for("/slow")]
 
     result = CliRunner().invoke(main, [*args, "--json"])
 
@@ -91,7 +99,7 @@ def test_cli_ingests_a_folder_reports_each_bad_input_and_reruns_embed_nothing(
         "empty.md": "empty file",
         "photo.txt": "binary content, not text (NUL or control bytes)",
         "gone": "HTTP 404 NOT FOUND",
-        "slow": "timed out after 0.3 s",
+        "slow": "timed out after 1.5 s",
     }
     assert reasons["broken.pdf"].startswith("corrupt or unreadable PDF")
     assert summary["documents_new"] == 5 and summary["documents_failed"] == 7
@@ -126,7 +134,6 @@ def test_cli_ingests_a_folder_reports_each_bad_input_and_reruns_embed_nothing(
 
     # Second run: nothing is embedded; the human summary has one line per failure.
     calls = shared_model.calls
-    time.sleep(1.6)  # the test server answers one request at a time: let it finish /slow
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 1
     assert "documents: 0 new, 0 changed, 5 unchanged, 7 failed" in again.stdout
