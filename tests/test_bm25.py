@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -288,6 +289,20 @@ def kept_postings(conn: psycopg.Connection[Any]) -> set[tuple[Any, ...]]:
     return set(rows)
 
 
+def expected_lexicon(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "select c.tenant_id, l.lexeme, count(*) from pgrag.chunks c"
+        " cross join lateral unnest(tsvector_to_array(c.fts)) l(lexeme) group by 1, 2 order by 1, 2"
+    ).fetchall()
+
+
+def kept_lexicon(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "select tenant_id, lexeme, sum(df) from pgrag.bm25_lexicon"
+        " group by 1, 2 having sum(df) <> 0 order by 1, 2"
+    ).fetchall()
+
+
 def test_statistics_stay_right_after_update_and_delete(
     conn: psycopg.Connection[Any], corpus_ids: list[int]
 ) -> None:
@@ -307,6 +322,7 @@ def test_statistics_stay_right_after_update_and_delete(
 
     assert kept_stats(conn) == expected_stats(conn)
     assert kept_postings(conn) == expected_postings(conn)
+    assert kept_lexicon(conn) == expected_lexicon(conn)
     assert_matches_reference(conn)
 
 
@@ -345,6 +361,55 @@ def test_concurrent_ingests_of_one_tenant_do_not_block(
         for c in [first, second, *others]:
             c.close()
     assert kept_stats(conn) == expected_stats(conn)
+
+
+def test_writers_on_one_shard_queue_instead_of_deadlocking(
+    db: str, conn: psycopg.Connection[Any], corpus_ids: list[int]
+) -> None:
+    # Two transactions on the same statistics shard, each replacing chunks (delete, then
+    # insert): without a shard lock each would hold lexicon rows the other one needs.
+    first = connect(db)
+    spare = []
+    second = connect(db)
+    while second.info.backend_pid % 16 != first.info.backend_pid % 16:
+        spare.append(second)
+        second = connect(db)
+    for c in spare:
+        c.close()
+    rows = conn.execute(
+        "select id, document_id, content from pgrag.chunks where id = any(%s) order by id",
+        (corpus_ids[:2],),
+    ).fetchall()
+    insert = (
+        "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
+        " values (%s, %s, %s, %s, 'x')"
+    )
+    errors: list[BaseException] = []
+
+    def replace_second() -> None:
+        try:
+            second.execute("delete from pgrag.chunks where id = %s", (rows[1][0],))
+            second.execute(insert, (TENANT, rows[1][1], 2001, rows[1][2]))
+            second.commit()
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    try:
+        first.execute("delete from pgrag.chunks where id = %s", (rows[0][0],))
+        worker = threading.Thread(target=replace_second)
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive(), "the second writer of the shard should wait for the first"
+        # The words the second writer has just counted (and so holds, without the lock).
+        first.execute(insert, (TENANT, rows[0][1], 2000, rows[1][2]))
+        first.commit()
+        worker.join(10)
+        assert not worker.is_alive() and not errors
+    finally:
+        first.close()
+        second.close()
+    assert kept_stats(conn) == expected_stats(conn)
+    assert kept_lexicon(conn) == expected_lexicon(conn)
 
 
 def test_keyword_search_is_scoped_to_the_callers_tenant_statistics(

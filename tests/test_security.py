@@ -430,8 +430,9 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 # Every privilege held on pgrag's objects by a role other than the owner: (object, grantee,
 # privilege). A change here is a security decision; update the list together with
 # sql/idempotent/003-policies.sql and docs/security.md.
-TENANT_TABLES = ("bm25_postings", "chunks", "corpus_stats", "documents")
+TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
 PGRAG_FUNCTIONS = (
+    "bm25_apply",
     "current_tenant_id()",
     "fused_candidates",
     "keyword_candidates",

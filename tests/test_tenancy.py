@@ -481,7 +481,7 @@ def test_anon_reads_only_public_documents_and_their_chunks(two_tenants: Loaded) 
     with request(two_tenants.db, "anon") as conn:
         docs = [r[0] for r in conn.execute("select id from pgrag.documents")]
         chunks = [r[0] for r in conn.execute("select id from pgrag.chunks order by id")]
-        for table in ("bm25_postings", "corpus_stats"):
+        for table in ("bm25_lexicon", "bm25_postings", "corpus_stats"):
             assert tenants_in(conn, table) == {}, table
     assert docs == two_tenants.public_documents
     assert chunks == sorted(two_tenants.public_chunks)

@@ -11,6 +11,82 @@
 -- BM25 maintenance: statement-level triggers with transition tables on pgrag.chunks.
 -- ---------------------------------------------------------------------------------------------
 
+create or replace function pgrag.bm25_apply(
+    sign integer,
+    tenant_ids text[],
+    chunk_ids bigint[],
+    languages text[],
+    ftss tsvector[]
+)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_shard integer := pg_catalog.pg_backend_pid() % 16;
+begin
+    if coalesce(pg_catalog.cardinality(chunk_ids), 0) = 0 then
+        return;
+    end if;
+    -- One writer per (tenant, shard) until commit: a transaction that replaces chunks adds
+    -- to the lexicon twice (deleted, then inserted), and two such transactions on one shard
+    -- could otherwise lock the rows of common words in opposite orders. Writers on other
+    -- shards (other backends, pid % 16) never wait.
+    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(t.tenant_id), v_shard)
+    from (select distinct u.tenant_id from pg_catalog.unnest(tenant_ids) as u(tenant_id)
+          order by u.tenant_id) as t;
+
+    if sign > 0 then
+        insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
+        select c.tenant_id, t.lexeme, c.id, pg_catalog.cardinality(t.positions), l.len
+        from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids),
+                        pg_catalog.unnest(ftss)) as c(tenant_id, id, fts)
+        cross join lateral (
+            select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)::integer as len
+            from pg_catalog.unnest(c.fts) as u
+        ) as l
+        cross join lateral pg_catalog.unnest(c.fts) as t;
+    else
+        delete from pgrag.bm25_postings as p
+        using (
+            select c.tenant_id, c.id, pg_catalog.unnest(pg_catalog.tsvector_to_array(c.fts)) as lexeme
+            from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids),
+                            pg_catalog.unnest(ftss)) as c(tenant_id, id, fts)
+        ) as o
+        where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id;
+    end if;
+
+    -- Document frequencies, in key order (one lock order for every writer of a shard).
+    insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df)
+    select c.tenant_id, l.lexeme, v_shard, sign * pg_catalog.count(*)
+    from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(ftss)) as c(tenant_id, fts)
+    cross join lateral pg_catalog.unnest(pg_catalog.tsvector_to_array(c.fts)) as l(lexeme)
+    group by c.tenant_id, l.lexeme
+    order by c.tenant_id, l.lexeme
+    on conflict (tenant_id, lexeme, shard) do update
+        set df = x.df operator(pg_catalog.+) excluded.df;
+
+    insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
+    select c.tenant_id, c.language, v_shard, sign * pg_catalog.count(*),
+           sign * coalesce(pg_catalog.sum(l.len), 0)
+    from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(languages),
+                    pg_catalog.unnest(ftss)) as c(tenant_id, language, fts)
+    cross join lateral (
+        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0) as len
+        from pg_catalog.unnest(c.fts) as u
+    ) as l
+    group by c.tenant_id, c.language
+    order by c.tenant_id, c.language
+    on conflict (tenant_id, language, shard) do update
+        set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
+            token_count = s.token_count operator(pg_catalog.+) excluded.token_count;
+end
+$$;
+comment on function pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector[]) is
+'Adds (sign 1) or removes (sign -1) chunks in the BM25 index: postings, document frequencies (pgrag.bm25_lexicon) and corpus statistics, as this backend''s shard (pid % 16). Called by the triggers on pgrag.chunks with their transition rows.';
+
 create or replace function pgrag.bm25_chunks_inserted()
 returns trigger
 language plpgsql
@@ -18,32 +94,14 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
-    select n.tenant_id, t.lexeme, n.id, pg_catalog.cardinality(t.positions), l.len
-    from new_chunks as n
-    cross join lateral (
-        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)::integer as len
-        from pg_catalog.unnest(n.fts) as u
-    ) as l
-    cross join lateral pg_catalog.unnest(n.fts) as t;
-
-    insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
-    select n.tenant_id, n.language::text, (pg_catalog.pg_backend_pid() % 16),
-           pg_catalog.count(*), coalesce(pg_catalog.sum(l.len), 0)
-    from new_chunks as n
-    cross join lateral (
-        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0) as len
-        from pg_catalog.unnest(n.fts) as u
-    ) as l
-    group by n.tenant_id, n.language
-    on conflict (tenant_id, language, shard) do update
-        set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
-            token_count = s.token_count operator(pg_catalog.+) excluded.token_count;
+    perform pgrag.bm25_apply(1, pg_catalog.array_agg(n.tenant_id), pg_catalog.array_agg(n.id),
+                             pg_catalog.array_agg(n.language::text), pg_catalog.array_agg(n.fts))
+    from new_chunks as n;
     return null;
 end
 $$;
 comment on function pgrag.bm25_chunks_inserted() is
-'Trigger function (after insert, per statement): adds BM25 postings and corpus statistics of new chunks.';
+'Trigger function (after insert, per statement): adds the new chunks to the BM25 index.';
 
 create or replace function pgrag.bm25_chunks_deleted()
 returns trigger
@@ -52,30 +110,14 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    delete from pgrag.bm25_postings as p
-    using (
-        select o.tenant_id, o.id, pg_catalog.unnest(pg_catalog.tsvector_to_array(o.fts)) as lexeme
-        from old_chunks as o
-    ) as o
-    where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id;
-
-    insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
-    select o.tenant_id, o.language::text, (pg_catalog.pg_backend_pid() % 16),
-           -pg_catalog.count(*), -coalesce(pg_catalog.sum(l.len), 0)
-    from old_chunks as o
-    cross join lateral (
-        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0) as len
-        from pg_catalog.unnest(o.fts) as u
-    ) as l
-    group by o.tenant_id, o.language
-    on conflict (tenant_id, language, shard) do update
-        set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
-            token_count = s.token_count operator(pg_catalog.+) excluded.token_count;
+    perform pgrag.bm25_apply(-1, pg_catalog.array_agg(o.tenant_id), pg_catalog.array_agg(o.id),
+                             pg_catalog.array_agg(o.language::text), pg_catalog.array_agg(o.fts))
+    from old_chunks as o;
     return null;
 end
 $$;
 comment on function pgrag.bm25_chunks_deleted() is
-'Trigger function (after delete, per statement): removes BM25 postings and statistics of deleted chunks.';
+'Trigger function (after delete, per statement): removes the deleted chunks from the BM25 index.';
 
 create or replace function pgrag.bm25_chunks_updated()
 returns trigger
@@ -86,60 +128,22 @@ as $$
 begin
     -- Only rows whose indexed text (or identity) changed touch the BM25 index: such a row is
     -- removed as its old version and added as its new one.
-    delete from pgrag.bm25_postings as p
-    using (
-        select o.tenant_id, o.id, pg_catalog.unnest(pg_catalog.tsvector_to_array(o.fts)) as lexeme
-        from old_chunks as o
-        where not exists (
-            select from new_chunks as n
-            where n.tenant_id = o.tenant_id and n.id = o.id
-              and n.language = o.language and n.fts = o.fts
-        )
-    ) as o
-    where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id;
-
-    insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
-    select n.tenant_id, t.lexeme, n.id, pg_catalog.cardinality(t.positions), l.len
+    perform pgrag.bm25_apply(-1, pg_catalog.array_agg(o.tenant_id), pg_catalog.array_agg(o.id),
+                             pg_catalog.array_agg(o.language::text), pg_catalog.array_agg(o.fts))
+    from old_chunks as o
+    where not exists (
+        select from new_chunks as n
+        where n.tenant_id = o.tenant_id and n.id = o.id
+          and n.language = o.language and n.fts = o.fts
+    );
+    perform pgrag.bm25_apply(1, pg_catalog.array_agg(n.tenant_id), pg_catalog.array_agg(n.id),
+                             pg_catalog.array_agg(n.language::text), pg_catalog.array_agg(n.fts))
     from new_chunks as n
-    cross join lateral (
-        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)::integer as len
-        from pg_catalog.unnest(n.fts) as u
-    ) as l
-    cross join lateral pg_catalog.unnest(n.fts) as t
     where not exists (
         select from old_chunks as o
         where n.tenant_id = o.tenant_id and n.id = o.id
           and n.language = o.language and n.fts = o.fts
     );
-
-    insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
-    select d.tenant_id, d.language, (pg_catalog.pg_backend_pid() % 16),
-           pg_catalog.sum(d.n), pg_catalog.sum(d.len)
-    from (
-        select o.tenant_id, o.language::text as language, -1 as n,
-               -(select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)
-                 from pg_catalog.unnest(o.fts) as u) as len
-        from old_chunks as o
-        where not exists (
-            select from new_chunks as n
-            where n.tenant_id = o.tenant_id and n.id = o.id
-              and n.language = o.language and n.fts = o.fts
-        )
-        union all
-        select n.tenant_id, n.language::text, 1,
-               (select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)
-                from pg_catalog.unnest(n.fts) as u)
-        from new_chunks as n
-        where not exists (
-            select from old_chunks as o
-            where n.tenant_id = o.tenant_id and n.id = o.id
-              and n.language = o.language and n.fts = o.fts
-        )
-    ) as d
-    group by d.tenant_id, d.language
-    on conflict (tenant_id, language, shard) do update
-        set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
-            token_count = s.token_count operator(pg_catalog.+) excluded.token_count;
     return null;
 end
 $$;
@@ -474,11 +478,11 @@ begin
         return;
     end if;
 
-    -- Document frequency of each query lexeme: an index-only count of its postings.
+    -- Document frequency of each query lexeme: the sum of its sharded counters.
     with d as materialized (
         select l.lexeme,
-               (select pg_catalog.count(*) from pgrag.bm25_postings as p
-                where p.tenant_id = any (v_tenants) and p.lexeme = l.lexeme)::double precision as df
+               (select pg_catalog.sum(x.df) from pgrag.bm25_lexicon as x
+                where x.tenant_id = any (v_tenants) and x.lexeme = l.lexeme)::double precision as df
         from pg_catalog.unnest(v_q.lexemes) as l(lexeme)
     )
     select pg_catalog.array_agg(d.lexeme), pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - d.df + 0.5) / (d.df + 0.5)))
