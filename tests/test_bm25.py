@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from pgrag.db import connect, set_request_tenant
+from pgrag.migrator import Migrator
 
 TENANT = "ref"
 WORDS = [
@@ -410,6 +411,24 @@ def test_writers_on_one_shard_queue_instead_of_deadlocking(
         second.close()
     assert kept_stats(conn) == expected_stats(conn)
     assert kept_lexicon(conn) == expected_lexicon(conn)
+
+
+def test_upgrading_to_the_lexicon_migration_backfills_document_frequencies(
+    db: str, conn: psycopg.Connection[Any], corpus_ids: list[int]
+) -> None:
+    # An install from before sql/incremental/004: chunks and postings, but no lexicon.
+    conn.execute("drop table pgrag.bm25_lexicon")
+    conn.execute(
+        "delete from pgrag.schema_migrations"
+        " where name = 'incremental/004-bm25-lexicon.sql' or kind = 'idempotent'"
+    )
+    conn.commit()
+
+    result = Migrator(db).migrate()
+
+    assert "incremental/004-bm25-lexicon.sql" in result.applied
+    assert kept_lexicon(conn) == expected_lexicon(conn)
+    assert_matches_reference(conn)
 
 
 def test_keyword_search_is_scoped_to_the_callers_tenant_statistics(
