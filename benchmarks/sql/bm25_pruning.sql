@@ -13,6 +13,25 @@ create index if not exists bm25_postings_impact on pgrag.bm25_postings (
     ((tf::float8 / (tf::float8 + 0.375::float8 + 0.01125::float8 * doc_len::float8))::real) desc
 ) include (chunk_id, tf, doc_len);
 
+-- Exact BM25 scores (summed in lexeme order, as the exact arm) of the given chunks, best top_n.
+create or replace function pgrag_bench.exact_top(
+    tenant text, lexemes text[], idfs double precision[],
+    k1 double precision, b double precision, avgdl double precision,
+    chunk_ids bigint[], top_n integer
+)
+returns table (chunk_id bigint, score double precision)
+language sql stable
+as $$
+    select c.chunk_id,
+           (select sum(t.idf * p.tf / (p.tf + k1 * (1 - b + b * p.doc_len / avgdl)) order by t.ord)
+            from rows from (unnest(lexemes), unnest(idfs)) with ordinality as t(lexeme, idf, ord)
+            cross join lateral (
+                select p.tf, p.doc_len from pgrag.bm25_postings as p
+                where p.tenant_id = tenant and p.lexeme = t.lexeme and p.chunk_id = c.chunk_id) as p) as score
+    from unnest(chunk_ids) as c(chunk_id)
+    order by 2 desc, 1 limit top_n
+$$;
+
 -- Score-at-a-time: the m highest-impact postings of each lexeme; the 4 x top_n chunks with the
 -- best partial sums are completed by primary-key probes and ranked by their exact scores.
 create or replace function pgrag_bench.top_by_impact(
@@ -40,14 +59,8 @@ as $$
         select l.chunk_id from lists as l group by l.chunk_id
         order by sum(l.contrib) desc, l.chunk_id limit 4 * top_n
     )
-    select s.chunk_id,
-           (select sum(t.idf * p.tf / (p.tf + k1 * (1 - b + b * p.doc_len / avgdl)) order by t.ord)
-            from terms as t
-            cross join lateral (
-                select p.tf, p.doc_len from pgrag.bm25_postings as p
-                where p.tenant_id = tenant and p.lexeme = t.lexeme and p.chunk_id = s.chunk_id) as p) as score
-    from seeds as s
-    order by 2 desc, 1 limit top_n
+    select e.* from pgrag_bench.exact_top(
+        tenant, lexemes, idfs, k1, b, avgdl, (select array_agg(s.chunk_id) from seeds as s), top_n) as e
 $$;
 
 -- Rare terms first (MaxScore-like, with a budget): every posting of the rarest lexemes while
@@ -78,14 +91,8 @@ as $$
         order by sum(e.idf * p.tf / (p.tf + k1 * (1 - b + b * p.doc_len / avgdl))) desc, p.chunk_id
         limit greatest(complete_n, top_n)
     )
-    select c.chunk_id,
-           (select sum(t.idf * p.tf / (p.tf + k1 * (1 - b + b * p.doc_len / avgdl)) order by t.ord)
-            from terms as t
-            cross join lateral (
-                select p.tf, p.doc_len from pgrag.bm25_postings as p
-                where p.tenant_id = tenant and p.lexeme = t.lexeme and p.chunk_id = c.chunk_id) as p) as score
-    from cand as c
-    order by 2 desc, 1 limit top_n
+    select e.* from pgrag_bench.exact_top(
+        tenant, lexemes, idfs, k1, b, avgdl, (select array_agg(c.chunk_id) from cand as c), top_n) as e
 $$;
 
 -- One query with pgrag's statistics (tenant, k1 1.5, b 0.75, English): strategy 'impact' (param
