@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import latency  # noqa: E402
-from common import drop_database, fresh_database  # noqa: E402
+from common import drop_database, fresh_database, latency_summary  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
 
@@ -151,7 +151,7 @@ def main() -> None:
                 if strategy is None:
                     exact = rows
                 entry["strategies"][label] = {
-                    **latency.summary(ms),
+                    **latency_summary(ms),
                     f"recall_at_{args.k}": round(recall(exact, rows), 4),
                 }
                 s = entry["strategies"][label]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
+
+import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
@@ -25,3 +28,17 @@ def fresh_database(admin_dsn: str, name: str, *, dims: int = 384) -> str:
     dsn = make_conninfo(admin_dsn, dbname=name)
     Migrator(dsn).migrate(dims)
     return dsn
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile, linearly interpolated (numpy's default, as ``pgrag eval``)."""
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def latency_summary(ms: list[float]) -> dict[str, float]:
+    """p50, p95 and mean of latencies in milliseconds, rounded to 0.01 ms."""
+    return {
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p95_ms": round(percentile(ms, 95), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+    }

@@ -44,7 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import psycopg
-from common import fresh_database
+from common import fresh_database, percentile
 from psycopg.conninfo import make_conninfo
 
 from pgrag.db import connect
@@ -54,10 +54,6 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "filtered.json"
 DIMS = 384
 GOAL_RECALL = 0.95
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def load_texts(data: Path, n_docs: int, n_queries: int, seed: int) -> tuple[list[str], list[str]]:

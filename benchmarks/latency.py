@@ -47,7 +47,7 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common import fresh_database  # noqa: E402
+from common import fresh_database, latency_summary  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
 
@@ -186,19 +186,6 @@ def load(dsn: str, texts: list[str], vectors: np.ndarray, tenants: int) -> dict[
     }
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
-def summary(ms: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": round(percentile(ms, 50), 2),
-        "p95_ms": round(percentile(ms, 95), 2),
-        "mean_ms": round(statistics.fmean(ms), 2),
-    }
-
-
 def timed(
     conn: psycopg.Connection[Any],
     tenant: str,
@@ -250,7 +237,7 @@ def bench_single(dsn: str, queries: list[str], qvecs: np.ndarray, k: int) -> dic
                 t, rows = timed(conn, "t0", query, args(q, v))
                 ms.append(t)
                 short += len(rows) < (1 if name == "build_context" else k)
-            out[name] = {**summary(ms), "short_results": short}
+            out[name] = {**latency_summary(ms), "short_results": short}
             print(
                 f"    {name:28s} p50 {out[name]['p50_ms']:7.2f} ms"
                 f"  p95 {out[name]['p95_ms']:7.2f} ms",
@@ -298,7 +285,7 @@ def bench_tenants(
                 recalls.append(len(got & truth) / k)
                 short += len(rows) < k
             out[name] = {
-                **summary(ms),
+                **latency_summary(ms),
                 "recall_at_10": round(statistics.fmean(recalls), 4),
                 "short_results": short,
                 "queries": len(qvecs),
