@@ -364,6 +364,33 @@ def test_concurrent_ingests_of_one_tenant_do_not_block(
     assert kept_stats(conn) == expected_stats(conn)
 
 
+def test_one_statement_of_more_than_a_batch_of_chunks_is_indexed_whole(
+    conn: psycopg.Connection[Any], corpus_ids: list[int]
+) -> None:
+    # The triggers hand rows to pgrag.bm25_apply 10,000 at a time.
+    doc = conn.execute(
+        "select document_id from pgrag.chunks where id = %s", (corpus_ids[0],)
+    ).fetchone()
+    assert doc
+    conn.execute(
+        "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
+        " select %s, %s, 1000 + i, 'bulk load ' || i || ' row', 'x'"
+        " from generate_series(1, 10050) as i",
+        (TENANT, doc[0]),
+    )
+    conn.execute("update pgrag.chunks set content = content || ' again' where chunk_index > 1000")
+    conn.commit()
+    assert kept_stats(conn) == expected_stats(conn)
+    assert kept_lexicon(conn) == expected_lexicon(conn)
+    assert kept_postings(conn) == expected_postings(conn)
+
+    conn.execute("delete from pgrag.chunks where chunk_index > 1000")
+    conn.commit()
+    assert kept_stats(conn) == expected_stats(conn)
+    assert kept_lexicon(conn) == expected_lexicon(conn)
+    assert kept_postings(conn) == expected_postings(conn)
+
+
 def test_writers_on_one_shard_queue_instead_of_deadlocking(
     db: str, conn: psycopg.Connection[Any], corpus_ids: list[int]
 ) -> None:

@@ -94,9 +94,12 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+    -- In batches of 10,000 rows: one array may not exceed 1 GB, a bulk load may.
     perform pgrag.bm25_apply(1, pg_catalog.array_agg(n.tenant_id), pg_catalog.array_agg(n.id),
                              pg_catalog.array_agg(n.language::text), pg_catalog.array_agg(n.fts))
-    from new_chunks as n;
+    from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
+          from new_chunks as c) as n
+    group by n.batch;
     return null;
 end
 $$;
@@ -112,7 +115,9 @@ as $$
 begin
     perform pgrag.bm25_apply(-1, pg_catalog.array_agg(o.tenant_id), pg_catalog.array_agg(o.id),
                              pg_catalog.array_agg(o.language::text), pg_catalog.array_agg(o.fts))
-    from old_chunks as o;
+    from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
+          from old_chunks as c) as o
+    group by o.batch;
     return null;
 end
 $$;
@@ -130,20 +135,24 @@ begin
     -- removed as its old version and added as its new one.
     perform pgrag.bm25_apply(-1, pg_catalog.array_agg(o.tenant_id), pg_catalog.array_agg(o.id),
                              pg_catalog.array_agg(o.language::text), pg_catalog.array_agg(o.fts))
-    from old_chunks as o
-    where not exists (
-        select from new_chunks as n
-        where n.tenant_id = o.tenant_id and n.id = o.id
-          and n.language = o.language and n.fts = o.fts
-    );
+    from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
+          from old_chunks as c
+          where not exists (
+              select from new_chunks as n
+              where n.tenant_id = c.tenant_id and n.id = c.id
+                and n.language = c.language and n.fts = c.fts
+          )) as o
+    group by o.batch;
     perform pgrag.bm25_apply(1, pg_catalog.array_agg(n.tenant_id), pg_catalog.array_agg(n.id),
                              pg_catalog.array_agg(n.language::text), pg_catalog.array_agg(n.fts))
-    from new_chunks as n
-    where not exists (
-        select from old_chunks as o
-        where n.tenant_id = o.tenant_id and n.id = o.id
-          and n.language = o.language and n.fts = o.fts
-    );
+    from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
+          from new_chunks as c
+          where not exists (
+              select from old_chunks as o
+              where c.tenant_id = o.tenant_id and c.id = o.id
+                and c.language = o.language and c.fts = o.fts
+          )) as n
+    group by n.batch;
     return null;
 end
 $$;
