@@ -23,7 +23,10 @@ comment on table pgrag.bm25_lexicon is
 'BM25 document frequency per tenant and lexeme (chunks holding it), as sharded counters kept by triggers on pgrag.chunks; sum over shards.';
 comment on column pgrag.bm25_lexicon.df is 'This shard''s share of the document frequency (may be negative; the sum is not).';
 
--- Existing postings: one shard per (tenant, lexeme).
+-- Existing postings: one shard per (tenant, lexeme). No chunk may be written meanwhile: the
+-- triggers that keep the lexicon arrive with the functions tier, applied right after this file
+-- (docs/install.md: stop ingests while upgrading).
+lock table pgrag.chunks in share mode;
 insert into pgrag.bm25_lexicon (tenant_id, lexeme, shard, df)
 select p.tenant_id, p.lexeme, 0, pg_catalog.count(*)
 from pgrag.bm25_postings as p
