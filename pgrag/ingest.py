@@ -277,77 +277,31 @@ class _Loader(_Worker):
             )
 
     def _do_commit(self, docs: list[tuple[Any, ...]]) -> None:
-        ids = [d[0] for d in docs]
         t = self.tenant
         with self.conn.transaction():
             set_request_tenant(self.conn, t)
-            self.conn.execute(
-                "select 1 from pgrag.documents where tenant_id = %s and id = any(%s) "
-                "order by id for update",
-                (t, ids),
-            )
-            # Unchanged chunks take the embedding already stored for the same document.
-            self.conn.execute(
-                """
-                update pgrag_stage s set embedding = o.embedding
-                  from pgrag.chunks o
-                 where s.embedding is null and s.document_id = any(%(ids)s)
-                   and o.tenant_id = %(t)s and o.document_id = s.document_id
-                   and o.content_sha256 = s.content_sha256 and o.embedding is not null
-                """,
-                {"ids": ids, "t": t},
-            )
-            missing = self.conn.execute(
-                "select count(*) from pgrag_stage where document_id = any(%s) "
-                "and embedding is null",
-                (ids,),
-            ).fetchone()
-            if missing and missing[0]:
-                raise PgragError(
-                    "a document changed in the database while it was being ingested (another "
-                    "ingest of the same source?): run pgrag ingest again."
-                )
-            self.conn.execute(
-                "delete from pgrag.chunks where tenant_id = %s and document_id = any(%s)",
-                (t, ids),
-            )
-            self.conn.execute(
-                sql.SQL(
-                    "insert into pgrag.chunks (tenant_id, {cols}) select %s, {src} "
-                    "from pgrag_stage where document_id = any(%s) "
-                    "order by document_id, chunk_index"
-                ).format(
-                    cols=sql.SQL(", ").join(sql.Identifier(c) for c in STAGE_COLUMNS),
-                    src=sql.SQL(", ").join(
-                        sql.SQL("language::regconfig") if c == "language" else sql.Identifier(c)
-                        for c in STAGE_COLUMNS
+            try:
+                self.conn.execute(
+                    "select pgrag.replace_document_chunks('pg_temp.pgrag_stage'::regclass, %s,"
+                    " %s::int8[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int4[], %s)",
+                    (
+                        t,
+                        [d[0] for d in docs],
+                        [d[1] for d in docs],
+                        [d[2] for d in docs],
+                        [d[3] for d in docs],
+                        [Jsonb(d[4]) for d in docs],
+                        [d[5] for d in docs],
+                        self.model,
                     ),
-                ),
-                (t, ids),
-            )
-            self.conn.execute(
-                """
-                update pgrag.documents d
-                   set title = v.title, source_type = v.source_type,
-                       content_sha256 = v.sha, metadata = v.metadata, status = 'ready',
-                       error = null, chunk_count = v.n, embedding_model = %(model)s
-                  from unnest(%(ids)s::int8[], %(titles)s::text[], %(types)s::text[],
-                              %(shas)s::text[], %(metas)s::jsonb[], %(ns)s::int4[])
-                       as v(id, title, source_type, sha, metadata, n)
-                 where d.tenant_id = %(t)s and d.id = v.id
-                """,
-                {
-                    "model": self.model,
-                    "ids": ids,
-                    "titles": [d[1] for d in docs],
-                    "types": [d[2] for d in docs],
-                    "shas": [d[3] for d in docs],
-                    "metas": [Jsonb(d[4]) for d in docs],
-                    "ns": [d[5] for d in docs],
-                    "t": t,
-                },
-            )
-            self.conn.execute("delete from pgrag_stage where document_id = any(%s)", (ids,))
+                )
+            except psycopg.Error as exc:
+                if exc.sqlstate == "PR001":
+                    raise PgragError(
+                        "a document changed in the database while it was being ingested "
+                        "(another ingest of the same source?): run pgrag ingest again."
+                    ) from exc
+                raise
             if not self.model_recorded:
                 self.conn.execute(
                     "update pgrag.embedding_config set model = %s, provider = %s "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 
 from pgrag.db import connect
@@ -119,3 +120,41 @@ def test_wrong_dimension_is_refused_before_anything_is_written(db: str) -> None:
     assert chunk_rows(db) == []
     with connect(db) as conn:
         assert conn.execute("select count(*) from pgrag.documents").fetchone() == (0,)
+
+
+def test_swap_refuses_a_staged_chunk_with_no_embedding_to_reuse_and_changes_nothing(
+    db: str, local_embedder: LocalEmbedder
+) -> None:
+    ingest_documents(db, corpus_docs()[:1], tenant="t", embedder=local_embedder)
+    with connect(db) as conn:
+        doc_id, before = conn.execute(
+            "select id, (select array_agg(content_sha256 order by chunk_index) from pgrag.chunks c"
+            " where c.tenant_id = d.tenant_id and c.document_id = d.id)"
+            " from pgrag.documents d where tenant_id = 't'"
+        ).fetchone() or (None, None)
+        conn.execute(
+            "create temp table stage (document_id int8, chunk_index int4, content text,"
+            " embedding vector, page int4, heading_path text[], language text, token_count int4,"
+            " content_sha256 text, overlap_chars int4, metadata jsonb)"
+        )
+        # A new text whose embedding nobody computed (as when another ingest swapped the
+        # document meanwhile): the swap must not write a chunk without an embedding.
+        conn.execute(
+            "insert into stage values (%s, 0, 'new text', null, null, '{}', 'english', 2,"
+            " 'sha-of-new-text', 0, '{}')",
+            (doc_id,),
+        )
+        with pytest.raises(psycopg.Error) as raised:
+            conn.execute(
+                "select pgrag.replace_document_chunks('stage', 't', %s, '{T}', '{text}',"
+                " '{x}', '{}', '{1}', 'm')",
+                ([doc_id],),
+            )
+        conn.rollback()
+        after = conn.execute(
+            "select array_agg(content_sha256 order by chunk_index) from pgrag.chunks"
+            " where tenant_id = 't' and document_id = %s",
+            (doc_id,),
+        ).fetchone()
+    assert raised.value.sqlstate == "PR001"
+    assert after and after[0] == before

@@ -438,6 +438,7 @@ PGRAG_FUNCTIONS = (
     "keyword_candidates",
     "keyword_query",
     "mmr_order",
+    "replace_document_chunks",
     "tenant_chunk_count(text)",
     "vector_candidates",
     "windows",

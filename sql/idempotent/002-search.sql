@@ -175,6 +175,79 @@ create or replace trigger chunks_bm25_update
     for each statement execute function pgrag.bm25_chunks_updated();
 
 -- ---------------------------------------------------------------------------------------------
+-- Loading: the atomic per-document swap every loader shares.
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.replace_document_chunks(
+    stage regclass,
+    tenant text,
+    document_ids bigint[],
+    titles text[],
+    source_types text[],
+    content_sha256s text[],
+    metadatas jsonb[],
+    chunk_counts integer[],
+    embedding_model text
+)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_missing bigint;
+begin
+    -- One loader at a time per document, in id order (no deadlock between two loaders).
+    perform 1 from pgrag.documents as d
+    where d.tenant_id = tenant and d.id = any (document_ids)
+    order by d.id
+    for update;
+    -- Staged chunks without an embedding reuse the one stored for the same text of the same
+    -- document (an unchanged chunk is never embedded twice).
+    execute pg_catalog.format(
+        'update %s as s set embedding = o.embedding from pgrag.chunks as o '
+        'where s.embedding is null and s.document_id operator(pg_catalog.=) any ($1) '
+        'and o.tenant_id operator(pg_catalog.=) $2 and o.document_id operator(pg_catalog.=) s.document_id '
+        'and o.content_sha256 operator(pg_catalog.=) s.content_sha256 and o.embedding is not null',
+        stage)
+    using document_ids, tenant;
+    execute pg_catalog.format(
+        'select pg_catalog.count(*) from %s where document_id operator(pg_catalog.=) any ($1) '
+        'and embedding is null', stage)
+    into v_missing
+    using document_ids;
+    if v_missing > 0 then
+        raise exception 'a document changed in the database while it was being ingested'
+            using errcode = 'PR001',
+                  hint = 'another ingest of the same source? run pgrag ingest again.';
+    end if;
+    delete from pgrag.chunks as c where c.tenant_id = tenant and c.document_id = any (document_ids);
+    execute pg_catalog.format(
+        'insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding, page, '
+        'heading_path, language, token_count, content_sha256, overlap_chars, metadata) '
+        'select $1, document_id, chunk_index, content, embedding, page, heading_path, '
+        'language::regconfig, token_count, content_sha256, overlap_chars, metadata '
+        'from %s where document_id operator(pg_catalog.=) any ($2) order by document_id, chunk_index',
+        stage)
+    using tenant, document_ids;
+    update pgrag.documents as d
+       set title = v.title, source_type = v.source_type, content_sha256 = v.sha,
+           metadata = v.metadata, status = 'ready', error = null, chunk_count = v.n,
+           embedding_model = replace_document_chunks.embedding_model
+      from rows from (pg_catalog.unnest(document_ids), pg_catalog.unnest(titles),
+                      pg_catalog.unnest(source_types), pg_catalog.unnest(content_sha256s),
+                      pg_catalog.unnest(metadatas), pg_catalog.unnest(chunk_counts))
+           as v(id, title, source_type, sha, metadata, n)
+     where d.tenant_id = tenant and d.id = v.id;
+    execute pg_catalog.format('delete from %s where document_id operator(pg_catalog.=) any ($1)', stage)
+    using document_ids;
+end
+$$;
+comment on function pgrag.replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
+'Atomic swap of documents'' chunks from a staging table (columns document_id, chunk_index, content, embedding, page, heading_path, language, token_count, content_sha256, overlap_chars, metadata; e.g. a temp table filled by COPY): locks the documents, reuses stored embeddings of unchanged chunk texts, replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse.';
+
+-- ---------------------------------------------------------------------------------------------
 -- Query parsing: websearch syntax with OR semantics.
 -- ---------------------------------------------------------------------------------------------
 
