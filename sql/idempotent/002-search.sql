@@ -26,10 +26,16 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_shard integer := pg_catalog.pg_backend_pid() % 16;
+    v_slot integer;
 begin
     if coalesce(pg_catalog.cardinality(chunk_ids), 0) = 0 then
         return;
     end if;
+    -- The lexicon row of a word is updated by every statement that writes it: rotate over 8
+    -- slots of this backend's shard, statement after statement within a transaction, so that
+    -- thousands of single-row inserts in one transaction do not pile versions on one row.
+    v_slot := coalesce(nullif(pg_catalog.current_setting('pgrag.lexicon_slot', true), '')::integer, -1) + 1;
+    perform pg_catalog.set_config('pgrag.lexicon_slot', (v_slot % 8)::text, true);
     -- One writer per (tenant, shard) until commit: a transaction that replaces chunks adds
     -- to the lexicon twice (deleted, then inserted), and two such transactions on one shard
     -- could otherwise lock the rows of common words in opposite orders. Writers on other
@@ -60,7 +66,7 @@ begin
 
     -- Document frequencies, in key order (one lock order for every writer of a shard).
     insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df)
-    select c.tenant_id, l.lexeme, v_shard, sign * pg_catalog.count(*)
+    select c.tenant_id, l.lexeme, v_shard * 8 + v_slot % 8, sign * pg_catalog.count(*)
     from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(ftss)) as c(tenant_id, fts)
     cross join lateral pg_catalog.unnest(pg_catalog.tsvector_to_array(c.fts)) as l(lexeme)
     group by c.tenant_id, l.lexeme
@@ -85,7 +91,7 @@ begin
 end
 $$;
 comment on function pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector[]) is
-'Adds (sign 1) or removes (sign -1) chunks in the BM25 index: postings, document frequencies (pgrag.bm25_lexicon) and corpus statistics, as this backend''s shard (pid % 16). Called by the triggers on pgrag.chunks with their transition rows.';
+'Adds (sign 1) or removes (sign -1) chunks in the BM25 index: postings, document frequencies (pgrag.bm25_lexicon, shard (pid % 16) * 8 + a slot rotating per statement) and corpus statistics (shard pid % 16). Called by the triggers on pgrag.chunks with their transition rows.';
 
 create or replace function pgrag.bm25_chunks_inserted()
 returns trigger

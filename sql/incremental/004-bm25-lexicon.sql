@@ -5,8 +5,11 @@
 -- an index-only range count as long as the posting list, read a second time to score. At 100k
 -- chunks that count was about a fifth of the query (benchmarks/latency.py). Here df is kept
 -- by the BM25 triggers on pgrag.chunks (sql/idempotent/002-search.sql), like corpus_stats:
--- each backend adds its deltas to shard (pid % 16) of a (tenant, lexeme), so concurrent
--- ingests of one tenant do not queue on the rows of common words; df is the sum over shards.
+-- each backend adds its deltas to its own shards of a (tenant, lexeme), so concurrent ingests
+-- of one tenant do not queue on the rows of common words; df is the sum over shards. A backend
+-- owns 8 shards (16 groups by pid % 16, 8 slots each) and moves to the next slot with every
+-- write statement of a transaction: a transaction of many small statements would otherwise
+-- update the same rows again and again, and each update walks the versions it left behind.
 
 set local lock_timeout = '10s';
 set local search_path = pg_catalog, pg_temp;
@@ -14,7 +17,7 @@ set local search_path = pg_catalog, pg_temp;
 create table pgrag.bm25_lexicon (
     tenant_id text not null,
     lexeme text not null,
-    shard integer not null check (shard between 0 and 15),
+    shard integer not null check (shard between 0 and 127),
     df bigint not null default 0,
     primary key (tenant_id, lexeme, shard)
 );
