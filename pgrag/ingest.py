@@ -301,6 +301,11 @@ class _Loader(_Worker):
                         "a document changed in the database while it was being ingested "
                         "(another ingest of the same source?): run pgrag ingest again."
                     ) from exc
+                if exc.sqlstate == "PR002":
+                    raise EmbeddingConfigError(
+                        "another ingest recorded a different embedding model meanwhile; "
+                        "mixing models is refused."
+                    ) from exc
                 raise
             if not self.model_recorded:
                 self.conn.execute(

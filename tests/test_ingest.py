@@ -147,7 +147,7 @@ def test_swap_refuses_a_staged_chunk_with_no_embedding_to_reuse_and_changes_noth
         with pytest.raises(psycopg.Error) as raised:
             conn.execute(
                 "select pgrag.replace_document_chunks('stage', 't', %s, '{T}', '{text}',"
-                " '{x}', '{}', '{1}', 'm')",
+                " '{x}', '{}', '{1}', (select model from pgrag.embedding_config))",
                 ([doc_id],),
             )
         conn.rollback()
@@ -158,3 +158,39 @@ def test_swap_refuses_a_staged_chunk_with_no_embedding_to_reuse_and_changes_noth
         ).fetchone()
     assert raised.value.sqlstate == "PR001"
     assert after and after[0] == before
+
+
+def test_swap_refuses_embeddings_of_another_model_than_the_recorded_one(
+    db: str, local_embedder: LocalEmbedder
+) -> None:
+    # Any loader calling the SQL swap, not only pgrag's, is held to the recorded model.
+    ingest_documents(db, corpus_docs()[:1], tenant="t", embedder=local_embedder)
+    with connect(db) as conn:
+        doc_id, model = conn.execute(
+            "select d.id, c.model from pgrag.documents d, pgrag.embedding_config c"
+            " where d.tenant_id = 't'"
+        ).fetchone() or (None, None)
+        conn.execute(
+            "create temp table stage (document_id int8, chunk_index int4, content text,"
+            " embedding vector, page int4, heading_path text[], language text, token_count int4,"
+            " content_sha256 text, overlap_chars int4, metadata jsonb)"
+        )
+        conn.execute(
+            "insert into stage values (%s, 0, 'new text', %s::vector, null, '{}', 'english', 2,"
+            " 'sha-of-new-text', 0, '{}')",
+            (doc_id, "[" + ",".join(["0.1"] * 384) + "]"),
+        )
+        with pytest.raises(psycopg.Error) as raised:
+            conn.execute(
+                "select pgrag.replace_document_chunks('stage', 't', %s, '{T}', '{text}',"
+                " '{x}', '{}', '{1}', 'another-model')",
+                ([doc_id],),
+            )
+        conn.rollback()
+        chunks = conn.execute(
+            "select content from pgrag.chunks where tenant_id = 't' and document_id = %s",
+            (doc_id,),
+        ).fetchall()
+    assert model is not None
+    assert raised.value.sqlstate == "PR002"
+    assert ("new text",) not in chunks and chunks

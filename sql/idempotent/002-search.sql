@@ -203,7 +203,15 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_missing bigint;
+    v_recorded text;
 begin
+    -- Never mix models: the embeddings must come from the model the database records.
+    select c.model into v_recorded from pgrag.embedding_config as c;
+    if v_recorded is not null and v_recorded <> embedding_model then
+        raise exception 'this database holds embeddings of %; % would mix models', v_recorded, embedding_model
+            using errcode = 'PR002',
+                  hint = 'embed with the recorded model, or switch models for every document (pgrag ingest --switch-model).';
+    end if;
     -- One loader at a time per document, in id order (no deadlock between two loaders).
     perform 1 from pgrag.documents as d
     where d.tenant_id = tenant and d.id = any (document_ids)
@@ -251,7 +259,7 @@ begin
 end
 $$;
 comment on function pgrag.replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
-'Atomic swap of documents'' chunks from a staging table (columns document_id, chunk_index, content, embedding, page, heading_path, language, token_count, content_sha256, overlap_chars, metadata; e.g. a temp table filled by COPY): locks the documents, reuses stored embeddings of unchanged chunk texts, replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse.';
+'Atomic swap of documents'' chunks from a staging table (columns document_id, chunk_index, content, embedding, page, heading_path, language, token_count, content_sha256, overlap_chars, metadata; e.g. a temp table filled by COPY): locks the documents, reuses stored embeddings of unchanged chunk texts, replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse, PR002 when embedding_model is not the model pgrag.embedding_config records.';
 
 -- ---------------------------------------------------------------------------------------------
 -- Query parsing: websearch syntax with OR semantics.
