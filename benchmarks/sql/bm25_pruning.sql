@@ -96,7 +96,10 @@ as $$
 $$;
 
 -- One query with pgrag's statistics (tenant, k1 1.5, b 0.75, English): strategy 'impact' (param
--- m) or 'rare' (param budget; 200 chunks completed).
+-- m) or 'rare' (param budget; 200 chunks completed). Two floors of any exact evaluation, which
+-- must visit every posting of every query lexeme: 'read' only counts those postings (one row:
+-- chunk_id 0, score = the count); 'group' also groups them by chunk (the count per chunk as
+-- score, best top_n), without the BM25 formula.
 create or replace function pgrag_bench.keyword(
     query_text text, top_n integer, strategy text, param integer, tenant text default 't0'
 )
@@ -119,7 +122,20 @@ begin
                   where x.tenant_id = tenant and x.lexeme = l.lexeme)::float8 as df
           from unnest((select q.lexemes from pgrag.keyword_query(query_text, 'english') as q)) as l(lexeme)) as d
     where d.df > 0;
-    if strategy = 'impact' then
+    if strategy = 'read' then
+        return query
+        select 0::bigint, count(*)::float8
+        from unnest(v_lex) as l(lexeme)
+        join pgrag.bm25_postings as p on p.tenant_id = tenant and p.lexeme = l.lexeme;
+    elsif strategy = 'group' then
+        return query
+        select p.chunk_id, count(*)::float8
+        from unnest(v_lex) as l(lexeme)
+        join pgrag.bm25_postings as p on p.tenant_id = tenant and p.lexeme = l.lexeme
+        group by p.chunk_id
+        order by 2 desc, 1
+        limit top_n;
+    elsif strategy = 'impact' then
         return query select * from pgrag_bench.top_by_impact(tenant, v_lex, v_idf, v_df, 1.5, 0.75, v_total / v_n, top_n, param);
     else
         return query select * from pgrag_bench.top_by_rare_terms(tenant, v_lex, v_idf, v_df, 1.5, 0.75, v_total / v_n, top_n, param, 200);
