@@ -1,13 +1,16 @@
-"""Can BM25 top-k at 100k chunks read fewer postings? Exact scan against two pruned strategies.
+"""Can BM25 top-k at 100k chunks read fewer postings? The exact scan against three strategies.
 
 pgrag's keyword arm (``keyword_search``) scores every posting of every query lexeme: exact, but
-its cost grows with the postings a query touches. This script measures two ways of reading fewer
-(``benchmarks/sql/bm25_pruning.sql``; not installed by pgrag), each returning exact BM25 scores
-for the rows it returns, on the queries and corpora of ``benchmarks/latency.py``:
+its cost grows with the postings a query touches. This script measures three ways of reading
+fewer (``benchmarks/sql/bm25_pruning.sql``; not installed by pgrag), each returning exact BM25
+scores for the rows it returns, on the queries and corpora of ``benchmarks/latency.py``:
 
 * ``impact``: the m highest-impact postings of each lexeme (an impact-ordered expression index),
   then the best partial sums completed by primary-key probes;
-* ``rare``: every posting of the rarest lexemes within a budget, then completion likewise.
+* ``rare``: every posting of the rarest lexemes within a budget, then completion likewise;
+* ``maxscore``: exact. The rarest lexemes within a budget give partial sums; the other lexemes
+  are probed one at a time, only for chunks that can still reach the k-th best given each
+  lexeme's largest term part; when that cannot prove the top k, the exact scan answers.
 
 Two floors bound any exact evaluation in SQL from below: ``read`` visits every posting of the
 query's lexemes and only counts them; ``group`` also groups them by chunk (no formula). For
@@ -55,6 +58,8 @@ STRATEGIES: list[tuple[str, str | None, int]] = [
     ("impact, m 3000", "impact", 3000),
     ("rare, budget 10k", "rare", 10_000),
     ("rare, budget 20k", "rare", 20_000),
+    ("maxscore (exact), 10k", "maxscore", 10_000),
+    ("maxscore (exact), 20k", "maxscore", 20_000),
     ("floor: read postings", "read", 0),
     ("floor: read + group", "group", 0),
 ]
