@@ -12,7 +12,7 @@ scores for the rows it returns, on the queries and corpora of ``benchmarks/laten
   are probed one at a time, only for chunks that can still reach the k-th best given each
   lexeme's largest term part; when that cannot prove the top k, the exact scan answers.
 
-Two floors bound any exact evaluation in SQL from below: ``read`` visits every posting of the
+Two floors bound any evaluation that visits every posting from below: ``read`` visits those of the
 query's lexemes and only counts them; ``group`` also groups them by chunk (no formula). For
 context, the same run times the other parts of a hybrid query: the vector arm
 (``pgrag.vector_candidates``, k candidates) and ``hybrid_search`` itself (match_count 10).
