@@ -191,10 +191,10 @@ end
 $$;
 
 -- One query with pgrag's statistics (tenant, k1 1.5, b 0.75, English): strategy 'impact' (param
--- m), 'rare' (param budget; 200 chunks completed) or 'maxscore' (param budget). Two floors of any exact evaluation, which
--- must visit every posting of every query lexeme: 'read' only counts those postings (one row:
--- chunk_id 0, score = the count); 'group' also groups them by chunk (the count per chunk as
--- score, best top_n), without the BM25 formula.
+-- m), 'rare' (param budget; 200 chunks completed) or 'maxscore' (param budget). Two floors of
+-- any evaluation that visits every posting of every query lexeme: 'read' only counts those
+-- postings (one row: chunk_id 0, score = the count); 'group' also groups them by chunk (the
+-- count per chunk as score, best top_n), without the BM25 formula.
 create or replace function pgrag_bench.keyword(
     query_text text, top_n integer, strategy text, param integer, tenant text default 't0'
 )
