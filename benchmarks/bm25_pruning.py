@@ -10,7 +10,8 @@ scores for the rows it returns, on the queries and corpora of ``benchmarks/laten
 * ``rare``: every posting of the rarest lexemes within a budget, then completion likewise;
 * ``maxscore``: exact. The rarest lexemes within a budget give partial sums; the other lexemes
   are probed one at a time, only for chunks that can still reach the k-th best given each
-  lexeme's largest term part; when that cannot prove the top k, the exact scan answers.
+  lexeme's largest term part; when that cannot prove the top k, the exact scan answers;
+  ``maxscore-bail`` runs the exact scan at once when over 2,000 chunks would be probed first.
 
 Two floors bound any evaluation that visits every posting from below: ``read`` visits those of the
 query's lexemes and only counts them; ``group`` also groups them by chunk (no formula). For
@@ -60,6 +61,8 @@ STRATEGIES: list[tuple[str, str | None, int]] = [
     ("rare, budget 20k", "rare", 20_000),
     ("maxscore (exact), 10k", "maxscore", 10_000),
     ("maxscore (exact), 20k", "maxscore", 20_000),
+    ("maxscore, bail 2k, 10k", "maxscore-bail", 10_000),
+    ("maxscore, bail 2k, 20k", "maxscore-bail", 20_000),
     ("floor: read postings", "read", 0),
     ("floor: read + group", "group", 0),
 ]

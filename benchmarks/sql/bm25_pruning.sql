@@ -112,10 +112,15 @@ create unique index if not exists max_impact_key on pgrag_bench.max_impact (tena
 -- chunk_id = any(...)) only for the chunks whose partial sum plus the bounds still to come can
 -- reach the k-th best partial sum. The result is exact when at least top_n chunks were
 -- completed and the k-th score exceeds the sum of the skipped lexemes' bounds (a chunk without
--- any rare lexeme cannot score more); otherwise the exact scan answers.
+-- any rare lexeme cannot score more); otherwise the exact scan answers. With max_candidates,
+-- the exact scan answers at once when the first lexeme to probe has more candidates than that.
+drop function if exists pgrag_bench.top_by_maxscore(
+    text, text[], double precision[], double precision[], double precision, double precision,
+    double precision, integer, integer);
 create or replace function pgrag_bench.top_by_maxscore(
     tenant text, lexemes text[], idfs double precision[], dfs double precision[],
-    k1 double precision, b double precision, avgdl double precision, top_n integer, budget integer
+    k1 double precision, b double precision, avgdl double precision, top_n integer, budget integer,
+    max_candidates integer default null
 )
 returns table (chunk_id bigint, score double precision)
 language plpgsql stable
@@ -159,6 +164,11 @@ begin
     for j in 1 .. coalesce(cardinality(v_non), 0) loop
         select sum(u) into v_rest from unnest(v_non_ub[j:]) as u;
         v_kth := v_part[least(top_n, cardinality(v_part))];
+        if j = 1 and max_candidates is not null
+           and (select count(*) from unnest(v_part) as u(s) where u.s + v_rest >= v_kth) > max_candidates then
+            v_ids := null;
+            exit;
+        end if;
         with c as materialized (
             select u.id, u.s from unnest(v_ids, v_part) as u(id, s) where u.s + v_rest >= v_kth
         ),
@@ -191,7 +201,8 @@ end
 $$;
 
 -- One query with pgrag's statistics (tenant, k1 1.5, b 0.75, English): strategy 'impact' (param
--- m), 'rare' (param budget; 200 chunks completed) or 'maxscore' (param budget). Two floors of
+-- m), 'rare' (param budget; 200 chunks completed), 'maxscore' (param budget) or 'maxscore-bail'
+-- (param budget; exact scan when more than 2,000 chunks would be probed first). Two floors of
 -- any evaluation that visits every posting of every query lexeme: 'read' only counts those
 -- postings (one row: chunk_id 0, score = the count); 'group' also groups them by chunk (the
 -- count per chunk as score, best top_n), without the BM25 formula.
@@ -232,6 +243,8 @@ begin
         limit top_n;
     elsif strategy = 'maxscore' then
         return query select * from pgrag_bench.top_by_maxscore(tenant, v_lex, v_idf, v_df, 1.5, 0.75, v_total / v_n, top_n, param);
+    elsif strategy = 'maxscore-bail' then
+        return query select * from pgrag_bench.top_by_maxscore(tenant, v_lex, v_idf, v_df, 1.5, 0.75, v_total / v_n, top_n, param, 2000);
     elsif strategy = 'impact' then
         return query select * from pgrag_bench.top_by_impact(tenant, v_lex, v_idf, v_df, 1.5, 0.75, v_total / v_n, top_n, param);
     else
