@@ -90,6 +90,24 @@ STAGE_TYPES = [
 ]
 
 
+def create_stage_table(conn: psycopg.Connection[Any]) -> None:
+    """Create this session's staging table ``pg_temp.pgrag_stage`` (columns ``STAGE_COLUMNS``),
+    which ``pgrag.replace_document_chunks`` reads."""
+    row = conn.execute(
+        "select n.nspname from pg_catalog.pg_extension e "
+        "join pg_catalog.pg_namespace n on n.oid = e.extnamespace where e.extname = 'vector'"
+    ).fetchone()
+    vector = sql.Identifier(row[0] if row else "public", "vector")
+    conn.execute(
+        sql.SQL(
+            "create temp table pgrag_stage (document_id int8 not null, chunk_index int4 "
+            "not null, content text not null, embedding {}, page int4, heading_path text[] "
+            "not null, language text not null, token_count int4 not null, content_sha256 "
+            "text not null, overlap_chars int4 not null, metadata jsonb not null)"
+        ).format(vector)
+    )
+
+
 @dataclass
 class IngestOptions:
     """How to chunk and whether to redo work.
@@ -236,25 +254,10 @@ class _Loader(_Worker):
         self.provider = provider
         self.conn = _act_as(connect(dsn, autocommit=True), tenant)
         self.model_recorded = False
-        self._make_stage()
+        create_stage_table(self.conn)
 
     def close(self) -> None:
         self.conn.close()
-
-    def _make_stage(self) -> None:
-        row = self.conn.execute(
-            "select n.nspname from pg_catalog.pg_extension e "
-            "join pg_catalog.pg_namespace n on n.oid = e.extnamespace where e.extname = 'vector'"
-        ).fetchone()
-        vector = sql.Identifier(row[0] if row else "public", "vector")
-        self.conn.execute(
-            sql.SQL(
-                "create temp table pgrag_stage (document_id int8 not null, chunk_index int4 "
-                "not null, content text not null, embedding {}, page int4, heading_path text[] "
-                "not null, language text not null, token_count int4 not null, content_sha256 "
-                "text not null, overlap_chars int4 not null, metadata jsonb not null)"
-            ).format(vector)
-        )
 
     def _do_stage(self, rows: list[tuple[Any, ...]]) -> None:
         copy_sql = sql.SQL("copy pgrag_stage ({}) from stdin (format binary)").format(

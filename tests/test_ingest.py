@@ -11,7 +11,7 @@ import pytest
 from pgrag.db import connect
 from pgrag.embedders import LocalEmbedder, embedder_for_database
 from pgrag.errors import EmbeddingConfigError
-from pgrag.ingest import ExtractedDocument, IngestOptions, ingest_documents
+from pgrag.ingest import ExtractedDocument, IngestOptions, create_stage_table, ingest_documents
 
 ABSTRACTS = [
     (
@@ -132,21 +132,17 @@ def test_swap_refuses_a_staged_chunk_with_no_embedding_to_reuse_and_changes_noth
             " where c.tenant_id = d.tenant_id and c.document_id = d.id)"
             " from pgrag.documents d where tenant_id = 't'"
         ).fetchone() or (None, None)
-        conn.execute(
-            "create temp table stage (document_id int8, chunk_index int4, content text,"
-            " embedding vector, page int4, heading_path text[], language text, token_count int4,"
-            " content_sha256 text, overlap_chars int4, metadata jsonb)"
-        )
+        create_stage_table(conn)
         # A new text whose embedding nobody computed (as when another ingest swapped the
         # document meanwhile): the swap must not write a chunk without an embedding.
         conn.execute(
-            "insert into stage values (%s, 0, 'new text', null, null, '{}', 'english', 2,"
+            "insert into pgrag_stage values (%s, 0, 'new text', null, null, '{}', 'english', 2,"
             " 'sha-of-new-text', 0, '{}')",
             (doc_id,),
         )
         with pytest.raises(psycopg.Error) as raised:
             conn.execute(
-                "select pgrag.replace_document_chunks('stage', 't', %s, '{T}', '{text}',"
+                "select pgrag.replace_document_chunks('pgrag_stage', 't', %s, '{T}', '{text}',"
                 " '{x}', '{}', '{1}', (select model from pgrag.embedding_config))",
                 ([doc_id],),
             )
@@ -170,19 +166,15 @@ def test_swap_refuses_embeddings_of_another_model_than_the_recorded_one(
             "select d.id, c.model from pgrag.documents d, pgrag.embedding_config c"
             " where d.tenant_id = 't'"
         ).fetchone() or (None, None)
+        create_stage_table(conn)
         conn.execute(
-            "create temp table stage (document_id int8, chunk_index int4, content text,"
-            " embedding vector, page int4, heading_path text[], language text, token_count int4,"
-            " content_sha256 text, overlap_chars int4, metadata jsonb)"
-        )
-        conn.execute(
-            "insert into stage values (%s, 0, 'new text', %s::vector, null, '{}', 'english', 2,"
-            " 'sha-of-new-text', 0, '{}')",
+            "insert into pgrag_stage values (%s, 0, 'new text', %s::vector, null, '{}',"
+            " 'english', 2, 'sha-of-new-text', 0, '{}')",
             (doc_id, "[" + ",".join(["0.1"] * 384) + "]"),
         )
         with pytest.raises(psycopg.Error) as raised:
             conn.execute(
-                "select pgrag.replace_document_chunks('stage', 't', %s, '{T}', '{text}',"
+                "select pgrag.replace_document_chunks('pgrag_stage', 't', %s, '{T}', '{text}',"
                 " '{x}', '{}', '{1}', 'another-model')",
                 ([doc_id],),
             )
