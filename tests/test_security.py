@@ -215,8 +215,11 @@ def test_claims_without_tenant_find_nothing(
 def test_no_api_function_takes_a_tenant_argument(db: str) -> None:
     with connect(db) as conn:
         rows = conn.execute(
-            "select p.proname, a.name from pg_proc p, unnest(p.proargnames) as a(name) "
-            "where p.pronamespace = 'public'::regnamespace and p.proname = any(%s)",
+            "select p.proname, a.name from pg_proc p, unnest(p.proargnames, "
+            "coalesce(p.proargmodes::text[], array_fill('i'::text, "
+            "array[cardinality(p.proargnames)]))) as a(name, mode) "
+            "where p.pronamespace = 'public'::regnamespace and p.proname = any(%s) "
+            "and a.mode in ('i', 'b', 'v')",  # arguments only: results may name the tenant
             (list(API_FUNCTIONS),),
         ).fetchall()
     assert {r[0] for r in rows} == set(API_FUNCTIONS)
@@ -377,6 +380,10 @@ create function evil.array_agg_sfunc(anycompatiblearray, anycompatible) returns 
 create function evil.unnest(anyarray) returns setof anyelement
     language plpgsql as $$ begin insert into evil.log values ('unnest'); return; end $$;
 create function evil.coalesce_like(text) returns text language sql as $$ select 'x' $$;
+-- An attacker makes its own functions executable (the migrating role's default privileges
+-- no longer do).
+grant execute on all functions in schema evil to public;
+grant execute on function public.websearch_to_tsquery(text) to public;
 """
 
 
@@ -431,33 +438,52 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 # privilege). A change here is a security decision; update the list together with
 # sql/idempotent/003-policies.sql and docs/security.md.
 TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
+# The internal helpers the API functions reach (docs/security.md, "Functions each role can
+# execute"); bm25_apply (called by the chunks triggers as the writer) for the writing roles only.
 PGRAG_FUNCTIONS = (
-    "bm25_apply",
     "current_tenant_id()",
     "fused_candidates",
     "keyword_candidates",
     "keyword_query",
     "mmr_order",
-    "replace_document_chunks",
     "tenant_chunk_count(text)",
     "vector_candidates",
     "windows",
 )
+WRITER_FUNCTIONS = ("bm25_apply",)
 
 
-def expected_grants() -> set[tuple[str, str, str]]:
+def writable_columns(conn: psycopg.Connection[Any]) -> set[str]:
+    """Columns authenticated may write: all but identities, generated columns and is_public."""
+    rows = conn.execute(
+        "select c.relname || '.' || a.attname from pg_class c join pg_attribute a "
+        "on a.attrelid = c.oid where c.relnamespace = 'pgrag'::regnamespace "
+        "and c.relname = any(%s) and a.attnum > 0 and not a.attisdropped "
+        "and a.attidentity = '' and a.attgenerated = '' and a.attname <> 'is_public'",
+        (list(TENANT_TABLES),),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def expected_grants(columns: set[str]) -> set[tuple[str, str, str]]:
     out: set[tuple[str, str, str]] = set()
     out |= {("schema pgrag", role, "USAGE") for role in API_ROLES}
     for table in TENANT_TABLES:
-        for role in ("authenticated", "service_role"):
-            for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
-                out.add((f"table pgrag.{table}", role, priv))
+        for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+            out.add((f"table pgrag.{table}", "service_role", priv))
+        out |= {(f"table pgrag.{table}", "authenticated", p) for p in ("SELECT", "DELETE")}
+    # authenticated writes column by column: never an id or is_public.
+    assert not {c for c in columns if c.endswith((".id", ".is_public"))}
+    for column in columns:
+        out |= {(f"column pgrag.{column}", "authenticated", p) for p in ("INSERT", "UPDATE")}
     out |= {(f"table pgrag.{table}", "anon", "SELECT") for table in TENANT_TABLES}
     out |= {("table pgrag.embedding_config", role, "SELECT") for role in API_ROLES}
     for seq in ("chunks_id_seq", "documents_id_seq"):
         out |= {(f"sequence pgrag.{seq}", r, "USAGE") for r in ("authenticated", "service_role")}
     for fn in PGRAG_FUNCTIONS:
         out |= {(f"function pgrag.{fn}", role, "EXECUTE") for role in API_ROLES}
+    for fn in WRITER_FUNCTIONS:
+        out |= {(f"function pgrag.{fn}", r, "EXECUTE") for r in ("authenticated", "service_role")}
     for fn in API_FUNCTIONS:
         out |= {(f"function public.{fn}", role, "EXECUTE") for role in API_ROLES}
     return out
@@ -472,6 +498,11 @@ with acl as (
            a.grantee, a.privilege_type, c.relowner
     from pg_class c, aclexplode(c.relacl) a
     where c.relnamespace = 'pgrag'::regnamespace
+    union all
+    select 'column ' || c.oid::regclass::text || '.' || at.attname, a.grantee, a.privilege_type,
+           c.relowner
+    from pg_class c join pg_attribute at on at.attrelid = c.oid, aclexplode(at.attacl) a
+    where c.relnamespace = 'pgrag'::regnamespace and at.attnum > 0 and not at.attisdropped
     union all
     select 'function ' || p.pronamespace::regnamespace::text || '.'
                || regexp_replace(p.oid::regprocedure::text, '^.*\.', ''),
@@ -500,11 +531,11 @@ def _normalise(obj: str) -> str:
 def test_audit_every_grant_on_pgrag_objects_and_the_api(db: str) -> None:
     with connect(db) as conn:
         rows = conn.execute(AUDIT_SQL, (list(API_FUNCTIONS),)).fetchall()
+        expected = expected_grants(writable_columns(conn))
     granted = {(_normalise(o), g, p) for o, g, p in rows}
     assert not [r for r in granted if r[1] == "PUBLIC"], "PUBLIC holds a privilege"
-    assert granted == expected_grants(), (
-        f"unexpected: {sorted(granted - expected_grants())}; "
-        f"missing: {sorted(expected_grants() - granted)}"
+    assert granted == expected, (
+        f"unexpected: {sorted(granted - expected)}; missing: {sorted(expected - granted)}"
     )
 
 
@@ -554,7 +585,8 @@ def test_policies_file_grants_every_public_function_the_sql_creates() -> None:
             re.findall(r"create\s+(?:or\s+replace\s+)?function\s+public\.(\w+)", path.read_text())
         )
     policies = (sql_dir() / "idempotent" / "003-policies.sql").read_text()
-    listed = set(re.findall(r"'(\w+)'", policies.split("proname = any (array[")[1].split("])")[0]))
+    api_block = policies.split("p.pronamespace = 'public'::regnamespace")[1]
+    listed = set(re.findall(r"'(\w+)'", api_block.split("proname = any (array[")[1].split("])")[0]))
     assert created == listed == set(API_FUNCTIONS)
 
 

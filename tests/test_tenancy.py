@@ -549,38 +549,49 @@ def test_global_tables_are_read_only_or_hidden(two_tenants: Loaded, role: str) -
 
 
 def test_statement_timeouts_for_api_roles_in_this_database(empty_db: str) -> None:
-    # Role settings are per database: a clone of the template does not carry them, so migrate.
+    # Set on the roles for every database (pg_roles.rolconfig), the only place PostgREST reads
+    # them from; nothing left for this database alone (PostgREST ignores those).
     from pgrag.migrator import Migrator
 
     Migrator(empty_db).migrate()
     with connect(empty_db) as conn:
         settings = dict(
             conn.execute(
-                "select r.rolname, s.setconfig from pg_db_role_setting s "
-                "join pg_roles r on r.oid = s.setrole "
-                "where s.setdatabase = "
-                "(select oid from pg_database where datname = current_database())"
+                "select rolname, rolconfig from pg_roles where rolname in ('anon', 'authenticated')"
             ).fetchall()
         )
-    assert settings["anon"] == ["statement_timeout=3s"]
-    assert settings["authenticated"] == ["statement_timeout=8s"]
+        per_database = conn.execute(
+            "select count(*) from pg_db_role_setting s join pg_roles r on r.oid = s.setrole "
+            "where r.rolname in ('anon', 'authenticated') and s.setdatabase = "
+            "(select oid from pg_database where datname = current_database())"
+        ).fetchone()
+    assert "statement_timeout=3s" in settings["anon"]
+    assert "statement_timeout=8s" in settings["authenticated"]
+    assert per_database == (0,)
 
 
-def test_statement_timeout_is_configurable(db: str) -> None:
+def _apply_policies(db: str, **settings: str) -> None:
     from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover
 
     policies = next(f for f in discover() if f.name == "idempotent/003-policies.sql")
     with connect(db) as conn:
-        conn.execute("select set_config('pgrag.authenticated_statement_timeout', '15s', true)")
+        for name, value in settings.items():
+            conn.execute("select set_config(%s, %s, true)", (f"pgrag.{name}", value))
         conn.execute(SECURE_SEARCH_PATH_SQL)
         conn.execute(policies.render("public").encode())
         conn.commit()
-        row = conn.execute(
-            "select s.setconfig from pg_db_role_setting s join pg_roles r on r.oid = s.setrole "
-            "where r.rolname = 'authenticated' "
-            "and s.setdatabase = (select oid from pg_database where datname = current_database())"
-        ).fetchone()
-    assert row == (["statement_timeout=15s"],)
+
+
+def test_statement_timeout_is_configurable(db: str) -> None:
+    try:
+        _apply_policies(db, authenticated_statement_timeout="15s")
+        with connect(db) as conn:
+            row = conn.execute(
+                "select rolconfig from pg_roles where rolname = 'authenticated'"
+            ).fetchone()
+        assert row is not None and "statement_timeout=15s" in row[0]
+    finally:  # roles are cluster-wide: put the default back for the other tests
+        _apply_policies(db, authenticated_statement_timeout="8s")
 
 
 def test_authenticator_login_applies_no_rls_bypass(two_tenants: Loaded) -> None:

@@ -31,6 +31,16 @@ begin
     if coalesce(pg_catalog.cardinality(chunk_ids), 0) = 0 then
         return;
     end if;
+    -- Other tenants are refused before any lock is taken: a caller under row-level security
+    -- (authenticated) indexes only rows of its own tenant (the triggers hand it its own rows),
+    -- so it can never hold another tenant's writer lock while RLS refuses its rows.
+    if pg_catalog.row_security_active('pgrag.bm25_postings'::pg_catalog.regclass)
+       and not pg_catalog.pg_has_role('service_role', 'usage')
+       and exists (select 1 from pg_catalog.unnest(tenant_ids) as u(tenant_id)
+                   where u.tenant_id is distinct from pgrag.current_tenant_id()) then
+        raise exception 'pgrag.bm25_apply: rows of another tenant than the caller''s'
+            using errcode = '42501';
+    end if;
     -- The lexicon row of a word is updated by every statement that writes it: rotate over 8
     -- slots of this backend's shard, statement after statement within a transaction, so that
     -- thousands of single-row inserts in one transaction do not pile versions on one row.
@@ -205,6 +215,13 @@ declare
     v_missing bigint;
     v_recorded text;
 begin
+    -- Another tenant's documents are refused before any lock (as in bm25_apply).
+    if pg_catalog.row_security_active('pgrag.documents'::pg_catalog.regclass)
+       and not pg_catalog.pg_has_role('service_role', 'usage')
+       and tenant is distinct from pgrag.current_tenant_id() then
+        raise exception 'pgrag.replace_document_chunks: tenant % is not the caller''s', tenant
+            using errcode = '42501';
+    end if;
     -- Never mix models: the embeddings must come from the model the database records.
     select c.model into v_recorded from pgrag.embedding_config as c;
     if v_recorded is not null and v_recorded <> embedding_model then
@@ -939,6 +956,29 @@ comment on function pgrag.windows(text[], bigint[], integer, double precision[],
 -- Client-facing functions (schema public).
 -- ---------------------------------------------------------------------------------------------
 
+-- Every row names the tenant that owns it (tenant_id, the last column), so a client can tell
+-- sources of different tenants apart (anon sees the public documents of every tenant). Earlier
+-- versions returned no tenant_id; CREATE OR REPLACE cannot add a result column, so those are
+-- dropped first (their grants are re-made by 003-policies.sql).
+do $$
+declare
+    f record;
+begin
+    for f in
+        select p.oid::regprocedure as sig
+        from pg_catalog.pg_proc as p
+        where p.pronamespace = 'public'::regnamespace
+          and p.proname = any (array['vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows'])
+          and not ('tenant_id' = any (coalesce(p.proargnames, '{}')))
+          and not exists (select 1 from pg_catalog.pg_depend as d
+                          where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid
+                            and d.deptype = 'e')
+    loop
+        execute pg_catalog.format('drop function %s', f.sig);
+    end loop;
+end
+$$;
+
 create or replace function public.vector_search(
     query_embedding @extschema:vector@.vector,
     match_count integer default 10,
@@ -953,7 +993,7 @@ create or replace function public.vector_search(
 returns table (
     chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
     source_type text, page integer, heading_path text[], content text,
-    similarity double precision, rank bigint
+    similarity double precision, rank bigint, tenant_id text
 )
 language sql
 stable
@@ -962,7 +1002,7 @@ set search_path = pg_catalog, pg_temp
 as $$
     select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
            c.heading_path, c.content, 1 - v.distance,
-           pg_catalog.row_number() over (order by v.distance, v.chunk_id)
+           pg_catalog.row_number() over (order by v.distance, v.chunk_id), c.tenant_id
     from pgrag.vector_candidates(vector_search.query_embedding, vector_search.match_count,
                                  vector_search.ef_search, vector_search.document_ids,
                                  vector_search.metadata_filter, vector_search.source_types,
@@ -990,7 +1030,7 @@ create or replace function public.keyword_search(
 returns table (
     chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
     source_type text, page integer, heading_path text[], content text,
-    score double precision, rank bigint
+    score double precision, rank bigint, tenant_id text
 )
 language sql
 stable
@@ -999,7 +1039,7 @@ set search_path = pg_catalog, pg_temp
 as $$
     select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
            c.heading_path, c.content, k.score,
-           pg_catalog.row_number() over (order by k.score desc, k.chunk_id)
+           pg_catalog.row_number() over (order by k.score desc, k.chunk_id), c.tenant_id
     from pgrag.keyword_candidates(keyword_search.query_text, keyword_search.match_count,
                                   keyword_search.language, keyword_search.k1, keyword_search.b,
                                   keyword_search.document_ids, keyword_search.metadata_filter,
@@ -1036,7 +1076,7 @@ returns table (
     chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
     source_type text, page integer, heading_path text[], content text,
     vector_rank bigint, vector_score double precision, keyword_rank bigint,
-    keyword_score double precision, score double precision, rank bigint
+    keyword_score double precision, score double precision, rank bigint, tenant_id text
 )
 language plpgsql
 stable
@@ -1056,7 +1096,7 @@ begin
         return query
         select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
                c.heading_path, c.content, f.vector_rank, f.vector_score, f.keyword_rank,
-               f.keyword_score, f.score, f.ord
+               f.keyword_score, f.score, f.ord, c.tenant_id
         from pgrag.fused_candidates(query_text, query_embedding, v_k, v_cand, fusion, rrf_k,
                                     vector_weight, keyword_weight, min_score, mmr_lambda,
                                     language, ef_search, document_ids, metadata_filter,
@@ -1089,7 +1129,8 @@ begin
     )
     select f.chunk_id, w.document_id, c.chunk_index, w.title, w.source_uri, w.source_type,
            w.page, w.heading_path, w.content, f.vector_rank, f.vector_score, f.keyword_rank,
-           f.keyword_score, f.score, pg_catalog.row_number() over (order by w.first_hit)
+           f.keyword_score, f.score, pg_catalog.row_number() over (order by w.first_hit),
+           c.tenant_id
     from w
     join f on f.tenant_id = w.tenant_id and f.chunk_id = w.best_chunk_id
     join pgrag.chunks as c on c.tenant_id = f.tenant_id and c.id = f.chunk_id
@@ -1108,7 +1149,8 @@ create or replace function public.chunk_windows(
 returns table (
     document_id bigint, first_chunk_index integer, last_chunk_index integer, chunk_ids bigint[],
     content text, page integer, heading_path text[], score double precision,
-    title text, source_uri text, hit_chunk_ids bigint[], token_count integer, rank bigint
+    title text, source_uri text, hit_chunk_ids bigint[], token_count integer, rank bigint,
+    tenant_id text
 )
 language sql
 stable
@@ -1123,7 +1165,7 @@ as $$
     )
     select w.document_id, w.first_chunk_index, w.last_chunk_index, w.chunk_ids, w.content, w.page,
            w.heading_path, w.score, w.title, w.source_uri, w.hit_chunk_ids, w.token_count,
-           pg_catalog.row_number() over (order by w.score desc, w.first_hit)
+           pg_catalog.row_number() over (order by w.score desc, w.first_hit), w.tenant_id
     from pgrag.windows(
         (select pg_catalog.array_agg(ids.tenant_id order by ids.ord) from ids),
         (select pg_catalog.array_agg(ids.id order by ids.ord) from ids),
@@ -1218,6 +1260,7 @@ begin
             'source', v_n,
             'label', pg_catalog.format('[Source %s]', v_n),
             'document_id', r.document_id,
+            'tenant_id', r.tenant_id,
             'title', r.title,
             'source_uri', r.source_uri,
             'source_type', r.source_type,

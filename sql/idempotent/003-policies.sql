@@ -7,6 +7,8 @@
 -- pgrag.current_tenant_id() reads the tenant from there. The roles:
 --   authenticated  reads and writes only the rows of its tenant; INSERT and UPDATE are checked
 --                  (WITH CHECK), so no row can be written into, or moved to, another tenant.
+--                  It writes every column except ids (identity), generated columns and
+--                  is_public: no borrowed ids, no publishing to anon.
 --   anon           reads only documents marked is_public and the rows of tables with a
 --                  document_id (chunks) that belong to such a document; no rows of other tenant
 --                  tables (BM25 postings and statistics); writes nothing.
@@ -32,6 +34,7 @@ declare
     t record;
     cond text;
     anon_cond text;
+    cols text;
 begin
     -- Drop the policies of earlier versions first: renamed or removed ones must not linger.
     for t in
@@ -72,7 +75,19 @@ begin
         execute pg_catalog.format('create policy pgrag_service_role_insert on pgrag.%I for insert to service_role with check (true)', t.relname);
         execute pg_catalog.format('create policy pgrag_service_role_update on pgrag.%I for update to service_role using (true) with check (true)', t.relname);
         execute pg_catalog.format('create policy pgrag_service_role_delete on pgrag.%I for delete to service_role using (true)', t.relname);
-        execute pg_catalog.format('grant select, insert, update, delete on pgrag.%I to authenticated, service_role', t.relname);
+        execute pg_catalog.format('grant select, insert, update, delete on pgrag.%I to service_role', t.relname);
+        -- authenticated writes its rows column by column: never an identity (ids come from the
+        -- sequences, so no tenant can create a row under another tenant's id, even with
+        -- OVERRIDING SYSTEM VALUE), a generated column, or is_public (publishing to anon is for
+        -- service_role and the owner; docs/security.md, "Writes").
+        select pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' order by a.attnum)
+          into cols
+          from pg_catalog.pg_attribute as a
+         where a.attrelid = t.oid and a.attnum > 0 and not a.attisdropped
+           and a.attidentity = '' and a.attgenerated = '' and a.attname <> 'is_public';
+        execute pg_catalog.format('grant select, delete on pgrag.%I to authenticated', t.relname);
+        execute pg_catalog.format('grant insert (%2$s), update (%2$s) on pgrag.%1$I to authenticated',
+                                  t.relname, cols);
 
         -- anon: public documents, and rows that belong to a public document. SELECT is granted
         -- on every tenant table so that search functions run for anon without a permission
@@ -114,29 +129,48 @@ begin
 end
 $$;
 
--- Functions in pgrag: none for PUBLIC. The API roles may execute the SECURITY INVOKER ones
--- (current_tenant_id, which every policy calls, and the helpers the search functions call):
--- they run with the caller's rights under RLS, so they reach nothing the caller could not
--- read directly. Trigger functions need no grant. A SECURITY DEFINER function would get no
--- grant here (and fails the audit test in tests/test_security.py).
+-- Functions in pgrag: none for PUBLIC, and for each API role only the internal helpers its
+-- calls reach. Every pgrag function is SECURITY INVOKER, and an invoker function needs the
+-- caller to hold EXECUTE on each function it calls: the search functions of the API reach
+-- the helpers of the first list (and every policy calls current_tenant_id); a write to
+-- pgrag.chunks fires triggers that call bm25_apply as the writer. Trigger functions need no
+-- grant; the loader (replace_document_chunks) is for the owner. A helper added to the call
+-- chain of an API function must be added here (tests/test_security_privileges.py checks the
+-- lists against the call graph and docs/security.md). A SECURITY DEFINER function would get
+-- no grant here (and fails the audit test in tests/test_security.py).
 do $$
 declare
     f record;
 begin
     execute 'revoke all on all functions in schema pgrag from public, anon, authenticated, service_role';
     for f in
-        select p.oid::regprocedure as sig
+        select p.oid::regprocedure as sig, p.proname
         from pg_catalog.pg_proc as p
         where p.pronamespace = 'pgrag'::regnamespace
           and p.prokind = 'f'
           and not p.prosecdef
-          and p.prorettype <> 'pg_catalog.trigger'::pg_catalog.regtype
+          and p.proname = any (array[
+              'current_tenant_id', 'tenant_chunk_count', 'keyword_query', 'vector_candidates',
+              'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
+              'bm25_apply'
+          ])
         order by 1
     loop
-        execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
+        if f.proname = 'bm25_apply' then
+            -- writers only: anon writes nothing
+            execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
+        else
+            execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
+        end if;
     end loop;
 end
 $$;
+
+-- Functions created later (by the role that migrates, in any schema of this database, pgrag
+-- and public included) are not executable by PUBLIC until granted: PostgreSQL's built-in
+-- default would let every role run them until the next migrate. Only the global form can
+-- take away PUBLIC's default EXECUTE (IN SCHEMA can only add privileges).
+alter default privileges revoke execute on functions from public;
 
 -- The RPC API in the exposed schema (public): executable by the API roles, not by PUBLIC.
 -- The list names every function pgrag creates there; tests/test_security.py checks that each
@@ -165,49 +199,89 @@ begin
 end
 $$;
 
--- Statement timeouts for the API roles in this database (as Supabase: anon 3s,
--- authenticated 8s). Configure with the settings pgrag.anon_statement_timeout and
--- pgrag.authenticated_statement_timeout when migrating, e.g.
+-- Limits for the API roles, set on the role for every database (pg_roles.rolconfig): that is
+-- the only place PostgREST reads them from (its role-settings query reads rolconfig and then
+-- applies each setting with set_config(name, value, true) on every request, because SET LOCAL
+-- ROLE does not apply role settings; "ALTER ROLE ... IN DATABASE" settings are never applied).
+--   statement_timeout  anon 3s, authenticated 8s (as Supabase)
+--   temp_file_limit    anon 256MB, authenticated 1GB (per backend process); a superuser-context
+--                      setting: setting it needs a superuser (or GRANT SET ON PARAMETER), and
+--                      PostgREST applies it only when its login role holds
+--                      GRANT SET ON PARAMETER temp_file_limit (docs/security.md).
+-- Roles are cluster-wide, so these hold for the roles in every database of the cluster.
+-- Configure when migrating with the settings pgrag.<role>_<setting>, e.g.
 --   PGOPTIONS='-c pgrag.authenticated_statement_timeout=15s' pgrag migrate
--- ('0' disables, 'reset' removes pgrag's setting). Without them, a role that already has a
--- statement_timeout (Supabase sets one for the whole cluster) keeps it; otherwise the default
--- is set for this database only.
+-- (an explicit value always wins; '0' disables a timeout, '-1' lifts temp_file_limit, 'reset'
+-- removes the setting). Without one, an existing setting at least as strict as the default
+-- (Supabase's own, or an administrator's) is kept; a missing or laxer one becomes the default.
 do $$
 declare
     r record;
     wanted text;
-    configured boolean;
+    existing text;
+    v_units numeric[];
+    v_db text := pg_catalog.current_database();
 begin
-    for r in select * from (values ('anon', '3s'), ('authenticated', '8s')) as v (role_name, fallback)
+    for r in
+        select * from (values
+            ('anon', 'statement_timeout', '3s'),
+            ('authenticated', 'statement_timeout', '8s'),
+            ('anon', 'temp_file_limit', '256MB'),
+            ('authenticated', 'temp_file_limit', '1GB')
+        ) as v (role_name, setting, fallback)
     loop
-        wanted := nullif(pg_catalog.current_setting('pgrag.' || r.role_name || '_statement_timeout', true), '');
+        wanted := nullif(pg_catalog.current_setting(
+            pg_catalog.format('pgrag.%s_%s', r.role_name, r.setting), true), '');
         if wanted is null then
-            select exists (
-                select 1
-                from pg_catalog.pg_db_role_setting as s
-                join pg_catalog.pg_roles as ro on ro.oid = s.setrole
-                where ro.rolname = r.role_name
-                  and s.setdatabase in (0, (select oid from pg_catalog.pg_database
-                                            where datname = pg_catalog.current_database()))
-                  and exists (select 1 from pg_catalog.unnest(s.setconfig) as c (item)
-                              where c.item like 'statement\_timeout=%')
-            ) into configured;
-            if configured then
+            select pg_catalog.substr(c.item, pg_catalog.length(r.setting) + 2) into existing
+            from pg_catalog.pg_roles as ro, pg_catalog.unnest(ro.rolconfig) as c (item)
+            where ro.rolname = r.role_name
+              and pg_catalog.starts_with(c.item, r.setting operator(pg_catalog.||) '=');
+            -- Compare in base units (ms, kB); 0 (statement_timeout) and -1 (temp_file_limit)
+            -- mean no limit at all.
+            select pg_catalog.array_agg(m[1]::numeric * case pg_catalog.lower(m[2])
+                       when '' then 1 when 'ms' then 1 when 's' then 1000 when 'min' then 60000
+                       when 'h' then 3600000 when 'd' then 86400000 when 'kb' then 1
+                       when 'mb' then 1024 when 'gb' then 1048576 when 'tb' then 1073741824 end
+                       order by x.ord)
+              into v_units
+              from pg_catalog.unnest(array[existing, r.fallback]) with ordinality as x (txt, ord)
+              left join lateral pg_catalog.regexp_match(
+                  x.txt, '^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$') as m on true;
+            if v_units[1] >= 0 and (r.setting = 'temp_file_limit' or v_units[1] > 0)
+               and v_units[1] <= v_units[2] then
                 continue;
             end if;
             wanted := r.fallback;
         end if;
         begin
             if wanted = 'reset' then
-                execute pg_catalog.format('alter role %I in database %I reset statement_timeout',
-                    r.role_name, pg_catalog.current_database());
+                execute pg_catalog.format('alter role %I reset %I', r.role_name, r.setting);
             else
-                execute pg_catalog.format('alter role %I in database %I set statement_timeout = %L',
-                    r.role_name, pg_catalog.current_database(), wanted);
+                execute pg_catalog.format('alter role %I set %I = %L', r.role_name, r.setting, wanted);
             end if;
         exception when insufficient_privilege then
-            raise warning 'pgrag: cannot set statement_timeout for role % (%); set it as an administrator',
-                r.role_name, sqlerrm;
+            raise warning 'pgrag: cannot set % for role % (%); set it as an administrator',
+                r.setting, r.role_name, sqlerrm
+                using hint = pg_catalog.format('alter role %I set %I = %L', r.role_name, r.setting, wanted);
+        end;
+    end loop;
+    -- Earlier pgrag versions set statement_timeout for this database only, which PostgREST
+    -- never applies: remove it, so the catalog shows only the settings that take effect.
+    for r in
+        select ro.rolname
+        from pg_catalog.pg_db_role_setting as s
+        join pg_catalog.pg_roles as ro on ro.oid = s.setrole
+        where ro.rolname in ('anon', 'authenticated')
+          and s.setdatabase = (select d.oid from pg_catalog.pg_database as d where d.datname = v_db)
+          and exists (select 1 from pg_catalog.unnest(s.setconfig) as c (item)
+                      where pg_catalog.starts_with(c.item, 'statement_timeout='))
+    loop
+        begin
+            execute pg_catalog.format('alter role %I in database %I reset statement_timeout',
+                r.rolname, v_db);
+        exception when insufficient_privilege then
+            null;
         end;
     end loop;
 end
