@@ -965,14 +965,16 @@ declare
     f record;
 begin
     for f in
-        select p.oid::regprocedure as sig
+        select p.oid::pg_catalog.regprocedure as sig
         from pg_catalog.pg_proc as p
-        where p.pronamespace = 'public'::regnamespace
-          and p.proname = any (array['vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows'])
-          and not ('tenant_id' = any (coalesce(p.proargnames, '{}')))
-          and not exists (select 1 from pg_catalog.pg_depend as d
-                          where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid
-                            and d.deptype = 'e')
+        where p.pronamespace operator(pg_catalog.=) 'public'::pg_catalog.regnamespace
+          and p.proname operator(pg_catalog.=) any (array['vector_search', 'keyword_search',
+                                                          'hybrid_search', 'chunk_windows'])
+          and not ('tenant_id' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))
+          and not exists (select from pg_catalog.pg_depend as d
+                          where d.classid operator(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                            and d.objid operator(pg_catalog.=) p.oid
+                            and d.deptype operator(pg_catalog.=) 'e')
     loop
         execute pg_catalog.format('drop function %s', f.sig);
     end loop;
