@@ -167,7 +167,7 @@ def test_a_long_call_is_cancelled_at_the_roles_timeout(
         elapsed = time.monotonic() - started
         conn.rollback()
     assert caught.value.sqlstate == "57014"
-    assert limit - 0.2 <= elapsed < limit + 0.8
+    assert limit - 0.2 <= elapsed < limit + 1.5  # slack for a loaded machine
 
 
 def test_an_api_call_is_cancelled_at_the_roles_timeout(two_tenants: Loaded) -> None:
