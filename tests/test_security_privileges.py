@@ -529,6 +529,22 @@ def test_functions_created_later_are_not_executable_by_public(two_tenants: Loade
             conn.execute("select public.added_later()")
 
 
+def test_pgvector_functions_added_later_are_executable_by_public_after_migrate(
+    api_db: str,
+) -> None:
+    # What an ALTER EXTENSION vector UPDATE run by the migrating role leaves: a new extension
+    # function without EXECUTE for PUBLIC (the default privileges reach extension scripts).
+    with connect(api_db) as owner:
+        owner.execute(
+            "create function public.vector_added_later() returns int language sql return 1"
+        )
+        owner.execute("alter extension vector add function public.vector_added_later()")
+        owner.commit()
+    apply_policies(api_db)
+    with request(api_db, "anon") as conn:
+        assert conn.execute("select public.vector_added_later()").fetchone() == (1,)
+
+
 # Findings pgspot reports on the released incremental files as written (without the
 # search_path the migrator, the SQL bundle and the Supabase files set before each of them):
 # unqualified now(), to_tsvector, format, jsonb, and operators in defaults, CHECK constraints,

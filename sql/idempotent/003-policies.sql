@@ -172,6 +172,32 @@ $$;
 -- take away PUBLIC's default EXECUTE (IN SCHEMA can only add privileges).
 alter default privileges revoke execute on functions from public;
 
+-- That default also reaches extension scripts the same role runs later: functions a pgvector
+-- upgrade (ALTER EXTENSION vector UPDATE) adds would not be executable by the API roles. Give
+-- pgvector's functions back the EXECUTE for PUBLIC its scripts expect (only those of this
+-- role; other extensions: docs/security.md, "Functions and privileges").
+do $$
+declare
+    f record;
+begin
+    for f in
+        select p.oid::regprocedure as sig
+        from pg_catalog.pg_proc as p
+        join pg_catalog.pg_depend as d
+          on d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e'
+        join pg_catalog.pg_extension as e on e.oid = d.refobjid
+        where e.extname = 'vector'
+          and p.proowner = (select r.oid from pg_catalog.pg_roles as r where r.rolname = current_user)
+          and not exists (select 1 from pg_catalog.aclexplode(
+                              coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) as a
+                          where a.grantee = 0 and a.privilege_type = 'EXECUTE')
+        order by 1
+    loop
+        execute pg_catalog.format('grant execute on function %s to public', f.sig);
+    end loop;
+end
+$$;
+
 -- The RPC API in the exposed schema (public): executable by the API roles, not by PUBLIC.
 -- The list names every function pgrag creates there; tests/test_security.py checks that each
 -- "create function public.*" in sql/ is listed.
