@@ -234,6 +234,18 @@ def test_a_stricter_existing_timeout_is_kept_and_a_laxer_one_replaced(api_db: st
         restore_default_limits(api_db)
 
 
+def test_a_migrate_that_changes_role_limits_tells_postgrest_to_reload_them(api_db: str) -> None:
+    with connect(api_db, autocommit=True) as listener:
+        listener.execute("listen pgrst")
+        try:
+            apply_policies(api_db, anon_statement_timeout="2s")
+            apply_policies(api_db)  # 2s is stricter than the default: kept, nothing changes
+            payloads = [n.payload for n in listener.notifies(timeout=1, stop_after=3)]
+        finally:
+            restore_default_limits(api_db)
+    assert payloads == ["reload config"]
+
+
 # -- 5. writes: no borrowed identities, no self-publishing -------------------------------------
 
 

@@ -246,6 +246,7 @@ declare
     wanted text;
     existing text;
     v_units numeric[];
+    v_changed boolean := false;
     v_db text := pg_catalog.current_database();
 begin
     for r in
@@ -286,6 +287,7 @@ begin
             else
                 execute pg_catalog.format('alter role %I set %I = %L', r.role_name, r.setting, wanted);
             end if;
+            v_changed := true;
         exception when insufficient_privilege then
             raise warning 'pgrag: cannot set % for role % (%); set it as an administrator',
                 r.setting, r.role_name, sqlerrm
@@ -310,5 +312,10 @@ begin
             null;
         end;
     end loop;
+    -- PostgREST reads role settings at start-up and on 'reload config' only (with db-config
+    -- on, its default): tell it, on commit, when they changed.
+    if v_changed then
+        perform pg_catalog.pg_notify('pgrst', 'reload config');
+    end if;
 end
 $$;
