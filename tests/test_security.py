@@ -440,6 +440,7 @@ PGRAG_FUNCTIONS = (
     "mmr_order",
     "replace_document_chunks",
     "tenant_chunk_count(text)",
+    "tenant_index_name(text)",
     "vector_candidates",
     "windows",
 )

@@ -131,6 +131,8 @@ begin
           and p.prokind = 'f'
           and not p.prosecdef
           and p.prorettype <> 'pg_catalog.trigger'::pg_catalog.regtype
+          -- operator functions (they create or drop indexes): owner only
+          and p.proname <> all (array['isolate_tenant', 'isolate_tenants', 'share_tenant'])
         order by 1
     loop
         execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
