@@ -224,7 +224,7 @@ create or replace trigger chunks_is_public
 
 create or replace trigger documents_is_public
     after update of is_public on pgrag.documents
-    for each row when (old.is_public is distinct from new.is_public)
+    for each row when (old.is_public operator(pg_catalog.<>) new.is_public)
     execute function pgrag.document_is_public_changed();
 
 -- ---------------------------------------------------------------------------------------------
@@ -616,13 +616,13 @@ begin
             where c.embedding is not null
               and d.status operator(pg_catalog.=) 'ready'
               and %s
-              and ($4 is null
-                   or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) $4)
-              and ($5 is null or d.source_type operator(pg_catalog.=) any ($5))
-              and ($6 is null or d.created_at operator(pg_catalog.>=) $6)
-              and ($7 is null or d.created_at operator(pg_catalog.<) $7)
+              and ($3 is null
+                   or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) $3)
+              and ($4 is null or d.source_type operator(pg_catalog.=) any ($4))
+              and ($5 is null or d.created_at operator(pg_catalog.>=) $5)
+              and ($6 is null or d.created_at operator(pg_catalog.<) $6)
             order by c.embedding operator(@extschema:vector@.<=>) $2
-            limit $8
+            limit $7
         ) as h$q$,
             case when v_tenant is not null
                  then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L', v_tenant)
@@ -630,7 +630,7 @@ begin
                  else 'true' end);
         execute v_sql
         into v_tenants, v_ids, v_dists
-        using v_k, query_embedding, v_tenant, metadata_filter, source_types, created_after,
+        using v_k, query_embedding, metadata_filter, source_types, created_after,
               created_before, case when v_scoped then greatest(4 * v_k, 40) else v_k end;
         perform pg_catalog.set_config('enable_sort', v_old_sort, true);
         perform pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
@@ -676,7 +676,7 @@ begin
 end
 $$;
 comment on function pgrag.vector_candidates(@extschema:vector@.vector, integer, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Vector arm: (tenant_id, chunk_id, cosine distance) of the nearest ready chunks, filters applied inside the search. HNSW with iterative scans, or an exact scan for small visible sets (pgrag.exact_search_max_rows, default 2000) and as a fallback when the index walk returns too few rows.';
+'Vector arm: (tenant_id, chunk_id, cosine distance) of the nearest ready chunks, filters applied inside the search. HNSW with iterative scans, or an exact scan for small visible sets (pgrag.exact_search_max_rows, default 2000) and as a fallback when the index walk returns too few rows. The graph walked holds only rows the caller may see where one exists: anon walks the public chunks'' index (chunks.is_public), a tenant isolated by pgrag.isolate_tenant its own; other tenants above the threshold walk the shared graph.';
 
 create or replace function pgrag.keyword_candidates(
     query_text text,
