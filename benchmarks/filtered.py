@@ -11,6 +11,14 @@
   * ``hybrid_search``: ``public.hybrid_search`` as the tenant (rows returned, short of k,
     latency; its vector arm's recall is what vector_search measures).
 
+Noisy neighbour (``--victim-rows``, ``--cluster-rows``): a tenant of 3,000 (and 20,000) chunks
+is added and searched with ``vector_search`` alone, then again after another tenant loads an
+adversarial cluster of 20,000 chunks packed around the embeddings of the queries asked (the first
+``--cluster-queries``, 1,000 chunks each, every one nearer its query than any of the tenant's
+rows; each query asked 3 times); recall@k against the tenant's exact top-k and p50 are compared.
+Before a measurement the tenant is isolated with ``pgrag.isolate_tenant`` when the schema has
+that function (``--no-isolate`` to skip), as an operator would.
+
 Data: 100 tenants x 1,000 chunks = 100k chunks (1 % visible per tenant), 384 dimensions:
 1,000 real all-MiniLM-L6-v2 embeddings of SciFact documents as cluster centres, each chunk a
 centre plus Gaussian noise (renormalised), tenants drawn at random so every tenant spans the
@@ -258,6 +266,21 @@ def main(argv: list[str] | None = None) -> int:
         default=0.1,
         help="also measure one tenant holding this share of all rows (0 to skip)",
     )
+    p.add_argument(
+        "--victim-rows",
+        default="3000,20000",
+        help="noisy-neighbour rows: sizes of the searched tenant, comma-separated ('' to skip)",
+    )
+    p.add_argument("--cluster-rows", type=int, default=20000, help="the neighbour's cluster")
+    p.add_argument("--cluster-queries", type=int, default=20, help="queries the cluster targets")
+    p.add_argument(
+        "--neighbour-only",
+        action="store_true",
+        help="measure only the noisy-neighbour rows (written to the output file alone)",
+    )
+    p.add_argument(
+        "--no-isolate", action="store_true", help="do not call pgrag.isolate_tenant (if present)"
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--reuse", action="store_true", help="keep the loaded database if present")
     p.add_argument("-o", "--output", type=Path, default=DEFAULT_OUT)
@@ -321,8 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     results: dict[str, dict[str, Any]] = {}
     big: dict[str, dict[str, Any]] = {}
+    if args.neighbour_only:
+        methods = {}
+        args.big_share = 0
     with connect(dsn) as conn:
-        results = measure(conn, methods, asked, queries, query_texts, args.k)
+        results = measure(conn, methods, asked, queries, query_texts, args.k) if methods else {}
         versions = conn.execute(
             "select version(), (select extversion from pg_extension where extname = 'vector')"
         ).fetchone()
@@ -339,11 +365,26 @@ def main(argv: list[str] | None = None) -> int:
                     r["tenant_rows"] = moved
         finally:
             restore_big_tenant(dsn)
+    neighbour: dict[str, dict[str, Any]] = {}
+    for size in [int(v) for v in args.victim_rows.split(",") if v.strip()]:
+        neighbour |= noisy_neighbour(
+            dsn,
+            centres,
+            queries[: args.cluster_queries],
+            query_texts[: args.cluster_queries],
+            size,
+            args.cluster_rows,
+            args.noise,
+            args.k,
+            args.seed,
+            isolate=not args.no_isolate,
+        )
     assert versions is not None
 
     # hybrid fuses keyword and vector ranks: its recall against exact *vector* truth is not a
     # quality figure, only short-of-k and isolation are.
-    results["hybrid_search"]["recall_at_k"] = None
+    if "hybrid_search" in results:
+        results["hybrid_search"]["recall_at_k"] = None
     out = {
         "benchmark": "tenant-filtered vector search through RLS",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -370,7 +411,16 @@ def main(argv: list[str] | None = None) -> int:
             "share": args.big_share,
             "results": big,
         },
+        "noisy_neighbour": {
+            "cluster_rows": args.cluster_rows,
+            "cluster_queries": args.cluster_queries,
+            "results": neighbour,
+        },
         "notes": [
+            "noisy_neighbour: the searched tenant's rows are drawn like every tenant's; the "
+            "neighbour's cluster is cluster_rows chunks spread evenly over the embeddings of the "
+            "cluster_queries queries asked (noise std 0.005 per dimension), so every query has a "
+            "dense foreign cluster nearer than the tenant's own rows; each query asked 3 times",
             "plain queries include 'embedding is not null' so the partial HNSW index applies; "
             "the tenant filter is the RLS policy, applied after the index scan",
             "recall is against the exact top-k of the tenant (sequential scan, no index)",
@@ -397,6 +447,13 @@ def main(argv: list[str] | None = None) -> int:
     if big:
         print(f"one tenant with {args.big_share:.0%} of the rows:")
         for name, r in big.items():
+            print(
+                f"  {name:<56} {r['recall_at_k']:>9.3f} {r['short_of_k_share']:>7.1%} "
+                f"{r['rows_of_other_tenants']:>8} {r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f}"
+            )
+    if neighbour:
+        print(f"noisy neighbour ({args.cluster_rows} foreign chunks packed around the queries):")
+        for name, r in neighbour.items():
             print(
                 f"  {name:<56} {r['recall_at_k']:>9.3f} {r['short_of_k_share']:>7.1%} "
                 f"{r['rows_of_other_tenants']:>8} {r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f}"
@@ -475,6 +532,100 @@ def restore_big_tenant(dsn: str) -> None:
         conn.commit()
         conn.execute("analyze pgrag.chunks")
         conn.commit()
+
+
+def add_tenant(dsn: str, tenant: str, vectors: np.ndarray, first_id: int, docs: int = 10) -> None:
+    """Documents and chunks of one tenant (binary COPY, through the live HNSW indexes)."""
+    with connect(dsn) as conn:
+        with conn.cursor().copy(
+            "copy pgrag.documents (tenant_id, id, title, source_type, source_uri, status) "
+            "from stdin"
+        ) as copy:
+            for d in range(docs):
+                copy.write_row(
+                    (tenant, first_id + d, f"doc {d}", "text", f"{tenant}/d{d}", "ready")
+                )
+        with conn.cursor().copy(
+            "copy pgrag.chunks (tenant_id, id, document_id, chunk_index, content, embedding, "
+            "content_sha256) from stdin (format binary)"
+        ) as copy:
+            copy.set_types(["text", "int8", "int8", "int4", "text", "vector", "text"])
+            for i, v in enumerate(vectors):
+                copy.write_row(
+                    (tenant, first_id + i, first_id + i % docs, i // docs, "x", v, f"{i:064x}")
+                )
+        conn.commit()
+        conn.execute("analyze pgrag.chunks")
+        conn.execute("analyze pgrag.documents")
+        conn.commit()
+
+
+def drop_tenant(dsn: str, tenant: str) -> None:
+    with connect(dsn) as conn:
+        conn.execute("delete from pgrag.chunks where tenant_id = %s", (tenant,))
+        conn.execute("delete from pgrag.documents where tenant_id = %s", (tenant,))
+        conn.commit()
+        if conn.execute("select to_regprocedure('pgrag.share_tenant(text)')").fetchone()[0]:
+            conn.execute("select pgrag.share_tenant(%s)", (tenant,))
+            conn.commit()
+        conn.execute("analyze pgrag.chunks")
+        conn.commit()
+
+
+def isolate_if_possible(dsn: str, tenant: str) -> bool:
+    with connect(dsn) as conn:
+        if not conn.execute("select to_regprocedure('pgrag.isolate_tenant(text)')").fetchone()[0]:
+            return False
+        conn.execute("select pgrag.isolate_tenant(%s)", (tenant,))
+        conn.commit()
+    return True
+
+
+def noisy_neighbour(
+    dsn: str,
+    centres: np.ndarray,
+    queries: np.ndarray,
+    query_texts: list[str],
+    size: int,
+    cluster_rows: int,
+    noise: float,
+    k: int,
+    seed: int,
+    *,
+    isolate: bool,
+) -> dict[str, dict[str, Any]]:
+    """vector_search of a tenant of ``size`` chunks, alone and next to an adversarial cluster."""
+    rng = np.random.default_rng(seed + size)
+    own = centres[rng.integers(0, len(centres), size)] + rng.normal(0, noise, (size, DIMS))
+    own = (own / np.linalg.norm(own, axis=1, keepdims=True)).astype(np.float32)
+    per_query = max(1, cluster_rows // len(queries))
+    packed = np.repeat(queries, per_query, axis=0)[:cluster_rows]
+    packed = packed + rng.normal(0, 0.005, packed.shape)
+    packed = (packed / np.linalg.norm(packed, axis=1, keepdims=True)).astype(np.float32)
+    victim, adversary = "victim", "neighbour"
+    drop_tenant(dsn, victim)
+    drop_tenant(dsn, adversary)
+    add_tenant(dsn, victim, own, 10_000_000)
+    isolated = isolate and isolate_if_possible(dsn, victim)
+    asked = [(victim, i) for _ in range(3) for i in range(len(queries))]
+    methods: dict[str, Query] = {"vector_search": q_vector_search(None)}
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        with connect(dsn) as conn:
+            alone = measure(conn, methods, asked, queries, query_texts, k)["vector_search"]
+        add_tenant(dsn, adversary, packed, 20_000_000)
+        with connect(dsn) as conn:
+            near = measure(conn, methods, asked, queries, query_texts, k)["vector_search"]
+    finally:
+        drop_tenant(dsn, adversary)
+        drop_tenant(dsn, victim)
+    label = f"tenant of {size:,} chunks"
+    for name, r in ((f"{label}, alone", alone), (f"{label}, next to the cluster", near)):
+        out[name] = r | {"tenant_rows": size, "isolated": isolated}
+    out[f"{label}, next to the cluster"]["p50_vs_alone"] = round(
+        near["p50_ms"] / max(alone["p50_ms"], 1e-9), 2
+    )
+    return out
 
 
 _tenant_cache: dict[int, str] = {}

@@ -447,6 +447,7 @@ PGRAG_FUNCTIONS = (
     "keyword_query",
     "mmr_order",
     "tenant_chunk_count(text)",
+    "tenant_index_name(text)",
     "vector_candidates",
     "windows",
 )

@@ -191,6 +191,53 @@ create or replace trigger chunks_bm25_update
     for each statement execute function pgrag.bm25_chunks_updated();
 
 -- ---------------------------------------------------------------------------------------------
+-- chunks.is_public: a copy of the document's flag, the predicate of the public-only HNSW index
+-- that anon searches (sql/incremental/005-vector-isolation.sql). Written by these triggers only.
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.chunk_is_public()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    new.is_public := coalesce((select d.is_public from pgrag.documents as d
+                               where d.tenant_id = new.tenant_id and d.id = new.document_id), false);
+    return new;
+end
+$$;
+comment on function pgrag.chunk_is_public() is
+'Trigger function (before insert or update of tenant_id, document_id, is_public on pgrag.chunks, per row): sets is_public from the chunk''s document, whatever the writer gave.';
+
+create or replace function pgrag.document_is_public_changed()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    -- Each chunk's own trigger reads the flag back from this (already updated) document.
+    update pgrag.chunks as c
+       set is_public = new.is_public
+     where c.tenant_id = new.tenant_id and c.document_id = new.id
+       and c.is_public is distinct from new.is_public;
+    return null;
+end
+$$;
+comment on function pgrag.document_is_public_changed() is
+'Trigger function (after update of is_public on pgrag.documents, per row): copies the new flag to the document''s chunks.';
+
+create or replace trigger chunks_is_public
+    before insert or update of tenant_id, document_id, is_public on pgrag.chunks
+    for each row execute function pgrag.chunk_is_public();
+
+create or replace trigger documents_is_public
+    after update of is_public on pgrag.documents
+    for each row when (old.is_public operator(pg_catalog.<>) new.is_public)
+    execute function pgrag.document_is_public_changed();
+
+-- ---------------------------------------------------------------------------------------------
 -- Loading: the atomic per-document swap every loader shares.
 -- ---------------------------------------------------------------------------------------------
 
@@ -374,6 +421,109 @@ $$;
 comment on function pgrag.tenant_chunk_count(text) is
 'Number of chunks of a tenant, from the sharded corpus statistics (used to pick exact or HNSW search).';
 
+-- Tenant isolation in the vector index (docs/security.md): a tenant above
+-- pgrag.exact_search_max_rows searches the HNSW graph of every chunk unless it has a graph of
+-- its own, a partial HNSW index over its chunks made by pgrag.isolate_tenant.
+
+create or replace function pgrag.tenant_index_name(tenant text)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select 'chunks_embedding_hnsw_t_' operator(pg_catalog.||)
+           pg_catalog.left(pg_catalog.md5(tenant), 24)
+$$;
+comment on function pgrag.tenant_index_name(text) is
+'Name (in schema pgrag) of the partial HNSW index pgrag.isolate_tenant makes for a tenant.';
+
+create or replace function pgrag.isolate_tenant(tenant text)
+returns regclass
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_name text;
+begin
+    if tenant is null or pg_catalog.btrim(tenant) = '' then
+        raise exception 'tenant must be a non-blank tenant id'
+            using errcode = '22023';
+    end if;
+    v_name := pgrag.tenant_index_name(tenant);
+    if pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', v_name)) is null then
+        -- The tenant as a literal in the predicate: a query naming the same literal (as
+        -- vector_candidates does) is proven to match this index by the planner.
+        execute pg_catalog.format(
+            'create index %I on pgrag.chunks using hnsw '
+            '(embedding @extschema:vector@.vector_cosine_ops) '
+            'where tenant_id operator(pg_catalog.=) %L and embedding is not null',
+            v_name, tenant);
+        execute pg_catalog.format('comment on index pgrag.%I is %L', v_name,
+            pg_catalog.format('HNSW graph of the chunks of tenant %s alone (pgrag.isolate_tenant).', tenant));
+    end if;
+    return pg_catalog.format('pgrag.%I', v_name)::regclass;
+end
+$$;
+comment on function pgrag.isolate_tenant(text) is
+'Gives a tenant an HNSW graph of its own chunks (a partial index on pgrag.chunks; no-op when it exists) and returns it: its vector searches no longer walk the graph shared with other tenants, so other tenants'' rows can change neither their results nor their speed. Run by the owner of pgrag.chunks; blocks writes to pgrag.chunks while the index builds.';
+
+create or replace function pgrag.share_tenant(tenant text)
+returns boolean
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_index regclass := pg_catalog.to_regclass(
+        pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(tenant)));
+begin
+    if v_index is null then
+        return false;
+    end if;
+    execute pg_catalog.format('drop index %s', v_index);
+    return true;
+end
+$$;
+comment on function pgrag.share_tenant(text) is
+'Drops the tenant''s own HNSW graph made by pgrag.isolate_tenant (true when there was one): its searches go back to the shared graph.';
+
+create or replace function pgrag.isolate_tenants(min_rows bigint default null)
+returns table (tenant_id text, index_name regclass, chunk_count bigint)
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_min bigint := coalesce(min_rows,
+        nullif(pg_catalog.current_setting('pgrag.exact_search_max_rows', true), '')::bigint, 2000);
+    r record;
+begin
+    for r in
+        select s.tenant_id, pg_catalog.sum(s.chunk_count)::bigint as n
+        from pgrag.corpus_stats as s
+        group by s.tenant_id
+        having pg_catalog.sum(s.chunk_count) > v_min
+        order by s.tenant_id
+    loop
+        continue when pg_catalog.to_regclass(
+            pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(r.tenant_id))) is not null;
+        tenant_id := r.tenant_id;
+        index_name := pgrag.isolate_tenant(r.tenant_id);
+        chunk_count := r.n;
+        return next;
+    end loop;
+end
+$$;
+comment on function pgrag.isolate_tenants(bigint) is
+'Isolates (pgrag.isolate_tenant) every tenant with more than min_rows chunks (default pgrag.exact_search_max_rows, 2000) that has no graph of its own yet; returns those it isolated. For the operator to run after loads (e.g. from cron).';
+
 create or replace function pgrag.vector_candidates(
     query_embedding @extschema:vector@.vector,
     match_count integer default 10,
@@ -408,20 +558,39 @@ declare
     v_old_iter text := pg_catalog.current_setting('hnsw.iterative_scan', true);
     v_old_sort text := pg_catalog.current_setting('enable_sort');
     v_share double precision;
+    v_public boolean := false;
+    v_own_index boolean := false;
+    v_scoped boolean;
+    v_sql text;
 begin
     if query_embedding is null or v_k = 0 then
         return;
+    end if;
+    -- anon (no tenant, sees public rows only) searches public chunks alone: the partial HNSW
+    -- index of public chunks, or an exact scan of them. Walking the graph of every chunk and
+    -- letting RLS drop private rows afterwards would make anon's results (how many rows come
+    -- back near a private cluster) depend on private data.
+    if v_tenant is null and pg_catalog.to_regrole('anon') is not null then
+        v_public := case when pg_catalog.pg_has_role('anon', 'USAGE')
+                         then not exists (select 1 from pg_catalog.pg_roles as r
+                                          where r.rolname = current_user
+                                            and (r.rolsuper or r.rolbypassrls))
+                         else false end;
     end if;
     -- Exact search when the rows the caller may see are few: a document-id filter, or a tenant
     -- small enough that scanning it costs less than an HNSW walk that filters most rows away.
     v_exact := document_ids is not null
         or (v_tenant is not null and pgrag.tenant_chunk_count(v_tenant) <= v_exact_max);
+    -- A tenant isolated by pgrag.isolate_tenant has an HNSW graph of its own chunks alone.
+    v_own_index := not v_exact and v_tenant is not null
+        and pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_tenant))) is not null;
+    v_scoped := v_tenant is not null or v_filtered or v_public;
 
     if not v_exact then
         -- Iterative index scans keep walking the graph until match_count rows pass the tenant
         -- and filter conditions (pgvector 0.8); the relaxed order is re-sorted below.
         perform pg_catalog.set_config('hnsw.iterative_scan',
-            case when v_tenant is not null or v_filtered then 'relaxed_order' else 'off' end, true);
+            case when v_scoped then 'relaxed_order' else 'off' end, true);
         -- Without sorts the HNSW index scan is the only ordered plan: the planner would
         -- otherwise prefer the tenant btree plus a sort of every row of a big tenant (it does not
         -- price reading each out-of-line embedding), which the exact path already covers.
@@ -430,7 +599,10 @@ begin
         -- 0.971 for a tenant with 10 % of 100k rows, against 0.928 with 400; see docs).
         -- The tenant's share of all chunks (planner statistics): a tenant holding most rows
         -- loses few to the filter and needs no wider list.
-        if v_tenant is not null then
+        -- An isolated tenant's own graph, like the public one, holds no other rows.
+        if v_own_index or v_public then
+            v_share := 1;
+        elsif v_tenant is not null then
             select pgrag.tenant_chunk_count(v_tenant) / greatest(c.reltuples, 1)
             into v_share
             from pg_catalog.pg_class as c
@@ -440,38 +612,49 @@ begin
             least(greatest(coalesce(vector_candidates.ef_search,
                                     case when v_filtered or (v_tenant is not null and coalesce(v_share, 0) < 0.25)
                                          then greatest(nullif(v_old_ef, '')::integer, 800)
-                                         when v_tenant is not null
+                                         when v_tenant is not null or v_public
                                          then greatest(nullif(v_old_ef, '')::integer, 100)
                                          else nullif(v_old_ef, '')::integer end,
                                     40), v_k), 1000)::text, true);
         -- Under a filter the relaxed order is only roughly by distance: take 4 x match_count
         -- rows (at least 40), re-sort them by exact distance, keep match_count.
-        select (pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id))[1 : v_k],
-               (pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id))[1 : v_k],
-               (pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id))[1 : v_k]
-        into v_tenants, v_ids, v_dists
+        -- The tenant (or is_public) condition matches the predicate of the partial index to
+        -- walk: the tenant's own (as a literal, so the planner can prove it), the public one.
+        v_sql := pg_catalog.format($q$
+        select (pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id))[1 : $1],
+               (pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id))[1 : $1],
+               (pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id))[1 : $1]
         from (
             select c.tenant_id, c.id as chunk_id,
-                   c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                   c.embedding operator(@extschema:vector@.<=>) $2 as distance
             from pgrag.chunks as c
-            join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+            join pgrag.documents as d on d.tenant_id operator(pg_catalog.=) c.tenant_id
+                                     and d.id operator(pg_catalog.=) c.document_id
             where c.embedding is not null
-              and d.status = 'ready'
-              and (v_tenant is null or c.tenant_id = v_tenant)
-              and (metadata_filter is null
-                   or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) metadata_filter)
-              and (source_types is null or d.source_type = any (source_types))
-              and (created_after is null or d.created_at >= created_after)
-              and (created_before is null or d.created_at < created_before)
-            order by c.embedding operator(@extschema:vector@.<=>) query_embedding
-            limit case when v_tenant is not null or v_filtered then greatest(4 * v_k, 40) else v_k end
-        ) as h;
+              and d.status operator(pg_catalog.=) 'ready'
+              and %s
+              and ($3 is null
+                   or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) $3)
+              and ($4 is null or d.source_type operator(pg_catalog.=) any ($4))
+              and ($5 is null or d.created_at operator(pg_catalog.>=) $5)
+              and ($6 is null or d.created_at operator(pg_catalog.<) $6)
+            order by c.embedding operator(@extschema:vector@.<=>) $2
+            limit $7
+        ) as h$q$,
+            case when v_tenant is not null
+                 then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L', v_tenant)
+                 when v_public then 'c.is_public'
+                 else 'true' end);
+        execute v_sql
+        into v_tenants, v_ids, v_dists
+        using v_k, query_embedding, metadata_filter, source_types, created_after,
+              created_before, case when v_scoped then greatest(4 * v_k, 40) else v_k end;
         perform pg_catalog.set_config('enable_sort', v_old_sort, true);
         perform pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
         perform pg_catalog.set_config('hnsw.iterative_scan', coalesce(v_old_iter, 'off'), true);
         -- Never fewer than match_count rows when that many exist: a filter too selective for
         -- the scan budget (hnsw.max_scan_tuples) falls back to the exact path.
-        v_exact := coalesce(pg_catalog.cardinality(v_ids), 0) < v_k and (v_tenant is not null or v_filtered);
+        v_exact := coalesce(pg_catalog.cardinality(v_ids), 0) < v_k and v_scoped;
     end if;
 
     if v_exact then
@@ -488,6 +671,7 @@ begin
                 where c.embedding is not null
                   and d.status = 'ready'
                   and (v_tenant is null or c.tenant_id = v_tenant)
+                  and (not v_public or (c.is_public and d.is_public))
                   and (document_ids is null or c.document_id = any (document_ids))
                   and (metadata_filter is null
                        or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) metadata_filter)
@@ -509,7 +693,7 @@ begin
 end
 $$;
 comment on function pgrag.vector_candidates(@extschema:vector@.vector, integer, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Vector arm: (tenant_id, chunk_id, cosine distance) of the nearest ready chunks, filters applied inside the search. HNSW with iterative scans, or an exact scan for small visible sets (pgrag.exact_search_max_rows, default 2000) and as a fallback when the index walk returns too few rows.';
+'Vector arm: (tenant_id, chunk_id, cosine distance) of the nearest ready chunks, filters applied inside the search. HNSW with iterative scans, or an exact scan for small visible sets (pgrag.exact_search_max_rows, default 2000) and as a fallback when the index walk returns too few rows. The graph walked holds only rows the caller may see where one exists: anon walks the public chunks'' index (chunks.is_public), a tenant isolated by pgrag.isolate_tenant its own; other tenants above the threshold walk the shared graph.';
 
 create or replace function pgrag.keyword_candidates(
     query_text text,

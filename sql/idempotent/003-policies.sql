@@ -152,7 +152,7 @@ begin
           and p.proname = any (array[
               'current_tenant_id', 'tenant_chunk_count', 'keyword_query', 'vector_candidates',
               'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
-              'bm25_apply'
+              'tenant_index_name', 'bm25_apply'
           ])
         order by 1
     loop

@@ -1,0 +1,367 @@
+"""No cross-tenant signal through the vector index.
+
+* anon learns nothing about private rows: its vector search walks a graph of public chunks only,
+  so 20,000 private chunks packed around a query change nothing anon gets (vector_search,
+  hybrid_search with supabase-js defaults, build_context).
+* A tenant isolated with ``pgrag.isolate_tenant`` searches its own HNSW graph: a neighbour's
+  dense cluster around its queries changes neither its results nor its recall.
+
+Clients are the PostgREST replay of tests/test_tenancy.py (a LOGIN NOINHERIT authenticator,
+``set local role``, local ``request.jwt.claims``); data is loaded as the owner. Public texts and
+queries are real all-MiniLM-L6-v2 embeddings; the crowds are synthetic vectors around them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from test_tenancy import claims_for, ensure_authenticator, request
+
+from pgrag.db import connect
+
+DIMS = 384
+PUBLIC_TEXTS = [
+    f"{topic}: {detail}"
+    for topic in (
+        "Vacation policy",
+        "Expense reports",
+        "Security badges",
+        "Parental leave",
+        "Remote work",
+        "Travel booking",
+    )
+    for detail in (
+        "how many days employees get each year",
+        "who approves requests and how long it takes",
+        "what to do when something goes wrong",
+        "the form to fill in and where to send it",
+        "exceptions for part-time staff and contractors",
+        "the rules changed this year, see the summary",
+        "questions go to the people team by email",
+    )
+]
+QUERY = "how many paid vacation days do I get"
+
+
+def unit(vectors: np.ndarray) -> np.ndarray:
+    return (vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def crowd(centre: np.ndarray, n: int, rng: np.random.Generator, spread: float = 0.01) -> np.ndarray:
+    """n vectors packed around ``centre``: each nearer to it than any real text is."""
+    return unit(centre[None, :] + rng.normal(0, spread, (n, DIMS)))
+
+
+def add_document(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    vectors: np.ndarray,
+    *,
+    public: bool,
+    texts: list[str] | None = None,
+) -> int:
+    """One ready document of ``tenant`` with a chunk per vector (binary COPY, as the owner)."""
+    row = conn.execute(
+        "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status, "
+        "is_public) values (%s, 'doc', 'text', gen_random_uuid()::text, 'ready', %s) "
+        "returning id",
+        (tenant, public),
+    ).fetchone()
+    assert row is not None
+    with conn.cursor().copy(
+        "copy pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding, "
+        "content_sha256) from stdin (format binary)"
+    ) as copy:
+        copy.set_types(["text", "int8", "int4", "text", "vector", "text"])
+        for i, v in enumerate(vectors):
+            text = texts[i] if texts else f"private note {i}"
+            copy.write_row((tenant, row[0], i, text, v, f"{i:064x}"))
+    return int(row[0])
+
+
+def bulk_load(conn: psycopg.Connection[Any], load: Any) -> None:
+    """Run ``load`` with the shared HNSW index rebuilt afterwards (faster than 20k inserts)."""
+    conn.execute("drop index pgrag.chunks_embedding_hnsw")
+    load()
+    conn.execute("set maintenance_work_mem = '256MB'")
+    conn.execute(
+        "create index chunks_embedding_hnsw on pgrag.chunks "
+        "using hnsw (embedding vector_cosine_ops) where embedding is not null"
+    )
+    conn.execute("analyze pgrag.chunks")
+    conn.execute("analyze pgrag.documents")
+    conn.commit()
+
+
+def anon_view(db: str, query_emb: np.ndarray) -> dict[str, Any]:
+    """Everything anon gets for QUERY from the three search entry points."""
+    with request(db, "anon", {"role": "anon"}) as c:
+        vector = c.execute(
+            "select chunk_id, similarity from public.vector_search("
+            "query_embedding := %s, match_count := 10)",
+            (query_emb,),
+        ).fetchall()
+        # supabase-js: rpc('hybrid_search', { query_text, query_embedding })
+        hybrid = c.execute(
+            "select chunk_id, vector_rank, keyword_rank, score from public.hybrid_search("
+            "query_text := %s, query_embedding := %s)",
+            (QUERY, query_emb),
+        ).fetchall()
+        context = c.execute(
+            "select context, sources from public.build_context(query_text := %s, "
+            "query_embedding := %s)",
+            (QUERY, query_emb),
+        ).fetchone()
+    return {"vector_search": vector, "hybrid_search": hybrid, "build_context": context}
+
+
+@pytest.fixture
+def public_corpus(db: str, conn: psycopg.Connection[Any], local_embedder: Any, pg_admin_dsn: str):
+    ensure_authenticator(pg_admin_dsn)
+    emb = unit(np.asarray(local_embedder.embed([*PUBLIC_TEXTS, QUERY]), dtype=np.float32))
+    add_document(conn, "acme", emb[:-1], public=True, texts=list(PUBLIC_TEXTS))
+    conn.commit()
+    conn.execute("analyze pgrag.chunks")
+    conn.commit()
+    return emb[-1]
+
+
+def test_anon_results_do_not_change_when_private_chunks_crowd_the_query(
+    db: str, conn: psycopg.Connection[Any], public_corpus: np.ndarray
+) -> None:
+    query_emb = public_corpus
+    before = anon_view(db, query_emb)
+    assert len(before["vector_search"]) == 10
+    assert before["build_context"][1]
+
+    rng = np.random.default_rng(3)
+
+    def load() -> None:
+        # 20,000 private chunks nearer the query than any public text: half in the public
+        # tenant's own private document, half in another tenant.
+        add_document(conn, "acme", crowd(query_emb, 10_000, rng), public=False)
+        add_document(conn, "globex", crowd(query_emb, 10_000, rng), public=False)
+
+    bulk_load(conn, load)
+    assert conn.execute("select count(*) from pgrag.chunks where not is_public").fetchone() == (
+        20_000,
+    )
+    assert anon_view(db, query_emb) == before
+
+
+def test_a_client_cannot_put_a_private_chunk_into_the_public_graph(
+    db: str, conn: psycopg.Connection[Any], public_corpus: np.ndarray
+) -> None:
+    doc = add_document(
+        conn, "acme", crowd(public_corpus, 3, np.random.default_rng(1)), public=False
+    )
+    conn.commit()
+    with request(db, "authenticated", claims_for("acme")) as c:
+        c.execute("update pgrag.chunks set is_public = true where document_id = %s", (doc,))
+        c.execute(
+            "insert into pgrag.chunks (document_id, chunk_index, content, embedding, "
+            "content_sha256, is_public) values (%s, 99, 'forged', %s, 'x', true)",
+            (doc, public_corpus),
+        )
+    assert conn.execute(
+        "select count(*), count(*) filter (where is_public) from pgrag.chunks "
+        "where document_id = %s",
+        (doc,),
+    ).fetchone() == (4, 0)
+
+
+def test_publishing_a_document_moves_its_chunks_into_the_public_graph_and_back(
+    db: str, conn: psycopg.Connection[Any], public_corpus: np.ndarray
+) -> None:
+    doc = add_document(
+        conn, "acme", crowd(public_corpus, 3, np.random.default_rng(1)), public=False
+    )
+    conn.commit()
+    ids = {r[0] for r in conn.execute("select id from pgrag.chunks where document_id = %s", (doc,))}
+
+    def anon_ids() -> set[int]:
+        with request(db, "anon", {"role": "anon"}) as c:
+            return {
+                r[0]
+                for r in c.execute(
+                    "select chunk_id from public.vector_search(%s, 10)", (public_corpus,)
+                )
+            }
+
+    assert not anon_ids() & ids
+    conn.execute("update pgrag.documents set is_public = true where id = %s", (doc,))
+    conn.commit()
+    assert ids <= anon_ids()
+    conn.execute("update pgrag.documents set is_public = false where id = %s", (doc,))
+    conn.commit()
+    assert not anon_ids() & ids
+
+
+# -- noisy neighbours -----------------------------------------------------------------------------
+
+VICTIM_ROWS = 3_000
+CLUSTER_ROWS = 6_000
+QUERIES = 30
+K = 10
+
+
+@pytest.fixture
+def neighbourhood(conn: psycopg.Connection[Any], pg_admin_dsn: str) -> dict[str, Any]:
+    """A tenant of 3,000 clustered chunks (isolated) and query vectors among them."""
+    ensure_authenticator(pg_admin_dsn)
+    rng = np.random.default_rng(11)
+    centres = unit(rng.normal(0, 1, (200, DIMS)))
+    own = unit(
+        centres[rng.integers(0, 200, VICTIM_ROWS)] + rng.normal(0, 0.03, (VICTIM_ROWS, DIMS))
+    )
+    queries = unit(centres[rng.integers(0, 200, QUERIES)] + rng.normal(0, 0.04, (QUERIES, DIMS)))
+    bulk_load(conn, lambda: add_document(conn, "victim", own, public=False))
+    conn.execute("select pgrag.isolate_tenant('victim')")
+    conn.commit()
+    return {"queries": queries, "rng": rng}
+
+
+def victim_search(db: str, queries: np.ndarray) -> list[list[tuple[int, float]]]:
+    out = []
+    with request(db, "authenticated", claims_for("victim")) as c:
+        for q in queries:
+            out.append(
+                c.execute(
+                    "select chunk_id, similarity from public.vector_search(%s, %s)", (q, K)
+                ).fetchall()
+            )
+    return out
+
+
+def exact_top_k(conn: psycopg.Connection[Any], q: np.ndarray) -> list[int]:
+    rows = conn.execute(
+        "select id from (select id, embedding <=> %s as d from pgrag.chunks "
+        "where tenant_id = 'victim' offset 0) s order by d, id limit %s",
+        (q, K),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def add_cluster(
+    conn: psycopg.Connection[Any], queries: np.ndarray, rng: np.random.Generator
+) -> None:
+    """Another tenant's dense cluster around every query (CLUSTER_ROWS chunks in all)."""
+    per_query = CLUSTER_ROWS // len(queries)
+    vectors = np.concatenate([crowd(q, per_query, rng, 0.005) for q in queries])
+    bulk_load(
+        conn,
+        lambda: add_document(conn, "neighbour", vectors, public=False),
+    )
+
+
+def test_a_neighbours_cluster_leaves_an_isolated_tenants_recall_at_or_above_095(
+    db: str, conn: psycopg.Connection[Any], neighbourhood: dict[str, Any]
+) -> None:
+    queries = neighbourhood["queries"]
+    add_cluster(conn, queries, neighbourhood["rng"])
+    got = victim_search(db, queries)
+    assert all(len(rows) == K for rows in got)
+    recall = np.mean(
+        [
+            len({r[0] for r in rows} & set(exact_top_k(conn, q))) / K
+            for rows, q in zip(got, queries, strict=True)
+        ]
+    )
+    assert recall >= 0.95
+
+
+def test_an_isolated_tenants_results_are_the_same_whatever_its_neighbour_holds(
+    db: str, conn: psycopg.Connection[Any], neighbourhood: dict[str, Any]
+) -> None:
+    queries = neighbourhood["queries"]
+    alone = victim_search(db, queries)
+    add_cluster(conn, queries, neighbourhood["rng"])
+    assert victim_search(db, queries) == alone
+
+
+def test_a_small_tenants_results_are_the_same_whatever_its_neighbour_holds(
+    db: str, conn: psycopg.Connection[Any], pg_admin_dsn: str
+) -> None:
+    ensure_authenticator(pg_admin_dsn)
+    rng = np.random.default_rng(5)
+    own = unit(rng.normal(0, 1, (500, DIMS)))
+    add_document(conn, "small", own, public=False)
+    conn.commit()
+    queries = own[:10]
+
+    def search() -> list[list[tuple[int, float]]]:
+        with request(db, "authenticated", claims_for("small")) as c:
+            return [
+                c.execute(
+                    "select chunk_id, similarity from public.vector_search(%s, 10)", (q,)
+                ).fetchall()
+                for q in queries
+            ]
+
+    alone = search()
+    vectors = np.concatenate([crowd(q, 300, rng, 0.005) for q in queries])
+    bulk_load(
+        conn,
+        lambda: add_document(conn, "neighbour", vectors, public=False),
+    )
+    assert search() == alone
+
+
+def test_isolate_tenants_gives_every_tenant_above_the_threshold_its_own_graph_once(
+    conn: psycopg.Connection[Any],
+) -> None:
+    rng = np.random.default_rng(2)
+    add_document(conn, "big", unit(rng.normal(0, 1, (60, DIMS))), public=False)
+    add_document(conn, "tiny", unit(rng.normal(0, 1, (5, DIMS))), public=False)
+    conn.commit()
+    made = conn.execute("select tenant_id, chunk_count from pgrag.isolate_tenants(50)").fetchall()
+    conn.commit()
+    assert made == [("big", 60)]
+    assert conn.execute("select count(*) from pgrag.isolate_tenants(50)").fetchone() == (0,)
+    name = conn.execute("select pgrag.tenant_index_name('big')").fetchone()[0]
+    predicate = conn.execute(
+        "select pg_get_expr(indpred, indrelid) from pg_index where indexrelid = %s::regclass",
+        (f"pgrag.{name}",),
+    ).fetchone()[0]
+    assert "'big'" in predicate
+    assert conn.execute("select pgrag.share_tenant('big')").fetchone() == (True,)
+    assert conn.execute("select to_regclass(%s)", (f"pgrag.{name}",)).fetchone() == (None,)
+
+
+@pytest.mark.parametrize("role", ["anon", "authenticated"])
+def test_api_roles_cannot_isolate_a_tenant(db: str, pg_admin_dsn: str, role: str) -> None:
+    ensure_authenticator(pg_admin_dsn)
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+        request(db, role, claims_for("acme")) as c,
+    ):
+        c.execute("select pgrag.isolate_tenant('acme')")
+
+
+def test_isolate_tenant_refuses_a_blank_tenant(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="tenant"):
+        conn.execute("select pgrag.isolate_tenant('  ')")
+
+
+def test_isolated_search_uses_the_tenants_own_index(
+    db: str, conn: psycopg.Connection[Any], neighbourhood: dict[str, Any]
+) -> None:
+    name = conn.execute("select pgrag.tenant_index_name('victim')").fetchone()[0]
+    before = conn.execute(
+        "select idx_scan from pg_stat_user_indexes where indexrelname = %s", (name,)
+    ).fetchone()[0]
+    victim_search(db, neighbourhood["queries"][:3])
+    after = before
+    for _ in range(50):  # the request's backend flushes its statistics as it exits
+        with connect(db) as fresh:
+            after = fresh.execute(
+                "select idx_scan from pg_stat_user_indexes where indexrelname = %s", (name,)
+            ).fetchone()[0]
+        if after >= before + 3:
+            break
+        time.sleep(0.1)
+    assert after >= before + 3
