@@ -51,6 +51,11 @@ class PgragGroup(click.Group):
             if os.environ.get(DEBUG_ENV):
                 raise
             raise CommandError(database_error_message(exc)) from exc
+        except OSError as exc:  # a file or folder the command was pointed at
+            if os.environ.get(DEBUG_ENV):
+                raise
+            where = f": {exc.filename}" if exc.filename else ""
+            raise CommandError(f"{exc.strerror or one_line(str(exc))}{where}") from exc
         except Exception as exc:
             if os.environ.get(DEBUG_ENV):
                 raise

@@ -434,6 +434,7 @@ TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "doc
 PGRAG_FUNCTIONS = (
     "bm25_apply",
     "current_tenant_id()",
+    "delete_documents",
     "fused_candidates",
     "keyword_candidates",
     "keyword_query",
