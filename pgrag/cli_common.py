@@ -65,6 +65,19 @@ class PgragGroup(click.Group):
                 f"(set {DEBUG_ENV}=1 for the traceback, and please report it)"
             ) from exc
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The ``pgrag`` process: after Ctrl-C (exit 130) leave at once, skipping the
+        interpreter's teardown (over a second with the model loaded); everything was
+        committed or rolled back and closed before the message was printed."""
+        try:
+            return self.main(*args, **kwargs)
+        except SystemExit as exc:
+            if exc.code == 130:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(130)
+            raise
+
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)

@@ -72,9 +72,9 @@ __all__ = [
 ]
 
 GROUP_DOCS = 64  # documents looked up together
-BATCH_CHUNKS = 256  # chunks embedded and COPYed together
+BATCH_CHUNKS = 64  # chunks embedded, COPYed and committed together (progress moves per batch)
 QUEUE_DEPTH = 2  # batches between the embedding thread and the loading thread
-LOCAL_EMBED_SLICE = 16  # chunks the local model embeds between two checks for Ctrl-C
+LOCAL_EMBED_SLICE = 8  # chunks the local model embeds between two checks for Ctrl-C
 
 STAGE_COLUMNS = (
     "document_id",
@@ -232,6 +232,8 @@ class _Worker(threading.Thread):
                 self.inbox.put(("stop", None), timeout=0.2)
                 return
             except queue.Full:
+                if self.cancelled:  # a cancelled worker leaves at its next message
+                    return
                 continue
 
     def finish(self) -> None:
@@ -251,15 +253,18 @@ class _Worker(threading.Thread):
         try:
             while True:
                 kind, payload = self.inbox.get()
-                if kind == "stop":
+                if kind == "stop" or self.cancelled:
                     return
-                if not self.cancelled:
-                    self.handle(kind, payload)
+                self.handle(kind, payload)
         except BaseException as exc:
             self.error = exc
-            with contextlib.suppress(Exception):
-                while self.inbox.get()[0] != "stop":  # drain until told to stop
-                    pass
+            while True:  # drain (so producers never block) until told to stop, or cancelled
+                try:
+                    if self.inbox.get(timeout=0.2)[0] == "stop":
+                        return
+                except queue.Empty:
+                    if self.cancelled:
+                        return
 
 
 class _Loader(_Worker):
@@ -512,12 +517,17 @@ class _Run:
         )
 
     def _abort(self, exc: BaseException) -> None:
-        """Mark in-flight documents as failed (best effort) and stop the loader."""
+        """Mark in-flight documents as failed (best effort) and stop the loader.
+
+        On Ctrl-C the loader (database work, short) is waited for; the embedding thread only
+        briefly: it is cancelled and stops after its current slice, writing nothing more."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
         for worker in (self.embedding, self.loader):
             if worker is not None:
                 worker.stop(cancel=True)
-                # Ctrl-C: the embedding thread stops at its next slice; do not wait longer.
-                worker.join(timeout=5 if isinstance(exc, KeyboardInterrupt) else 60)
+        for worker, wait in ((self.loader, 10), (self.embedding, 0.5 if interrupted else 60)):
+            if worker is not None:
+                worker.join(timeout=wait)
                 with contextlib.suppress(Exception):
                     worker.close()
         self.embedding = self.loader = None
@@ -526,14 +536,26 @@ class _Run:
         else:
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         ids = list(self.in_flight)
-        if ids and not self.conn.closed:
-            with contextlib.suppress(Exception), self.conn.transaction():
-                set_request_tenant(self.conn, self.tenant)
-                self.conn.execute(
+        if not ids and not self.seen:
+            return
+
+        def mark(conn: psycopg.Connection[Any]) -> None:
+            # In-flight documents, and any new one of this run whose insert committed just as
+            # the run was interrupted (before it was registered as in flight).
+            with conn.transaction():
+                set_request_tenant(conn, self.tenant)
+                conn.execute(
                     "update pgrag.documents set status = 'error', error = %s "
-                    "where tenant_id = %s and id = any(%s) and status = 'processing'",
-                    (f"ingest aborted: {message}", self.tenant, ids),
+                    "where tenant_id = %s and (id = any(%s) or source_uri = any(%s)) "
+                    "and status = 'processing'",
+                    (f"ingest aborted: {message}", self.tenant, ids, list(self.seen)),
                 )
+
+        try:
+            mark(self.conn)
+        except Exception:  # the main connection was interrupted mid-statement: use another
+            with contextlib.suppress(Exception), connect(self.dsn, autocommit=True) as conn:
+                mark(conn)
 
     def _ensure_workers(self) -> _Embedding:
         if self.embedding is None:

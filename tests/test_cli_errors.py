@@ -114,9 +114,7 @@ def test_the_tables_cover_every_command(dataset: Path, doc: Path) -> None:
 @pytest.mark.parametrize(
     "command", ["status", "migrate", "search", "ask", "eval", "ingest", "delete", "embed"]
 )
-def test_a_malformed_connection_string_is_one_line(
-    command: str, dataset: Path, doc: Path
-) -> None:
+def test_a_malformed_connection_string_is_one_line(command: str, dataset: Path, doc: Path) -> None:
     args = database_commands(dataset, doc)[command]
     line = assert_one_line_error(invoke("--dsn", MALFORMED_DSN, *args), exit_code=1)
     assert "invalid connection string" in line and "postgresql://" in line
