@@ -264,9 +264,10 @@ def embed(app: AppContext, text: str, as_json: bool) -> None:
     """Print the embedding of TEXT (with the database's model) as a pgvector literal.
 
     \b
-    For psql, where no client computes embeddings:
-      psql -v emb="$(pgrag embed 'reset my password')" \\
-        -c "select title from hybrid_search('reset my password', :'emb', 5)"
+    For psql (which interpolates :'emb' in scripts and on stdin, not in -c):
+      echo "select title from hybrid_search('reset my password', :'emb', 5)" |
+        psql -v emb="$(pgrag embed 'reset my password')"
+    or inside psql: \\set emb `pgrag embed 'reset my password'`
     --json prints {"model", "provider", "dims", "embedding"}.
     """
     from pgrag.search import embed_query, query_embedder
