@@ -432,12 +432,12 @@ def evaluate(
     search call returning 10 rows, query embedding excluded.
     """
     from pgrag import evaluate as ev
-    from pgrag.progress import Progress
+    from pgrag.progress import Progress, ProgressMode
 
     dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
     parsed = [ev.parse_mode(spec) for spec in (modes or ev.DEFAULT_EVAL_MODES)]
     tenant = tenant or f"beir-{dataset.name}"
-    mode = "off" if progress is False or (as_json and not progress) else "auto"
+    mode: ProgressMode = "off" if progress is False or (as_json and not progress) else "auto"
     dsn = app.dsn()
     with connect(dsn) as conn:
         embedder = query_embedder(conn)
