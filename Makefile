@@ -35,6 +35,8 @@ demo: install
 	$(PGRAG) search "$(DEMO_QUERY)" -k 3 --explain
 	@echo "== the context an LLM gets, with [Source N] citations"
 	$(PGRAG) ask "$(DEMO_QUERY)"
+	@echo "== the embedded database keeps running, for the commands in README.md; stop it with: $(PGRAG) db stop"
+	$(PGRAG) db status
 
 test: install
 	$(VENV)/bin/pytest -q

@@ -151,6 +151,8 @@ from pgrag.cli_bundle import sql_bundle  # noqa: E402
 
 main.add_command(sql_bundle)
 
-from pgrag.cli_ingest import ingest  # noqa: E402
+from pgrag.cli_ingest import delete, embed, ingest  # noqa: E402
 
 main.add_command(ingest)
+main.add_command(delete)
+main.add_command(embed)

@@ -1,24 +1,105 @@
-"""Pieces every ``pgrag`` command module shares: error handling, --json, the app context."""
+"""Pieces every ``pgrag`` command module shares: error handling, --json, the app context.
+
+Every failure ends as one line on stderr and a documented exit status (docs/cli.md):
+0 success, 1 an error (pgrag's own, a database error mapped by SQLSTATE, or an unexpected
+one), 2 a usage error, 3 nothing to work on, 130 interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Any
 
 import click
+import psycopg
 
 from pgrag.context import AppContext
+from pgrag.db import database_error_message, one_line
 from pgrag.errors import PgragError
+
+DEBUG_ENV = "PGRAG_DEBUG"
+
+
+class CommandError(click.ClickException):
+    """A one-line ``Error: ...`` with its own exit status."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code  # type: ignore[misc]
 
 
 class PgragGroup(click.Group):
-    """A click group that reports :class:`PgragError` as ``Error: <message>`` with exit 1."""
+    """A click group that turns every error of its commands into one line.
+
+    pgrag's errors print their message; database errors a message chosen by SQLSTATE;
+    Ctrl-C ``Interrupted.`` (exit 130); anything unexpected its type and message, with the
+    traceback only when PGRAG_DEBUG=1. Usage errors are one line too (exit 2).
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
         except PgragError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise CommandError(str(exc), exc.exit_code) from exc
+        except KeyboardInterrupt as exc:
+            raise CommandError("interrupted.", 130) from exc
+        except psycopg.Error as exc:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            raise CommandError(database_error_message(exc)) from exc
+        except OSError as exc:  # a file or folder the command was pointed at
+            if os.environ.get(DEBUG_ENV):
+                raise
+            where = f": {exc.filename}" if exc.filename else ""
+            raise CommandError(f"{exc.strerror or one_line(str(exc))}{where}") from exc
+        except Exception as exc:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            message = one_line(str(exc)) or "(no message)"
+            raise CommandError(
+                f"unexpected {type(exc).__name__}: {message} "
+                f"(set {DEBUG_ENV}=1 for the traceback, and please report it)"
+            ) from exc
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The ``pgrag`` process: after Ctrl-C (exit 130) leave at once, skipping the
+        interpreter's teardown (over a second with the model loaded); everything was
+        committed or rolled back and closed before the message was printed."""
+        try:
+            return self.main(*args, **kwargs)
+        except SystemExit as exc:
+            if exc.code == 130:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(130)
+            raise
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "pgrag"
+            click.echo(f"Error: {exc.format_message()} (see '{where} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        except (KeyboardInterrupt, EOFError):
+            click.echo("\nError: interrupted.", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
 
 def echo_json(data: Any) -> None:
@@ -28,3 +109,27 @@ def echo_json(data: Any) -> None:
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 pass_app = click.make_pass_decorator(AppContext)
+
+
+def parse_json_object(value: str | None, option: str = "--metadata") -> dict[str, Any] | None:
+    """The JSON object given to ``option``, or a one-line error saying what is wrong."""
+    from pgrag.errors import ConfigError
+
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{option} is not valid JSON ({exc.msg}): {value}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f'{option} takes a JSON object, e.g. \'{{"team": "ops"}}\'.')
+    return data
+
+
+progress_option = click.option(
+    "--progress/--no-progress",
+    "progress",
+    default=None,
+    help="Report progress on stderr: a live bar on a terminal, else one line every 10 s "
+    "(env PGRAG_PROGRESS_INTERVAL). Default: on, except with --json.",
+)

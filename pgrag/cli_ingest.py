@@ -7,7 +7,13 @@ import sys
 import click
 
 from pgrag.chunking import CHUNKERS
-from pgrag.cli_common import echo_json, json_option, pass_app
+from pgrag.cli_common import (
+    echo_json,
+    json_option,
+    parse_json_object,
+    pass_app,
+    progress_option,
+)
 from pgrag.context import AppContext
 from pgrag.db import DEFAULT_TENANT, connect
 from pgrag.embedders import PROVIDERS, get_embedder, read_embedding_config
@@ -70,6 +76,20 @@ from pgrag.ingest import IngestOptions, IngestSummary, ingest_paths
     show_default=True,
     help="Text-search configuration of the chunks (english, simple, german, ...).",
 )
+@click.option(
+    "--metadata",
+    "metadata_json",
+    metavar="JSON",
+    help='Metadata for every document of this run, a JSON object (e.g. \'{"team": "ops"}\'), '
+    "merged over the extractor's (Markdown front matter); search with --metadata.",
+)
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Also remove the tenant's documents under the given folders whose files no longer "
+    "exist (one transaction).",
+)
+@progress_option
 @json_option
 @pass_app
 def ingest(
@@ -85,6 +105,9 @@ def ingest(
     switch_model: bool,
     glob: str | None,
     language: str,
+    metadata_json: str | None,
+    prune: bool,
+    progress: bool | None,
     as_json: bool,
 ) -> None:
     """Extract, chunk, embed and load documents: files, folders (recursive) and URLs.
@@ -92,8 +115,10 @@ def ingest(
     \b
     Unchanged documents (same content hash) are skipped; changed ones re-embed only the
     chunks whose text changed. Each document is replaced in one transaction. Exit status
-    is 1 when any document failed; the others are still loaded.
+    is 1 when any document failed (the others are still loaded), 3 when no file matched,
+    130 when interrupted (finished documents are kept; run the command again to finish).
     """
+    metadata = parse_json_object(metadata_json) or {}
     dsn = app.dsn()
     embedder = None
     if provider or model or switch_model:
@@ -109,6 +134,7 @@ def ingest(
         force=force or switch_model,
         language=language,
         switch_model=switch_model,
+        metadata=metadata,
     )
     summary = ingest_paths(
         dsn,
@@ -117,7 +143,8 @@ def ingest(
         tenant=tenant,
         embedder=embedder,
         options=options,
-        progress=not as_json,
+        progress=progress if progress is not None else not as_json,
+        prune=prune,
     )
     if as_json:
         echo_json(summary.as_dict())
@@ -133,9 +160,129 @@ def print_summary(s: IngestSummary) -> None:
     click.echo(
         f"documents: {s.documents_new} new, {s.documents_changed} changed, "
         f"{s.documents_unchanged} unchanged, {s.documents_failed} failed"
+        + (f", {s.documents_removed} removed" if s.documents_removed else "")
     )
     click.echo(
         f"chunks:    {s.chunks_written} written, {s.chunks_embedded} embedded, "
         f"{s.chunks_reused} reused"
     )
     click.echo(f"time:      {s.seconds:.1f} s")
+
+
+@click.command()
+@click.argument("sources", nargs=-1, metavar="[PATH_OR_URL]...")
+@click.option(
+    "--id",
+    "document_ids",
+    type=int,
+    multiple=True,
+    help="A document id (repeatable; as printed by search --json).",
+)
+@click.option(
+    "--glob",
+    "globs",
+    multiple=True,
+    help="Source URIs matching this pattern (* matches across /; relative patterns are "
+    "taken from the current folder), e.g. '*.pdf'. Repeatable.",
+)
+@click.option(
+    "--tenant",
+    envvar="PGRAG_TENANT",
+    default=DEFAULT_TENANT,
+    show_default=True,
+    help="Tenant owning the documents (env PGRAG_TENANT).",
+)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@json_option
+@pass_app
+def delete(
+    app: AppContext,
+    sources: tuple[str, ...],
+    document_ids: tuple[int, ...],
+    globs: tuple[str, ...],
+    tenant: str,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Remove documents and their chunks from search: by path or URL (a folder: everything
+    under it), --id or --glob.
+
+    \b
+    Removal is one transaction and keeps the BM25 statistics exact. Asks for confirmation
+    unless --yes. Exit status 3 when nothing matches.
+    """
+    from pgrag.documents import delete_documents, glob_to_like, path_criteria, tenant_is_empty
+    from pgrag.errors import ConfigError, NothingToDo
+
+    if not (sources or document_ids or globs):
+        raise ConfigError("name what to delete: a path or URL, --id ID or --glob PATTERN.")
+    uris, patterns = path_criteria(sources)
+    patterns += [glob_to_like(g) for g in globs]
+    criteria = {"document_ids": document_ids, "source_uris": uris, "patterns": patterns}
+    with connect(app.dsn(), autocommit=True) as conn:
+        found = delete_documents(conn, tenant, dry_run=True, **criteria)  # type: ignore[arg-type]
+        if not found:
+            why = tenant_is_empty(conn, tenant)
+            raise NothingToDo(why or f"no document of tenant {tenant!r} matches: nothing deleted.")
+        chunks = sum(d.chunk_count for d in found)
+        if not as_json:
+            for d in found[:20]:
+                click.echo(f"  {d.document_id:>6}  {d.source_uri}  ({d.chunk_count} chunks)")
+            if len(found) > 20:
+                click.echo(f"  … and {len(found) - 20} more")
+        if dry_run:
+            if as_json:
+                echo_json({"deleted": [], "would_delete": [d.__dict__ for d in found]})
+            else:
+                click.echo(f"would delete {len(found)} document(s), {chunks} chunks (dry run).")
+            return
+        if not yes:
+            try:
+                click.confirm(
+                    f"Delete {len(found)} document(s) and {chunks} chunks of tenant {tenant!r}?",
+                    abort=True,
+                    err=True,
+                )
+            except click.Abort:
+                raise ConfigError(
+                    "nothing deleted: not confirmed (pass --yes to delete without asking)."
+                ) from None
+        removed = delete_documents(conn, tenant, document_ids=[d.document_id for d in found])
+    if as_json:
+        echo_json({"deleted": [d.__dict__ for d in removed]})
+        return
+    click.echo(f"deleted {len(removed)} document(s), {sum(d.chunk_count for d in removed)} chunks.")
+
+
+@click.command()
+@click.argument("text")
+@json_option
+@pass_app
+def embed(app: AppContext, text: str, as_json: bool) -> None:
+    """Print the embedding of TEXT (with the database's model) as a pgvector literal.
+
+    \b
+    For psql (which interpolates :'emb' in scripts and on stdin, not in -c):
+      echo "select title from hybrid_search('reset my password', :'emb', 5)" |
+        psql -v emb="$(pgrag embed 'reset my password')"
+    or inside psql: \\set emb `pgrag embed 'reset my password'`
+    --json prints {"model", "provider", "dims", "embedding"}.
+    """
+    from pgrag.search import embed_query, query_embedder
+
+    with connect(app.dsn()) as conn:
+        embedder = query_embedder(conn)
+    vector = embed_query(embedder, text)
+    if as_json:
+        echo_json(
+            {
+                "model": embedder.model_name,
+                "provider": embedder.provider,
+                "dims": len(vector),
+                "embedding": [float(x) for x in vector],
+            }
+        )
+        return
+    click.echo("[" + ",".join(repr(float(x)) for x in vector) + "]")

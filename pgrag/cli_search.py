@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import Callable
 from datetime import datetime
@@ -11,10 +10,17 @@ from typing import Any, TypeVar
 
 import click
 
-from pgrag.cli_common import echo_json, json_option, pass_app
+from pgrag.cli_common import (
+    echo_json,
+    json_option,
+    parse_json_object,
+    pass_app,
+    progress_option,
+)
 from pgrag.context import AppContext
 from pgrag.db import DEFAULT_TENANT, connect
-from pgrag.errors import ConfigError
+from pgrag.documents import tenant_is_empty
+from pgrag.errors import NothingToDo
 from pgrag.search import (
     Context,
     ContextOptions,
@@ -89,14 +95,7 @@ def make_filters(
     after: datetime | None,
     before: datetime | None,
 ) -> SearchFilters:
-    metadata = None
-    if metadata_json is not None:
-        try:
-            metadata = json.loads(metadata_json)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"--metadata is not valid JSON ({exc.msg}): {metadata_json}") from exc
-        if not isinstance(metadata, dict):
-            raise ConfigError('--metadata takes a JSON object, e.g. \'{"team": "ops"}\'.')
+    metadata = parse_json_object(metadata_json)
     return SearchFilters(
         document_ids=list(document_ids) or None,
         metadata=metadata,
@@ -235,6 +234,11 @@ def search(
     with connect(app.dsn()) as conn:
         embedder = None if mode == "keyword" else query_embedder(conn)
         hits = run_search(conn, query, options, tenant=tenant, embedder=embedder)
+        empty = tenant_is_empty(conn, tenant) if not hits else None
+    if empty:
+        if as_json:
+            echo_json([])
+        raise NothingToDo(empty)
     if as_json:
         echo_json([hit.as_dict() for hit in hits])
         return
@@ -333,6 +337,11 @@ def ask(
     )
     with connect(app.dsn()) as conn:
         ctx = build_context(conn, question, options, tenant=tenant, embedder=query_embedder(conn))
+        empty = tenant_is_empty(conn, tenant) if ctx.empty else None
+    if empty:
+        if as_json:
+            echo_json({"answer": None, "found": False, "context": "", "sources": []})
+        raise NothingToDo(empty)
     config = None if context_only else ChatConfig.from_env(chat_model)
     if ctx.empty:
         if as_json:
@@ -401,6 +410,7 @@ def ask(
     "--no-ingest", is_flag=True, help="Skip the (incremental) ingest; the tenant already holds it."
 )
 @tenant_option(default=None, help_text="Tenant holding the corpus (default beir-<dataset name>).")
+@progress_option
 @json_option
 @pass_app
 def evaluate(
@@ -412,6 +422,7 @@ def evaluate(
     fetch: int,
     no_ingest: bool,
     tenant: str | None,
+    progress: bool | None,
     as_json: bool,
 ) -> None:
     """Measure retrieval quality on a BEIR-format dataset (nDCG@10, recall@10/100, MRR@10).
@@ -420,48 +431,34 @@ def evaluate(
     into its own tenant (later runs skip unchanged documents); latency is the p50/p95 of one
     search call returning 10 rows, query embedding excluded.
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from pgrag import evaluate as ev
+    from pgrag.progress import Progress, ProgressMode
 
     dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
     parsed = [ev.parse_mode(spec) for spec in (modes or ev.DEFAULT_EVAL_MODES)]
     tenant = tenant or f"beir-{dataset.name}"
-    console = Console(stderr=True)
+    mode: ProgressMode = "off" if progress is False or (as_json and not progress) else "auto"
     dsn = app.dsn()
     with connect(dsn) as conn:
         embedder = query_embedder(conn)
     if not no_ingest:
-        ev.ingest_dataset(
-            dsn, dataset, tenant=tenant, embedder=embedder, progress=console.is_terminal
-        )
+        ev.ingest_dataset(dsn, dataset, tenant=tenant, embedder=embedder, progress=mode)
     embeddings = ev.embed_queries(embedder, dataset)
     results: dict[str, ev.ModeResult] = {}
-    with (
-        connect(dsn) as conn,
-        Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-            disable=not console.is_terminal,
-        ) as progress,
-    ):
+    with connect(dsn) as conn:
         for name, options in parsed:
-            task = progress.add_task(name, total=2 * len(dataset.queries))
-            results[name] = ev.run_mode(
-                conn,
-                dataset,
-                name,
-                options,
-                tenant=tenant,
-                embeddings=embeddings,
-                fetch=fetch,
-                advance=lambda task=task: progress.advance(task),  # type: ignore[misc]
-            )
+            total = 2 * len(dataset.queries)
+            with Progress(f"eval {name}", total, mode, unit="searches") as bar:
+                results[name] = ev.run_mode(
+                    conn,
+                    dataset,
+                    name,
+                    options,
+                    tenant=tenant,
+                    embeddings=embeddings,
+                    fetch=fetch,
+                    advance=bar.advance,
+                )
     report = {name: result.as_dict() for name, result in results.items()}
     if as_json:
         echo_json(report)

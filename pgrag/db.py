@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from pgrag.errors import DatabaseUnreachable
+from pgrag.errors import ConfigError, DatabaseUnreachable
 
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
@@ -18,15 +18,25 @@ def redact(dsn: str) -> str:
     return re.sub(r"(password=)\S+", r"\1***", redacted)
 
 
+def one_line(message: str) -> str:
+    """``message`` (e.g. libpq's reason, then a tab-indented hint) joined on one line."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
 def connect(dsn: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
     """Open a connection, turning connection failures into :class:`DatabaseUnreachable`."""
     kwargs.setdefault("connect_timeout", 10)
     try:
         conn = psycopg.connect(dsn, autocommit=autocommit, **kwargs)
+    except psycopg.ProgrammingError as exc:  # libpq could not parse the connection string
+        raise ConfigError(
+            f"invalid connection string ({one_line(str(exc))}): use a URL such as "
+            "postgresql://user@localhost:5432/dbname or key=value pairs (host=... dbname=...) "
+            "in --dsn / PGRAG_DSN / DATABASE_URL."
+        ) from exc
     except psycopg.OperationalError as exc:
         # libpq's message: the reason, then often a tab-indented hint; keep both on one line.
-        reason = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
-        reason = reason or type(exc).__name__
+        reason = one_line(str(exc)) or type(exc).__name__
         end = "" if reason.endswith((".", "?", "!")) else "."
         raise DatabaseUnreachable(
             f"cannot connect to the database {redact(dsn)}: {reason}{end} "
@@ -82,3 +92,51 @@ def set_request_tenant(conn: psycopg.Connection[Any], tenant: str) -> None:
         "select pg_catalog.set_config('request.jwt.claims', %s, true)",
         (json.dumps({"tenant_id": tenant}),),
     )
+
+
+def database_error_message(exc: psycopg.Error) -> str:
+    """One line for a database error pgrag did not anticipate: what failed and what to do.
+
+    Chosen by SQLSTATE; 22023 (invalid_parameter_value, raised by pgrag's own SQL argument
+    checks) and pgrag's PR codes print the server's message as it is.
+    """
+    diag = exc.diag
+    code = exc.sqlstate or ""
+    message = one_line(diag.message_primary or str(exc)) or type(exc).__name__
+    hint = one_line(diag.message_hint or "")
+    if code == "42704" and "text search configuration" in message:
+        return (
+            f"{message}: pass --language with one of the server's configurations "
+            "(select cfgname from pg_ts_config: english, simple, german, ...)."
+        )
+    if code == "22023" or code.startswith("PR"):
+        return f"{message}{'. ' + hint if hint else ''}"
+    if code in ("42P01", "42883", "3F000"):  # undefined table / function / schema
+        return (
+            f"{message}: pgrag is not installed in this database, or is out of date; "
+            "run pgrag migrate."
+        )
+    if code == "42501":
+        return (
+            f"{message}: the connecting role lacks a privilege; connect as a role pgrag's "
+            "grants cover (docs/security.md) or as the database owner."
+        )
+    if code == "57014":
+        return (
+            f"{message}: the statement timed out or was cancelled; retry, or raise "
+            "statement_timeout."
+        )
+    if code.startswith("08") or (isinstance(exc, psycopg.OperationalError) and not code):
+        return (
+            f"lost the connection to the database ({message}); check that the server is up "
+            "and retry."
+        )
+    if code.startswith("40"):
+        return f"{message}: a concurrent transaction conflicted; run the command again."
+    if code.startswith("53"):
+        return f"{message}: the server is out of resources (disk, memory or connections)."
+    if code.startswith("22"):
+        return f"invalid value: {message}{'. ' + hint if hint else ''}"
+    if not code:
+        return f"database client error: {message}"
+    return f"database error {code}: {message}{'. ' + hint if hint else ''}"

@@ -6,8 +6,11 @@ from __future__ import annotations
 class PgragError(Exception):
     """Root of every error pgrag raises on purpose.
 
-    ``str(error)`` is the line shown to the user: what went wrong and what to do.
+    ``str(error)`` is the line shown to the user: what went wrong and what to do;
+    ``exit_code`` the CLI's exit status (docs/cli.md, "Exit codes").
     """
+
+    exit_code = 1
 
 
 class ConfigError(PgragError):
@@ -44,3 +47,15 @@ class EmbeddingError(PgragError):
 
 class ExtractionError(PgragError):
     """A document could not be read or yielded no text."""
+
+
+class NothingToDo(PgragError):
+    """The command found nothing to work on: no matching files, no documents, unknown tenant."""
+
+    exit_code = 3
+
+
+class Interrupted(PgragError):
+    """The user interrupted the command (Ctrl-C); the message says what was kept."""
+
+    exit_code = 130

@@ -20,6 +20,7 @@ import psycopg
 
 from pgrag.embedders import Embedder
 from pgrag.errors import ConfigError
+from pgrag.progress import ProgressMode
 from pgrag.search import SearchHit, SearchOptions, search
 
 # Named modes: each is one SearchOptions preset (limit is set by the evaluator).
@@ -267,7 +268,12 @@ def run_mode(
 
 
 def ingest_dataset(
-    dsn: str, dataset: BeirDataset, *, tenant: str, embedder: Embedder, progress: bool
+    dsn: str,
+    dataset: BeirDataset,
+    *,
+    tenant: str,
+    embedder: Embedder,
+    progress: bool | ProgressMode,
 ) -> Any:
     """Load the corpus into ``tenant`` through the ingestion API (unchanged docs are skipped)."""
     from pgrag.extract import ExtractedDocument
@@ -282,4 +288,11 @@ def ingest_dataset(
         )
         for doc_id, (title, text) in dataset.corpus.items()
     )
-    return ingest_documents(dsn, documents, tenant=tenant, embedder=embedder, progress=progress)
+    return ingest_documents(
+        dsn,
+        documents,
+        tenant=tenant,
+        embedder=embedder,
+        progress=progress,
+        total=len(dataset.corpus),
+    )

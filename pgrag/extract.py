@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import itertools
+import json
 import os
 import re
 import urllib.error
@@ -96,8 +98,11 @@ class ExtractedDocument:
                 f"{uri}: unknown source type {source_type!r} ({', '.join(SOURCE_TYPES)})"
             )
         lines = text.splitlines()
+        front_matter: dict[str, Any] = {}
         if source_type == "markdown":
+            front_matter, _ = split_front_matter(lines)
             blocks = list(markdown_blocks(lines))
+            title = title or markdown_title(lines, front_matter)
         elif source_type == "html":
             blocks = list(html_blocks(text))
         else:
@@ -109,7 +114,7 @@ class ExtractedDocument:
             title=title,
             source_type=source_type,
             blocks=blocks,
-            metadata=dict(metadata or {}),
+            metadata={**front_matter, **(metadata or {})},
             content_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
         )
 
@@ -141,14 +146,63 @@ def text_blocks(lines: Iterable[str]) -> Iterator[Block]:
         yield Block("\n".join(buf))
 
 
+FRONT_MATTER_MAX_LINES = 1000
+_FRONT_MATTER_END = ("---", "...")
+
+
+def split_front_matter(lines: Iterable[str]) -> tuple[dict[str, Any], Iterator[str]]:
+    """(front matter, the remaining lines) of a Markdown document.
+
+    Front matter is a YAML mapping between a first line ``---`` and a line ``---`` (or
+    ``...``), as Jekyll, Hugo and most static-site generators write it. Parsed with PyYAML's
+    safe loader; values JSON cannot hold (dates) become strings. A block that is not closed
+    within FRONT_MATTER_MAX_LINES lines or is not a YAML mapping is not front matter: its lines
+    come back as text, and the front matter is ``{}``.
+    """
+    it = iter(lines)
+    head: list[str] = []
+    for raw in it:
+        head.append(raw)
+        break
+    if not head or head[0].rstrip("\r\n").strip() != "---":
+        return {}, itertools.chain(head, it)
+    for raw in it:
+        head.append(raw)
+        if raw.rstrip("\r\n").strip() in _FRONT_MATTER_END:
+            parsed = _parse_front_matter(
+                "".join(line if line.endswith("\n") else line + "\n" for line in head[1:-1])
+            )
+            if parsed is not None:
+                return parsed, it
+            break
+        if len(head) > FRONT_MATTER_MAX_LINES:
+            break
+    return {}, itertools.chain(head, it)
+
+
+def _parse_front_matter(text: str) -> dict[str, Any] | None:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    normalised: dict[str, Any] = json.loads(
+        json.dumps({str(k): v for k, v in data.items()}, default=str)
+    )
+    return normalised
+
+
 def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
-    """Headings (with their path), paragraphs, tables and fenced code, in order."""
+    """Headings (with their path), paragraphs, tables and fenced code, in order.
+
+    YAML front matter is not text: it is left out (see :func:`split_front_matter`)."""
     stack: list[tuple[int, str]] = []
     buf: list[str] = []
     kind = "text"
     fence: str | None = None
-    first = True
-    front_matter = False
 
     def path() -> tuple[str, ...]:
         return tuple(title for _, title in stack)
@@ -159,17 +213,9 @@ def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
             yield Block("\n".join(buf), heading_path=path(), kind=kind)
         buf, kind = [], "text"
 
-    for raw in lines:
+    _, rest = split_front_matter(lines)
+    for raw in rest:
         line = raw.rstrip("\r\n")
-        if first:
-            first = False
-            if line.strip() == "---":
-                front_matter = True
-                continue
-        if front_matter:
-            if line.strip() in ("---", "..."):
-                front_matter = False
-            continue
         if fence is not None:
             buf.append(line)
             if line.strip().startswith(fence):
@@ -214,21 +260,15 @@ def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
     yield from flush()
 
 
-def markdown_title(lines: Iterable[str]) -> str:
-    """Front-matter ``title:`` or the first heading (reads only the top of the file)."""
-    in_front = False
+def markdown_title(lines: Iterable[str], front_matter: dict[str, Any] | None = None) -> str:
+    """Front-matter ``title`` or the first heading (reads only the top of the file)."""
+    if front_matter is None:
+        front_matter, lines = split_front_matter(lines)
+    title = front_matter.get("title")
+    if isinstance(title, str | int | float) and str(title).strip():
+        return str(title).strip()
     for i, raw in enumerate(lines):
-        line = raw.strip()
-        if i == 0 and line == "---":
-            in_front = True
-            continue
-        if in_front:
-            if line in ("---", "..."):
-                in_front = False
-            elif line.lower().startswith("title:"):
-                return line[6:].strip().strip("\"'")
-            continue
-        m = _HEADING.match(line)
+        m = _HEADING.match(raw.strip())
         if m:
             return m.group(2).strip()
         if i > 200:
@@ -546,9 +586,11 @@ def extract_path(path: str | Path, source_type: str | None = None) -> ExtractedD
             empty_message=f"{uri}: empty file ({NO_TEXT})",
         )
     if source_type == "markdown":
+        front_matter, _ = split_front_matter(lines())
+        metadata = {**metadata, **front_matter}
         return ExtractedDocument(
             uri=uri,
-            title=markdown_title(lines()) or stem_title,
+            title=markdown_title(lines(), front_matter) or stem_title,
             source_type="markdown",
             blocks=LazyBlocks(lambda: markdown_blocks(lines())),
             metadata=metadata,

@@ -16,6 +16,10 @@ How a run works (one main thread, one loading thread, two connections):
    staged, one transaction replaces its chunks, sets it ``ready`` and clears its staging rows;
    several small documents share one such transaction. Readers never see half a document.
 
+Progress (:mod:`pgrag.progress`) counts documents as their swap commits and chunks as they are
+embedded. Ctrl-C stops a run within about a second (the local model embeds a batch in slices
+and checks between them) and raises :class:`Interrupted`, saying what was kept.
+
 A run killed at any point leaves committed documents whole, new in-flight ones ``processing``
 with no chunks and refreshed ones ``ready`` with their previous chunks; their stored hash is
 the previous one (or none), so the next run picks them up again. Staged rows live in a
@@ -27,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -45,9 +48,19 @@ from pgrag.errors import (
     ConfigError,
     EmbeddingConfigError,
     ExtractionError,
+    Interrupted,
+    NothingToDo,
     PgragError,
 )
-from pgrag.extract import Block, ExtractedDocument, discover_paths, extract, source_type_for
+from pgrag.extract import (
+    EXTENSIONS,
+    Block,
+    ExtractedDocument,
+    discover_paths,
+    extract,
+    source_type_for,
+)
+from pgrag.progress import Progress, ProgressMode
 
 __all__ = [
     "Block",
@@ -59,8 +72,9 @@ __all__ = [
 ]
 
 GROUP_DOCS = 64  # documents looked up together
-BATCH_CHUNKS = 256  # chunks embedded and COPYed together
+BATCH_CHUNKS = 64  # chunks embedded, COPYed and committed together (progress moves per batch)
 QUEUE_DEPTH = 2  # batches between the embedding thread and the loading thread
+LOCAL_EMBED_SLICE = 8  # chunks the local model embeds between two checks for Ctrl-C
 
 STAGE_COLUMNS = (
     "document_id",
@@ -116,6 +130,8 @@ class IngestOptions:
     at most 512, inside the model's window; words: 500/50 when the model reads that much).
     ``switch_model`` records a different embedding model than the database holds and marks
     every stored embedding for re-embedding (see docs/ingest.md); it implies ``force``.
+    ``metadata`` is merged into every document's metadata (over the extractor's, e.g. Markdown
+    front matter); a re-ingest with other metadata updates it without re-embedding.
     """
 
     chunker: str = "tokens"
@@ -124,6 +140,7 @@ class IngestOptions:
     force: bool = False
     language: str = "english"
     switch_model: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -132,6 +149,7 @@ class IngestSummary:
     documents_changed: int = 0
     documents_unchanged: int = 0
     documents_failed: int = 0
+    documents_removed: int = 0
     chunks_written: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0
@@ -214,6 +232,8 @@ class _Worker(threading.Thread):
                 self.inbox.put(("stop", None), timeout=0.2)
                 return
             except queue.Full:
+                if self.cancelled:  # a cancelled worker leaves at its next message
+                    return
                 continue
 
     def finish(self) -> None:
@@ -233,22 +253,28 @@ class _Worker(threading.Thread):
         try:
             while True:
                 kind, payload = self.inbox.get()
-                if kind == "stop":
+                if kind == "stop" or self.cancelled:
                     return
-                if not self.cancelled:
-                    self.handle(kind, payload)
+                self.handle(kind, payload)
         except BaseException as exc:
             self.error = exc
-            with contextlib.suppress(Exception):
-                while self.inbox.get()[0] != "stop":  # drain until told to stop
-                    pass
+            while True:  # drain (so producers never block) until told to stop, or cancelled
+                try:
+                    if self.inbox.get(timeout=0.2)[0] == "stop":
+                        return
+                except queue.Empty:
+                    if self.cancelled:
+                        return
 
 
 class _Loader(_Worker):
     """Owns the loading connection: COPYs batches to staging and swaps documents in."""
 
-    def __init__(self, dsn: str, tenant: str, model: str, provider: str) -> None:
+    def __init__(
+        self, dsn: str, tenant: str, model: str, provider: str, on_commit: Any = None
+    ) -> None:
         super().__init__("pgrag-loader")
+        self.on_commit = on_commit
         self.tenant = tenant
         self.model = model
         self.provider = provider
@@ -279,7 +305,13 @@ class _Loader(_Worker):
                 (message, self.tenant, doc_id),
             )
 
-    def _do_commit(self, docs: list[tuple[Any, ...]]) -> None:
+    def _do_commit(self, payload: tuple[list[tuple[Any, ...]], list[Any]]) -> None:
+        docs, done = payload
+        self._commit(docs)
+        if self.on_commit is not None:
+            self.on_commit(done)
+
+    def _commit(self, docs: list[tuple[Any, ...]]) -> None:
         t = self.tenant
         with self.conn.transaction():
             set_request_tenant(self.conn, t)
@@ -337,7 +369,7 @@ class _Run:
         tenant: str,
         embedder: Embedder | None,
         options: IngestOptions,
-        progress: bool,
+        progress: bool | ProgressMode,
         total: int | None,
     ) -> None:
         self.dsn = dsn
@@ -351,7 +383,9 @@ class _Run:
             self.conn.close()
             raise
 
-    def _setup(self, embedder: Embedder | None, progress: bool, total: int | None) -> None:
+    def _setup(
+        self, embedder: Embedder | None, progress: bool | ProgressMode, total: int | None
+    ) -> None:
         options = self.options
         self.embedder, switch = self._check_embedder(embedder)
         sizes = default_sizes(options.chunker, self.embedder.max_tokens)
@@ -383,7 +417,11 @@ class _Run:
         self.batch: list[tuple[_Doc, Chunk]] = []
         self.completed: list[_Doc] = []
         self.in_flight: dict[int, _Doc] = {}
-        self.progress = _Progress(progress, total)
+        mode: ProgressMode = (
+            progress if isinstance(progress, str) else ("auto" if progress else "off")
+        )
+        self.progress = Progress("ingest", total, mode)
+        self.started = time.perf_counter()
         if switch:
             self._switch_model(self.embedder)
 
@@ -437,7 +475,7 @@ class _Run:
     # -- main loop -----------------------------------------------------------------------------
 
     def run(self, items: Iterable[ExtractedDocument | _Failed]) -> IngestSummary:
-        started = time.perf_counter()
+        started = self.started
         try:
             with self.progress:
                 group: list[ExtractedDocument | _Failed] = []
@@ -454,6 +492,10 @@ class _Run:
                 embedding.finish()  # everything embedded and handed to the loader
                 loader, self.loader = self.loader, None
                 loader.finish()  # everything committed
+        except KeyboardInterrupt as exc:
+            in_flight = len(self.in_flight)
+            self._abort(exc)
+            raise Interrupted(self._interrupted_message(in_flight)) from exc
         except BaseException as exc:
             self._abort(exc)
             raise
@@ -462,30 +504,67 @@ class _Run:
         self.summary.seconds = time.perf_counter() - started
         return self.summary
 
+    def _interrupted_message(self, in_flight: int) -> str:
+        s = self.summary
+        loaded = s.documents_new + s.documents_changed
+        return (
+            f"interrupted after {time.perf_counter() - self.started:.1f} s. Kept: {loaded} "
+            f"document(s) loaded by this run ({s.chunks_written} chunks) and "
+            f"{s.documents_unchanged} unchanged, all searchable; {in_flight} in progress were "
+            "rolled back (none is half loaded: new ones are marked error, changed ones keep "
+            "their previous version). Run the same command again to finish: finished documents "
+            "are skipped, the rest are ingested."
+        )
+
     def _abort(self, exc: BaseException) -> None:
-        """Mark in-flight documents as failed (best effort) and stop the loader."""
+        """Mark in-flight documents as failed (best effort) and stop the loader.
+
+        On Ctrl-C the loader (database work, short) is waited for; the embedding thread only
+        briefly: it is cancelled and stops after its current slice, writing nothing more."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
         for worker in (self.embedding, self.loader):
             if worker is not None:
                 worker.stop(cancel=True)
-                worker.join(timeout=60)
+        for worker, wait in ((self.loader, 10), (self.embedding, 0.5 if interrupted else 60)):
+            if worker is not None:
+                worker.join(timeout=wait)
                 with contextlib.suppress(Exception):
                     worker.close()
         self.embedding = self.loader = None
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, KeyboardInterrupt):
+            message = "interrupted (Ctrl-C)"
+        else:
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         ids = list(self.in_flight)
-        if ids and not self.conn.closed:
-            with contextlib.suppress(Exception), self.conn.transaction():
-                set_request_tenant(self.conn, self.tenant)
-                self.conn.execute(
+        if not ids and not self.seen:
+            return
+
+        def mark(conn: psycopg.Connection[Any]) -> None:
+            # In-flight documents, and any new one of this run whose insert committed just as
+            # the run was interrupted (before it was registered as in flight).
+            with conn.transaction():
+                set_request_tenant(conn, self.tenant)
+                conn.execute(
                     "update pgrag.documents set status = 'error', error = %s "
-                    "where tenant_id = %s and id = any(%s) and status = 'processing'",
-                    (f"ingest aborted: {message}", self.tenant, ids),
+                    "where tenant_id = %s and (id = any(%s) or source_uri = any(%s)) "
+                    "and status = 'processing'",
+                    (f"ingest aborted: {message}", self.tenant, ids, list(self.seen)),
                 )
+
+        try:
+            mark(self.conn)
+        except Exception:  # the main connection was interrupted mid-statement: use another
+            with contextlib.suppress(Exception), connect(self.dsn, autocommit=True) as conn:
+                mark(conn)
 
     def _ensure_workers(self) -> _Embedding:
         if self.embedding is None:
             loader = _Loader(
-                self.dsn, self.tenant, self.embedder.model_name, self.embedder.provider
+                self.dsn,
+                self.tenant,
+                self.embedder.model_name,
+                self.embedder.provider,
+                self._committed,
             )
             loader.start()
             self.loader = loader
@@ -496,12 +575,13 @@ class _Run:
     def _group(self, group: list[ExtractedDocument | _Failed]) -> None:
         uris = [g.uri for g in group]
         rows = self.conn.execute(
-            "select source_uri, id, content_sha256, status, metadata -> 'ingest' "
+            "select source_uri, id, content_sha256, status, metadata "
             "from pgrag.documents where tenant_id = %s and source_uri = any(%s)",
             (self.tenant, uris),
         ).fetchall()
         existing = {r[0]: r[1:] for r in rows}
         todo: list[ExtractedDocument] = []
+        relabel: list[tuple[int, dict[str, Any]]] = []
         for item in group:
             if item.uri in self.seen:
                 self._fail_new(item.uri, item.source_type, "listed twice in this run")
@@ -516,12 +596,26 @@ class _Run:
                 and not self.options.force
                 and old[1] == item.content_sha256
                 and old[2] == "ready"
-                and old[3] == self.settings
+                and (old[3] or {}).get("ingest") == self.settings
             ):
-                self.summary.documents_unchanged += 1
-                self.progress.advance(item.uri)
+                metadata = self.stored_metadata(item)
+                if old[3] == metadata:
+                    self.summary.documents_unchanged += 1
+                else:  # same content and chunking, other metadata: no need to re-embed
+                    relabel.append((old[0], metadata))
+                    self.summary.documents_changed += 1
+                self.progress.advance(1, item.uri[-60:])
                 continue
             todo.append(item)
+        if relabel:
+            with self.conn.transaction():
+                set_request_tenant(self.conn, self.tenant)
+                self.conn.execute(
+                    "update pgrag.documents as d set metadata = v.m "
+                    "from unnest(%s::int8[], %s::jsonb[]) as v(id, m) "
+                    "where d.tenant_id = %s and d.id = v.id",
+                    ([i for i, _ in relabel], [Jsonb(m) for _, m in relabel], self.tenant),
+                )
         if not todo:
             return
         # New documents appear as processing, with no chunks yet; documents being refreshed
@@ -568,7 +662,7 @@ class _Run:
         reason = _reason(uri, reason)
         self.summary.documents_failed += 1
         self.summary.failures.append((uri, reason))
-        self.progress.advance(uri, failed=True)
+        self.progress.advance(1, uri[-60:])
         if reason == "listed twice in this run":
             return
         stype = source_type if source_type in ("pdf", "markdown", "html", "text", "url") else "text"
@@ -606,7 +700,25 @@ class _Run:
         self.summary.failures.append((doc.source.uri, reason))
         self.in_flight.pop(doc.doc_id, None)
         self._ensure_workers().put("fail", (doc.doc_id, reason))
-        self.progress.advance(doc.source.uri, failed=True)
+        self.progress.advance(1, doc.source.uri[-60:])
+
+    def stored_metadata(self, source: ExtractedDocument) -> dict[str, Any]:
+        """The metadata a document is stored with: the extractor's, ``--metadata``, settings."""
+        merged = {**source.metadata, **self.options.metadata, "ingest": self.settings}
+        normalised: dict[str, Any] = json.loads(json.dumps(merged, default=str))
+        return normalised
+
+    def _committed(self, done: list[_Doc]) -> None:
+        """Called by the loader after the swap of ``done`` committed."""
+        summary = self.summary
+        for d in done:
+            self.in_flight.pop(d.doc_id, None)
+            if d.is_new:
+                summary.documents_new += 1
+            else:
+                summary.documents_changed += 1
+            summary.chunks_written += d.n_chunks
+            self.progress.advance(1, d.source.uri[-60:])
 
     def _flush(self) -> None:
         """Hand the current batch to the embedding stage, then the completed documents."""
@@ -644,7 +756,7 @@ class _Embedding(_Worker):
             if fresh and chunk.content not in need:
                 need[chunk.content] = len(texts)
                 texts.append(chunk.content)
-        vectors = self.r.embedder.embed(texts) if texts else None
+        vectors = self._embed(texts) if texts else None
         rows = []
         for doc, chunk in batch:
             pos = need.get(chunk.content)
@@ -668,73 +780,37 @@ class _Embedding(_Worker):
                     chunk.metadata,
                 )
             )
-        summary.chunks_embedded += len(texts)
         self.loader.put("stage", rows)
 
+    def _embed(self, texts: list[str]) -> Any:
+        """Embed ``texts``; the local model works in slices so Ctrl-C stops it within ~1 s."""
+        import numpy as np
+
+        embedder = self.r.embedder
+        step = LOCAL_EMBED_SLICE if embedder.provider == "local" else max(len(texts), 1)
+        parts = []
+        for start in range(0, len(texts), step):
+            if self.cancelled:
+                raise PgragError("ingest cancelled")
+            part = texts[start : start + step]
+            parts.append(embedder.embed(part))
+            self.r.summary.chunks_embedded += len(part)
+            self.r.progress.count("chunks embedded", len(part))
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
     def _do_commit(self, done: list[_Doc]) -> None:
-        settings = self.r.settings
-        self.loader.put(
-            "commit",
-            [
-                (
-                    d.doc_id,
-                    d.source.title,
-                    d.source.source_type,
-                    d.source.content_sha256,
-                    {**d.source.metadata, "ingest": settings},
-                    d.n_chunks,
-                )
-                for d in done
-            ],
-        )
-        summary = self.r.summary
-        for d in done:
-            self.r.in_flight.pop(d.doc_id, None)
-            if d.is_new:
-                summary.documents_new += 1
-            else:
-                summary.documents_changed += 1
-            summary.chunks_written += d.n_chunks
-            self.r.progress.advance(d.source.uri)
-
-
-class _Progress:
-    """A rich progress bar on a terminal; nothing otherwise."""
-
-    def __init__(self, enabled: bool, total: int | None) -> None:
-        self.bar: Any = None
-        self.task: Any = None
-        if enabled and sys.stderr.isatty():
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
+        rows = [
+            (
+                d.doc_id,
+                d.source.title,
+                d.source.source_type,
+                d.source.content_sha256,
+                self.r.stored_metadata(d.source),
+                d.n_chunks,
             )
-
-            self.bar = Progress(
-                TextColumn("[bold]ingest"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.description}", style="dim"),
-                transient=True,
-            )
-            self.task = self.bar.add_task("", total=total)
-
-    def __enter__(self) -> _Progress:
-        if self.bar is not None:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-    def advance(self, uri: str, failed: bool = False) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, advance=1, description=uri[-60:])
+            for d in done
+        ]
+        self.loader.put("commit", (rows, done))
 
 
 # -- public entry points ------------------------------------------------------------------------
@@ -747,7 +823,8 @@ def ingest_documents(
     tenant: str = DEFAULT_TENANT,
     embedder: Embedder | None = None,
     options: IngestOptions | None = None,
-    progress: bool = False,
+    progress: bool | ProgressMode = False,
+    total: int | None = None,
 ) -> IngestSummary:
     """Chunk, embed and load ``documents`` (keyed by ``uri`` within ``tenant``).
 
@@ -756,7 +833,7 @@ def ingest_documents(
     problems are reported in the summary's ``failures`` and the run goes on.
     """
     options = options or IngestOptions()
-    total = len(documents) if isinstance(documents, Sequence) else None
+    total = len(documents) if isinstance(documents, Sequence) else total
     return _Run(dsn, tenant, embedder, options, progress, total).run(documents)
 
 
@@ -784,16 +861,48 @@ def ingest_paths(
     tenant: str = DEFAULT_TENANT,
     embedder: Embedder | None = None,
     options: IngestOptions | None = None,
-    progress: bool = False,
+    progress: bool | ProgressMode = False,
+    prune: bool = False,
 ) -> IngestSummary:
-    """Ingest files, folders (walked recursively, ``glob`` to filter) and http(s) URLs."""
-    sources = list(discover_paths(paths, glob))
-    for p in paths:
-        if not p.startswith(("http://", "https://")):
-            from pathlib import Path
+    """Ingest files, folders (walked recursively, ``glob`` to filter) and http(s) URLs.
 
-            if not Path(p).exists():
-                raise ConfigError(f"{p}: no such file or folder")
+    ``prune``: afterwards remove the tenant's documents stored under one of the folders whose
+    file no longer exists (one transaction). Raises :class:`NothingToDo` when no file matches
+    (and nothing was pruned).
+    """
+    from pathlib import Path
+
+    for p in paths:
+        if not p.startswith(("http://", "https://")) and not Path(p).exists():
+            raise ConfigError(f"{p}: no such file or folder")
+    folders = [Path(p).resolve() for p in paths if not p.startswith("http") and Path(p).is_dir()]
+    if prune and not folders:
+        raise ConfigError("--prune removes documents of deleted files under a folder: name one.")
+    sources = list(discover_paths(paths, glob))
     options = options or IngestOptions()
-    run = _Run(dsn, tenant, embedder, options, progress, len(sources))
-    return run.run(_open_sources(sources))
+    if sources:
+        run = _Run(dsn, tenant, embedder, options, progress, len(sources))
+        summary = run.run(_open_sources(sources))
+    else:
+        summary = IngestSummary()
+    if prune:
+        from pgrag.documents import delete_documents, missing_under
+
+        with _act_as(connect(dsn, autocommit=True), tenant) as conn:
+            ids = sorted({i for folder in folders for i in missing_under(conn, tenant, folder)})
+            if ids:
+                summary.documents_removed = len(delete_documents(conn, tenant, document_ids=ids))
+    if not sources and not summary.documents_removed:
+        raise NothingToDo(_nothing_found(paths, glob))
+    return summary
+
+
+def _nothing_found(paths: Sequence[str], glob: str | None) -> str:
+    where = ", ".join(paths)
+    if glob:
+        return f"no file matches --glob {glob!r} in {where}: nothing to ingest."
+    known = " ".join(sorted(EXTENSIONS))
+    return (
+        f"no supported file in {where} (extensions {known}): nothing to ingest. "
+        "Pass --glob to choose files by name."
+    )

@@ -207,7 +207,8 @@ def test_tenant_scoping(corpus: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert {h["title"] for h in theirs} == {"Other tenant secret"}
     monkeypatch.setenv("PGRAG_TENANT", "other")
     assert {h["title"] for h in search_json(corpus, "widget")} == {"Other tenant secret"}
-    assert search_json(corpus, "widget", "--tenant", "nobody") == []
+    result = run(corpus, "widget", "--tenant", "nobody")  # an unknown tenant is said so
+    assert result.exit_code == 3 and "tenant 'nobody' has no documents" in result.output
 
 
 def test_nothing_found(corpus: str) -> None:

@@ -442,6 +442,7 @@ TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "doc
 # execute"); bm25_apply (called by the chunks triggers as the writer) for the writing roles only.
 PGRAG_FUNCTIONS = (
     "current_tenant_id()",
+    "delete_documents",
     "fused_candidates",
     "keyword_candidates",
     "keyword_query",

@@ -1464,4 +1464,4 @@ begin
 end
 $$;
 comment on function public.build_context(text, @extschema:vector@.vector, integer, integer, double precision, integer, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Context for an LLM: hybrid (RRF) results, optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (estimated from chunks.token_count), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor).';
+'Context for an LLM: hybrid_search results with its default fusion (weighted: keyword 1, vector 0.8), optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (estimated from chunks.token_count), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor).';
