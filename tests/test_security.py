@@ -439,10 +439,10 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 # sql/idempotent/003-policies.sql and docs/security.md.
 TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
-# execute"); bm25_apply (called by the chunks triggers as the writer) for the writing roles only.
+# execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
+# the writing roles only.
 PGRAG_FUNCTIONS = (
     "current_tenant_id()",
-    "delete_documents",
     "fused_candidates",
     "keyword_candidates",
     "keyword_query",
@@ -452,7 +452,7 @@ PGRAG_FUNCTIONS = (
     "vector_candidates",
     "windows",
 )
-WRITER_FUNCTIONS = ("bm25_apply",)
+WRITER_FUNCTIONS = ("bm25_apply", "delete_documents")
 
 
 def writable_columns(conn: psycopg.Connection[Any]) -> set[str]:

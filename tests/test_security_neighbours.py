@@ -160,7 +160,15 @@ def test_a_client_cannot_put_a_private_chunk_into_the_public_graph(
         conn, "acme", crowd(public_corpus, 3, np.random.default_rng(1)), public=False
     )
     conn.commit()
-    with request(db, "authenticated", claims_for("acme")) as c:
+    # A tenant may not name is_public at all (column privileges)...
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+        request(db, "authenticated", claims_for("acme")) as c,
+    ):
+        c.execute("update pgrag.chunks set is_public = true where document_id = %s", (doc,))
+    # ...and even a role that may (service_role) cannot publish a chunk of a private document:
+    # the trigger copies the document's flag over whatever is written.
+    with request(db, "service_role", claims_for("acme")) as c:
         c.execute("update pgrag.chunks set is_public = true where document_id = %s", (doc,))
         c.execute(
             "insert into pgrag.chunks (document_id, chunk_index, content, embedding, "

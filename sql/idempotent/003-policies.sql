@@ -152,11 +152,11 @@ begin
           and p.proname = any (array[
               'current_tenant_id', 'tenant_chunk_count', 'keyword_query', 'vector_candidates',
               'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
-              'tenant_index_name', 'bm25_apply'
+              'tenant_index_name', 'bm25_apply', 'delete_documents'
           ])
         order by 1
     loop
-        if f.proname = 'bm25_apply' then
+        if f.proname in ('bm25_apply', 'delete_documents') then
             -- writers only: anon writes nothing
             execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
         else
