@@ -433,6 +433,9 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
 PGRAG_FUNCTIONS = (
     "bm25_apply",
+    "check_argument",
+    "check_length",
+    "check_query_embedding",
     "current_tenant_id()",
     "fused_candidates",
     "keyword_candidates",
@@ -440,6 +443,7 @@ PGRAG_FUNCTIONS = (
     "mmr_order",
     "replace_document_chunks",
     "tenant_chunk_count(text)",
+    "text_search_config",
     "vector_candidates",
     "windows",
 )
