@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 from conftest import create_database, drop_database
@@ -35,8 +36,10 @@ from psycopg import sql
 from test_tenancy import api_dsn, claims_for, ensure_authenticator
 
 from pgrag.db import connect
+from pgrag.errors import ConfigError
 from pgrag.extract import extract_path
 from pgrag.ingest import IngestOptions, ingest_documents
+from pgrag.search import SearchOptions, search
 
 ROOT = Path(__file__).resolve().parents[1]
 ACME_PUBLIC = ("docs/sql-api.md", "docs/install.md")
@@ -799,7 +802,7 @@ def run_one(
     assert_no_foreign_rows(corpus, role, fn, rows)
 
 
-EXAMPLES_PER_FUNCTION_AND_ROLE = 12
+EXAMPLES_PER_FUNCTION_AND_ROLE = 30
 
 
 def property_check(
@@ -870,3 +873,17 @@ def test_property_every_executable_function_bounds_hostile_arguments(corpus: Cor
     )
     assert set(worst.per_function) == names, names - set(worst.per_function)
     assert not math.isnan(elapsed)
+
+
+def test_the_python_client_reports_an_out_of_range_argument_as_a_config_error(
+    corpus: Corpus,
+) -> None:
+    options = SearchOptions(mode="hybrid", window=11)
+    with connect(corpus.db) as conn, pytest.raises(ConfigError, match="window_size must be"):
+        search(
+            conn,
+            "hybrid search",
+            options,
+            tenant="acme",
+            query_embedding=np.asarray(corpus.query_embedding, dtype=np.float32),
+        )
