@@ -347,7 +347,7 @@ def test_huge_match_and_candidate_counts_are_clamped_not_overflowed(
         (
             "select * from public.hybrid_search('search', null, min_score => 'NaN')",
             "min_score",
-            "between -1 and 1",
+            "must be a number, not NaN",
         ),
         (
             "select * from public.hybrid_search('search', null, mmr_lambda => 1.5)",

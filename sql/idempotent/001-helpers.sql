@@ -70,6 +70,12 @@ begin
     if value is null then
         return null;
     end if;
+    if value = 'NaN'::double precision and low = '-Infinity'::double precision
+       and high = 'Infinity'::double precision then
+        raise exception '% must be a number, not NaN', argument
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
     if value = 'NaN'::double precision or value < low or (value > high and not clamp) then
         if clamp then
             raise exception '% must be at least % (got %); values above % count as %',

@@ -804,7 +804,8 @@ begin
         raise exception 'unknown fusion %: use ''rrf'' or ''weighted''', pg_catalog.left(fusion, 100)
             using errcode = '22023';
     end if;
-    perform pgrag.check_argument('min_score', min_score, -1, 1);
+    -- A similarity floor: any number but NaN (above 1 nothing passes, below -1 everything).
+    perform pgrag.check_argument('min_score', min_score, '-Infinity', 'Infinity');
     perform pgrag.check_argument('mmr_lambda', mmr_lambda, 0, 1);
     perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true);
     perform pgrag.check_query_embedding('query_embedding', query_embedding);
@@ -1021,7 +1022,7 @@ as $$
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
     select pgrag.check_query_embedding('query_embedding', vector_search.query_embedding),
            pgrag.check_argument('match_count', vector_search.match_count, 0, 1000, true),
-           pgrag.check_argument('min_similarity', vector_search.min_similarity, -1, 1),
+           pgrag.check_argument('min_similarity', vector_search.min_similarity, '-Infinity', 'Infinity'),
            pgrag.check_argument('ef_search', vector_search.ef_search, 1, 1000, true),
            pgrag.check_length('document_ids', pg_catalog.cardinality(vector_search.document_ids), 1000),
            pgrag.check_length('source_types', pg_catalog.cardinality(vector_search.source_types), 100),
@@ -1042,7 +1043,7 @@ as $$
     order by v.distance, v.chunk_id
 $$;
 comment on function public.vector_search(@extschema:vector@.vector, integer, double precision, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Semantic search: the match_count ready chunks nearest to query_embedding by cosine distance (HNSW; iterative scans under tenant/filters; exact scan for small visible sets), with similarity = 1 - cosine distance >= min_similarity. Filters: document_ids, metadata_filter (jsonb containment over document || chunk metadata), source_types, created_after/before (document created_at). Tenant from request.jwt.claims; RLS applies. Limits: match_count 0-1000 (more counts as 1000), min_similarity -1 to 1, ef_search 1-1000 (more counts as 1000), query_embedding of the stored dimension and non-zero, document_ids at most 1,000, source_types 100, metadata_filter 10,000 bytes; else SQLSTATE 22023.';
+'Semantic search: the match_count ready chunks nearest to query_embedding by cosine distance (HNSW; iterative scans under tenant/filters; exact scan for small visible sets), with similarity = 1 - cosine distance >= min_similarity. Filters: document_ids, metadata_filter (jsonb containment over document || chunk metadata), source_types, created_after/before (document created_at). Tenant from request.jwt.claims; RLS applies. Limits: match_count 0-1000 (more counts as 1000), min_similarity any number but NaN, ef_search 1-1000 (more counts as 1000), query_embedding of the stored dimension and non-zero, document_ids at most 1,000, source_types 100, metadata_filter 10,000 bytes; else SQLSTATE 22023.';
 
 create or replace function public.keyword_search(
     query_text text,
@@ -1175,7 +1176,7 @@ begin
 end
 $$;
 comment on function public.hybrid_search(text, @extschema:vector@.vector, integer, text, integer, double precision, double precision, integer, integer, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Hybrid search: vector and BM25 arms (candidate_count each, default least(greatest(4 * match_count, 40), 1000); filters inside each arm) fused by weighted min-max normalised scores (fusion => ''weighted'', the default: vector_weight 0.8, keyword_weight 1, nDCG@10 0.729 on BEIR SciFact against 0.70 for RRF) or reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank), rrf_k default 60). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window. Limits: match_count 0-1000 and candidate_count 1-1000 (more counts as 1000), window_size 0-10, rrf_k 0-10000, weights 0-100, min_score -1 to 1, mmr_lambda 0-1 (MMR picks at most 500 rows from the best 1,000 candidates), ef_search 1-1000, query_text 10,000 characters and 64 distinct terms, language an existing configuration, query_embedding of the stored dimension and non-zero, filters as vector_search; else SQLSTATE 22023.';
+'Hybrid search: vector and BM25 arms (candidate_count each, default least(greatest(4 * match_count, 40), 1000); filters inside each arm) fused by weighted min-max normalised scores (fusion => ''weighted'', the default: vector_weight 0.8, keyword_weight 1, nDCG@10 0.729 on BEIR SciFact against 0.70 for RRF) or reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank), rrf_k default 60). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window. Limits: match_count 0-1000 and candidate_count 1-1000 (more counts as 1000), window_size 0-10, rrf_k 0-10000, weights 0-100, min_score any number but NaN, mmr_lambda 0-1 (MMR picks at most 500 rows from the best 1,000 candidates), ef_search 1-1000, query_text 10,000 characters and 64 distinct terms, language an existing configuration, query_embedding of the stored dimension and non-zero, filters as vector_search; else SQLSTATE 22023.';
 
 create or replace function public.chunk_windows(
     chunk_ids bigint[],
@@ -1326,4 +1327,4 @@ begin
 end
 $$;
 comment on function public.build_context(text, @extschema:vector@.vector, integer, integer, double precision, integer, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Context for an LLM: hybrid (RRF) results, optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (estimated from chunks.token_count), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor). Limits: token_budget 0-1,000,000, match_count 0-1000 (more counts as 1000), window_size 0-10, min_score -1 to 1, mmr_lambda 0-1, query_text and filters as hybrid_search; else SQLSTATE 22023.';
+'Context for an LLM: hybrid (RRF) results, optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (estimated from chunks.token_count), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor). Limits: token_budget 0-1,000,000, match_count 0-1000 (more counts as 1000), window_size 0-10, min_score any number but NaN, mmr_lambda 0-1, query_text and filters as hybrid_search; else SQLSTATE 22023.';
