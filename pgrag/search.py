@@ -169,10 +169,17 @@ def _call(
     )
     from psycopg.rows import dict_row
 
-    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        set_request_tenant(conn, tenant)
-        cur.execute(query, args)
-        return cur.fetchall()
+    try:
+        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            set_request_tenant(conn, tenant)
+            cur.execute(query, args)
+            return cur.fetchall()
+    except psycopg.Error as exc:
+        # 22023: an argument outside the range the SQL function documents (the SQL checks it
+        # and its message names the argument and the range).
+        if exc.sqlstate == "22023" and exc.diag.message_primary:
+            raise ConfigError(f"{exc.diag.message_primary}.") from exc
+        raise
 
 
 def _without_none(args: dict[str, Any]) -> dict[str, Any]:

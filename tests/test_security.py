@@ -442,6 +442,9 @@ TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "doc
 # execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
 # the writing roles only.
 PGRAG_FUNCTIONS = (
+    "check_argument",
+    "check_length",
+    "check_query_embedding",
     "current_tenant_id()",
     "fused_candidates",
     "keyword_candidates",
@@ -449,6 +452,7 @@ PGRAG_FUNCTIONS = (
     "mmr_order",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",
+    "text_search_config",
     "vector_candidates",
     "windows",
 )

@@ -106,3 +106,143 @@ end
 $$;
 comment on function pgrag.delete_documents(bigint[], text[], text[], boolean) is
 'Removes the current tenant''s documents matching any of document_ids, source_uris or source_uri_patterns (LIKE patterns) with their chunks, atomically; the BM25 statistics follow through the chunk triggers. Returns (document_id, source_uri, chunk_count) of each; dry_run only lists them. Runs as the caller (RLS applies); raises 22023 without a tenant claim or without any criterion.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Argument checks shared by every function a client can call (docs/security.md, "Argument
+-- limits"). A value outside its range fails fast with SQLSTATE 22023 (invalid_parameter_value)
+-- and a message naming the argument and its range; counts above their maximum are clamped
+-- where the caller passes clamp => true (documented per argument).
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.check_argument(
+    argument text,
+    value double precision,
+    low double precision,
+    high double precision,
+    clamp boolean default false
+)
+returns double precision
+language plpgsql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if value is null then
+        return null;
+    end if;
+    if value = 'NaN'::double precision and low = '-Infinity'::double precision
+       and high = 'Infinity'::double precision then
+        raise exception '% must be a number, not NaN', argument
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
+    if value = 'NaN'::double precision or value < low or (value > high and not clamp) then
+        if clamp then
+            raise exception '% must be at least % (got %); values above % count as %',
+                argument, low, value, high, high
+                using errcode = '22023',
+                      hint = 'pgrag''s argument limits are listed in docs/security.md.';
+        end if;
+        raise exception '% must be between % and % (got %)', argument, low, high, value
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
+    return least(value, high);
+end
+$$;
+comment on function pgrag.check_argument(text, double precision, double precision, double precision, boolean) is
+'Argument check: raises 22023 naming argument when value is NaN, below low or above high; with clamp, values above high are returned as high instead. Null passes (the caller applies its default). Returns the (clamped) value.';
+
+create or replace function pgrag.check_length(
+    argument text,
+    length bigint,
+    high bigint,
+    unit text default 'elements'
+)
+returns void
+language plpgsql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if length > high then
+        raise exception '% must have at most % % (got %)', argument, high, unit, length
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
+end
+$$;
+comment on function pgrag.check_length(text, bigint, bigint, text) is
+'Argument check: raises 22023 naming argument when its length (array elements, characters or bytes, as unit says) exceeds high. A null length passes.';
+
+create or replace function pgrag.check_query_embedding(
+    argument text,
+    value @extschema:vector@.vector
+)
+returns void
+language plpgsql
+stable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_dims integer;
+begin
+    if value is null then
+        return;
+    end if;
+    select c.dims into v_dims from pgrag.embedding_config as c;
+    if v_dims is not null and @extschema:vector@.vector_dims(value) <> v_dims then
+        raise exception '% must have % dimensions, as the stored embeddings (got %)',
+            argument, v_dims, @extschema:vector@.vector_dims(value)
+            using errcode = '22023';
+    end if;
+    -- A zero vector, or one whose squared norm under- or overflows single precision, has no
+    -- cosine similarity: every score would be NaN (and NaN passes any min_score).
+    if (value operator(@extschema:vector@.<=>) value) = 'NaN'::double precision then
+        raise exception '% must be a non-zero vector of finite length (its cosine similarity is undefined)',
+            argument
+            using errcode = '22023';
+    end if;
+end
+$$;
+comment on function pgrag.check_query_embedding(text, @extschema:vector@.vector) is
+'Argument check: raises 22023 naming argument unless the query vector has the dimension of pgrag.embedding_config and a defined cosine similarity (non-zero, no single-precision overflow). Null passes.';
+
+create or replace function pgrag.text_search_config(argument text, value text)
+returns regconfig
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_config regconfig;
+begin
+    if value is null then
+        return null;
+    end if;
+    if pg_catalog.length(value) <= 200 then
+        begin
+            v_config := value::regconfig;
+        exception when others then
+            v_config := null;
+        end;
+    end if;
+    -- regconfig input accepts any number as an OID without looking it up: check it exists.
+    if v_config is null
+       or not exists (select 1 from pg_catalog.pg_ts_config as c where c.oid = v_config) then
+        raise exception '% must name a text search configuration, such as english or simple (got %)',
+            argument, pg_catalog.quote_literal(pg_catalog.left(value, 100))
+            using errcode = '22023';
+    end if;
+    return v_config;
+end
+$$;
+comment on function pgrag.text_search_config(text, text) is
+'The text search configuration value names (e.g. english, simple, pg_catalog.german); raises 22023 naming argument when there is none. Null passes.';

@@ -343,7 +343,7 @@ parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    q text := pg_catalog.websearch_to_tsquery(config, coalesce(query_text, ''))::text;
+    q text;
     depth integer := 0;
     tok text;
     clause text := '';
@@ -352,6 +352,16 @@ declare
     neg text[] := '{}';
     c text;
 begin
+    -- Bounded work (docs/security.md, "Argument limits"): the parser recurses per term, so an
+    -- unbounded text exhausts the stack; a configuration OID that does not exist is no error
+    -- for regconfig input but an internal one for the parser.
+    perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
+    if config is null or not exists (select 1 from pg_catalog.pg_ts_config as t where t.oid = config) then
+        raise exception 'config must name a text search configuration, such as english or simple (got %)',
+            coalesce(config::text, 'null')
+            using errcode = '22023';
+    end if;
+    q := pg_catalog.websearch_to_tsquery(config, coalesce(query_text, ''))::text;
     -- Split the tsquery text at top-level & and | (outside parentheses): each piece is a clause
     -- (a lexeme, a phrase, or a negated lexeme or phrase). Tokens: quoted lexemes (with ''
     -- escapes and an optional :* or weight suffix), <N> and <-> phrase operators, ( ) ! & |.
@@ -393,13 +403,14 @@ begin
     else
         lexemes := '{}';
     end if;
+    perform pgrag.check_length('query_text', pg_catalog.cardinality(lexemes), 64, 'distinct search terms');
     if pg_catalog.cardinality(neg) > 0 then
         negative := pg_catalog.array_to_string(neg, ' | ')::tsquery;
     end if;
 end
 $$;
 comment on function pgrag.keyword_query(text, regconfig) is
-'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word or a quoted phrase), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores.';
+'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word or a quoted phrase), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores. query_text: at most 10,000 characters and 64 distinct search terms; config: an existing text search configuration (else SQLSTATE 22023).';
 
 -- ---------------------------------------------------------------------------------------------
 -- Candidate generation (internal): each arm returns (tenant_id, chunk_id, score) best first,
@@ -545,7 +556,7 @@ as $$
 #variable_conflict use_column
 declare
     v_tenant text := pgrag.current_tenant_id();
-    v_k integer := greatest(coalesce(match_count, 10), 0);
+    v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 2000, true), 10);
     v_exact_max bigint := coalesce(
         nullif(pg_catalog.current_setting('pgrag.exact_search_max_rows', true), '')::bigint, 2000);
     v_filtered boolean := metadata_filter is not null or source_types is not null
@@ -563,6 +574,11 @@ declare
     v_scoped boolean;
     v_sql text;
 begin
+    perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true);
+    perform pgrag.check_query_embedding('query_embedding', query_embedding);
+    perform pgrag.check_length('document_ids', pg_catalog.cardinality(document_ids), 1000);
+    perform pgrag.check_length('source_types', pg_catalog.cardinality(source_types), 100);
+    perform pgrag.check_length('metadata_filter', pg_catalog.octet_length(metadata_filter::text), 10000, 'bytes');
     if query_embedding is null or v_k = 0 then
         return;
     end if;
@@ -717,10 +733,11 @@ as $$
 #variable_conflict use_column
 declare
     v_tenant text := pgrag.current_tenant_id();
-    v_k integer := greatest(coalesce(match_count, 10), 0);
-    v_k1 double precision := coalesce(k1, 1.5);
-    v_b double precision := coalesce(b, 0.75);
-    v_config regconfig;
+    -- Argument limits (docs/security.md): an arm fetches at most 2,000 rows.
+    v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 2000, true), 10);
+    v_k1 double precision := coalesce(pgrag.check_argument('k1', k1, 0, 10), 1.5);
+    v_b double precision := coalesce(pgrag.check_argument('b', b, 0, 1), 0.75);
+    v_config regconfig := pgrag.text_search_config('language', keyword_candidates.language);
     v_n double precision;
     v_total double precision;
     v_avgdl double precision;
@@ -740,13 +757,15 @@ declare
     v_found integer := 0;
     v_rows integer;
 begin
+    perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
+    perform pgrag.check_length('document_ids', pg_catalog.cardinality(document_ids), 1000);
+    perform pgrag.check_length('source_types', pg_catalog.cardinality(source_types), 100);
+    perform pgrag.check_length('metadata_filter', pg_catalog.octet_length(metadata_filter::text), 10000, 'bytes');
     if coalesce(query_text, '') = '' or v_k = 0 then
         return;
     end if;
-    -- Text-search configuration: the one asked for, else the tenant's most common chunk language.
-    if keyword_candidates.language is not null then
-        v_config := keyword_candidates.language::regconfig;
-    end if;
+    -- Text-search configuration: the one asked for (v_config), else the tenant's most common
+    -- chunk language.
     -- The tenants searched: the caller's, or every tenant the caller may see (RLS applies to
     -- corpus_stats too); an array keeps one plan shape for both, with index conditions.
     if v_tenant is not null then
@@ -883,6 +902,23 @@ declare
     sim double precision;
     i integer;
 begin
+    -- Quadratic work (picks x candidates distances): at most 1,000 candidates and 500 picks.
+    perform pgrag.check_length('embeddings', n, 1000);
+    perform pgrag.check_length('relevance', pg_catalog.cardinality(relevance), 1000);
+    if lambda is null then
+        raise exception 'lambda must be between 0 and 1 (got null)' using errcode = '22023';
+    end if;
+    perform pgrag.check_argument('lambda', lambda, 0, 1);
+    perform pgrag.check_argument('select_count', select_count, 0, 500, true);
+    if exists (select 1 from pg_catalog.unnest(relevance) as r
+               where r in ('NaN'::double precision, 'Infinity'::double precision,
+                           '-Infinity'::double precision)) then
+        raise exception 'relevance must hold finite numbers' using errcode = '22023';
+    end if;
+    if (select pg_catalog.count(distinct @extschema:vector@.vector_dims(e))
+        from pg_catalog.unnest(embeddings) as e) > 1 then
+        raise exception 'embeddings must all have the same dimension' using errcode = '22023';
+    end if;
     if n = 0 then
         return picked;
     end if;
@@ -925,7 +961,7 @@ begin
 end
 $$;
 comment on function pgrag.mmr_order(@extschema:vector@.vector[], double precision[], double precision, integer) is
-'Maximal marginal relevance: picks select_count of the candidates, each maximising lambda * relevance (min-max normalised) - (1 - lambda) * its highest cosine similarity to those already picked; returns their 1-based positions in pick order.';
+'Maximal marginal relevance: picks select_count of the candidates, each maximising lambda * relevance (min-max normalised) - (1 - lambda) * its highest cosine similarity to those already picked; returns their 1-based positions in pick order. At most 1,000 embeddings and relevance values (finite), lambda in [0, 1], select_count >= 0 (null: all; more than 500 counts as 500); else SQLSTATE 22023.';
 
 create or replace function pgrag.fused_candidates(
     query_text text,
@@ -961,16 +997,29 @@ as $$
 #variable_conflict use_column
 declare
     v_fusion text := pg_catalog.lower(coalesce(fusion, 'weighted'));
-    v_rrf_k double precision := coalesce(rrf_k, 60);
-    v_vw double precision := coalesce(vector_weight, 0.8);
-    v_kw double precision := coalesce(keyword_weight, 1);
-    v_select integer := greatest(coalesce(select_count, 10), 0);
-    v_cand integer := greatest(coalesce(candidate_count, 40), v_select, 1);
+    -- Argument limits (docs/security.md): each arm fetches at most 2,000 candidates.
+    v_rrf_k double precision := coalesce(pgrag.check_argument('rrf_k', rrf_k, 0, 10000), 60);
+    v_vw double precision := coalesce(pgrag.check_argument('vector_weight', vector_weight, 0, 100), 0.8);
+    v_kw double precision := coalesce(pgrag.check_argument('keyword_weight', keyword_weight, 0, 100), 1);
+    v_select integer := coalesce(pgrag.check_argument('select_count', select_count, 0, 2000, true), 10);
+    v_cand integer := greatest(
+        coalesce(pgrag.check_argument('candidate_count', candidate_count, 1, 1000, true), 40),
+        v_select, 1);
 begin
     if v_fusion not in ('rrf', 'weighted') then
-        raise exception 'unknown fusion %: use ''rrf'' or ''weighted''', fusion
+        raise exception 'unknown fusion %: use ''rrf'' or ''weighted''', pg_catalog.left(fusion, 100)
             using errcode = '22023';
     end if;
+    -- A similarity floor: any number but NaN (above 1 nothing passes, below -1 everything).
+    perform pgrag.check_argument('min_score', min_score, '-Infinity', 'Infinity');
+    perform pgrag.check_argument('mmr_lambda', mmr_lambda, 0, 1);
+    perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true);
+    perform pgrag.check_query_embedding('query_embedding', query_embedding);
+    perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
+    perform pgrag.check_length('document_ids', pg_catalog.cardinality(document_ids), 1000);
+    perform pgrag.check_length('source_types', pg_catalog.cardinality(source_types), 100);
+    perform pgrag.check_length('metadata_filter', pg_catalog.octet_length(metadata_filter::text), 10000, 'bytes');
+    perform pgrag.text_search_config('language', language);
     return query
     with v as (
         select vc.tenant_id, vc.chunk_id, 1 - vc.distance as s,
@@ -991,7 +1040,8 @@ begin
                v.r as vr, v.s as vs, k.r as kr, k.s as ks
         from v full join k on k.tenant_id = v.tenant_id and k.chunk_id = v.chunk_id
     ),
-    mm as (
+    -- Materialised: computed once, never re-run for each candidate by a nested loop (quadratic).
+    mm as materialized (
         select pg_catalog.min(f.vs) as vmin, pg_catalog.max(f.vs) as vmax,
                pg_catalog.min(f.ks) as kmin, pg_catalog.max(f.ks) as kmax
         from f
@@ -1027,10 +1077,13 @@ begin
                    when mmr_lambda is null then
                        (select pg_catalog.array_agg(r.pos::integer order by r.pos)
                         from ranked as r where r.pos <= v_select)
+                   -- MMR is quadratic: it picks at most 500 of the best 1,000 fused candidates.
                    else pgrag.mmr_order(
-                       (select pg_catalog.array_agg(r.embedding order by r.pos) from ranked as r),
-                       (select pg_catalog.array_agg(r.fused order by r.pos) from ranked as r),
-                       mmr_lambda, v_select)
+                       (select pg_catalog.array_agg(r.embedding order by r.pos) from ranked as r
+                        where r.pos <= 1000),
+                       (select pg_catalog.array_agg(r.fused order by r.pos) from ranked as r
+                        where r.pos <= 1000),
+                       mmr_lambda, least(v_select, 500))
                end as a
     )
     select o.n, r.t, r.id, r.vr, r.vs, r.kr, r.ks, r.fused
@@ -1041,7 +1094,7 @@ begin
 end
 $$;
 comment on function pgrag.fused_candidates(text, @extschema:vector@.vector, integer, integer, text, integer, double precision, double precision, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Hybrid candidates: both arms (candidate_count each, filters inside), fused by RRF or weighted min-max scores, min_score as a cosine-similarity floor, optionally re-ordered by MMR; select_count rows, best first.';
+'Hybrid candidates: both arms (greatest(candidate_count, select_count) each, at most 2,000; filters inside), fused by RRF or weighted min-max scores, min_score as a cosine-similarity floor, optionally re-ordered by MMR (at most 500 picks from the best 1,000); select_count rows, best first. Arguments outside their limits (docs/security.md) raise SQLSTATE 22023.';
 
 create or replace function pgrag.windows(
     tenant_ids text[],
@@ -1062,6 +1115,15 @@ rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
+    select pgrag.check_length('tenant_ids', pg_catalog.cardinality(windows.tenant_ids), 2000),
+           pgrag.check_length('chunk_ids', pg_catalog.cardinality(windows.chunk_ids), 2000),
+           pgrag.check_length('scores', pg_catalog.cardinality(windows.scores), 2000),
+           pgrag.check_argument('window_size', windows.window_size, 0, 10),
+           pgrag.check_argument('decay', windows.decay, 0, 1),
+           (select pg_catalog.count(pgrag.check_argument('scores', u.s, -1e6, 1e6))
+            from pg_catalog.unnest(windows.scores) as u(s));
+
     with hits as (
         select u.t, u.id, u.ord, coalesce(u.s, 1.0) as s
         from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids), pg_catalog.unnest(scores))
@@ -1076,16 +1138,18 @@ as $$
         where d.status = 'ready'
           and (pgrag.current_tenant_id() is null or c.tenant_id = pgrag.current_tenant_id())
     ),
+    -- The neighbours that exist: a range on the (tenant_id, document_id, chunk_index) key.
     expanded as (
-        select hc.t, hc.document_id, g.idx,
+        select hc.t, hc.document_id, n.chunk_index as idx,
                pg_catalog.max(hc.s * pg_catalog.power(coalesce(windows.decay, 0.5),
-                                                       pg_catalog.abs(g.idx - hc.chunk_index))) as score,
-               pg_catalog.min(hc.ord) filter (where g.idx = hc.chunk_index) as hit_ord
+                                                       pg_catalog.abs(n.chunk_index - hc.chunk_index))) as score,
+               pg_catalog.min(hc.ord) filter (where n.chunk_index = hc.chunk_index) as hit_ord
         from hc
-        cross join lateral pg_catalog.generate_series(
-            hc.chunk_index - greatest(coalesce(windows.window_size, 0), 0),
-            hc.chunk_index + greatest(coalesce(windows.window_size, 0), 0)) as g(idx)
-        group by hc.t, hc.document_id, g.idx
+        join pgrag.chunks as n
+          on n.tenant_id = hc.t and n.document_id = hc.document_id
+         and n.chunk_index >= hc.chunk_index - coalesce(windows.window_size, 0)
+         and n.chunk_index <= hc.chunk_index + coalesce(windows.window_size, 0)
+        group by hc.t, hc.document_id, n.chunk_index
     ),
     present as (
         select e.t, e.document_id, e.idx, e.score, e.hit_ord, c.id, c.content, c.overlap_chars,
@@ -1134,7 +1198,7 @@ as $$
     order by w.first_hit
 $$;
 comment on function pgrag.windows(text[], bigint[], integer, double precision[], double precision) is
-'Windows of +/- window_size neighbouring chunks around hits (tenant_ids, chunk_ids in rank order), overlapping or adjacent windows of a document merged, each neighbour''s overlap_chars prefix stripped; chunk score = best hit score * decay^distance; ordered by the best hit they contain.';
+'Windows of +/- window_size neighbouring chunks around hits (tenant_ids, chunk_ids in rank order), overlapping or adjacent windows of a document merged, each neighbour''s overlap_chars prefix stripped; chunk score = best hit score * decay^distance; ordered by the best hit they contain. Neighbours are read by a range on chunk_index (only rows that exist). Limits: at most 2,000 hits, window_size 0-10, decay 0-1, scores finite within +/- 1e6; else SQLSTATE 22023.';
 
 -- ---------------------------------------------------------------------------------------------
 -- Client-facing functions (schema public).
@@ -1186,10 +1250,21 @@ stable
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
+    select pgrag.check_query_embedding('query_embedding', vector_search.query_embedding),
+           pgrag.check_argument('match_count', vector_search.match_count, 0, 1000, true),
+           pgrag.check_argument('min_similarity', vector_search.min_similarity, '-Infinity', 'Infinity'),
+           pgrag.check_argument('ef_search', vector_search.ef_search, 1, 1000, true),
+           pgrag.check_length('document_ids', pg_catalog.cardinality(vector_search.document_ids), 1000),
+           pgrag.check_length('source_types', pg_catalog.cardinality(vector_search.source_types), 100),
+           pgrag.check_length('metadata_filter',
+                              pg_catalog.octet_length(vector_search.metadata_filter::text), 10000, 'bytes');
+
     select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
            c.heading_path, c.content, 1 - v.distance,
            pg_catalog.row_number() over (order by v.distance, v.chunk_id), c.tenant_id
-    from pgrag.vector_candidates(vector_search.query_embedding, vector_search.match_count,
+    from pgrag.vector_candidates(vector_search.query_embedding,
+                                 least(vector_search.match_count, 1000),
                                  vector_search.ef_search, vector_search.document_ids,
                                  vector_search.metadata_filter, vector_search.source_types,
                                  vector_search.created_after, vector_search.created_before) as v
@@ -1199,7 +1274,7 @@ as $$
     order by v.distance, v.chunk_id
 $$;
 comment on function public.vector_search(@extschema:vector@.vector, integer, double precision, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Semantic search: the match_count ready chunks nearest to query_embedding by cosine distance (HNSW; iterative scans under tenant/filters; exact scan for small visible sets), with similarity = 1 - cosine distance >= min_similarity. Filters: document_ids, metadata_filter (jsonb containment over document || chunk metadata), source_types, created_after/before (document created_at). Tenant from request.jwt.claims; RLS applies.';
+'Semantic search: the match_count ready chunks nearest to query_embedding by cosine distance (HNSW; iterative scans under tenant/filters; exact scan for small visible sets), with similarity = 1 - cosine distance >= min_similarity. Filters: document_ids, metadata_filter (jsonb containment over document || chunk metadata), source_types, created_after/before (document created_at). Tenant from request.jwt.claims; RLS applies. Limits: match_count 0-1000 (more counts as 1000), min_similarity any number but NaN, ef_search 1-1000 (more counts as 1000), query_embedding of the stored dimension and non-zero, document_ids at most 1,000, source_types 100, metadata_filter 10,000 bytes; else SQLSTATE 22023.';
 
 create or replace function public.keyword_search(
     query_text text,
@@ -1223,10 +1298,14 @@ stable
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work (keyword_candidates
+    -- checks the others).
+    select pgrag.check_argument('match_count', keyword_search.match_count, 0, 1000, true);
+
     select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
            c.heading_path, c.content, k.score,
            pg_catalog.row_number() over (order by k.score desc, k.chunk_id), c.tenant_id
-    from pgrag.keyword_candidates(keyword_search.query_text, keyword_search.match_count,
+    from pgrag.keyword_candidates(keyword_search.query_text, least(keyword_search.match_count, 1000),
                                   keyword_search.language, keyword_search.k1, keyword_search.b,
                                   keyword_search.document_ids, keyword_search.metadata_filter,
                                   keyword_search.source_types, keyword_search.created_after,
@@ -1236,7 +1315,7 @@ as $$
     order by k.score desc, k.chunk_id
 $$;
 comment on function public.keyword_search(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search.';
+'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search. Limits: match_count 0-1000 (more counts as 1000), query_text at most 10,000 characters and 64 distinct terms, language an existing configuration, k1 0-10, b 0-1, filters as vector_search; else SQLSTATE 22023.';
 
 create or replace function public.hybrid_search(
     query_text text,
@@ -1271,10 +1350,15 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
-    v_k integer := greatest(coalesce(match_count, 10), 0);
-    v_w integer := greatest(coalesce(window_size, 0), 0);
-    v_cand integer := coalesce(candidate_count, greatest(v_k * 4, 40));
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work; fused_candidates
+    -- checks the arguments it receives as they are.
+    v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 1000, true), 10);
+    v_w integer := coalesce(pgrag.check_argument('window_size', window_size, 0, 10), 0);
+    v_cand integer := coalesce(pgrag.check_argument('candidate_count', candidate_count, 1, 1000, true),
+                               least(greatest(v_k * 4, 40), 1000));
 begin
+    perform pgrag.check_query_embedding('query_embedding', query_embedding);
+    perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
     if v_k = 0 then
         return;
     end if;
@@ -1298,7 +1382,7 @@ begin
     with f as materialized (
         select * from pgrag.fused_candidates(
             query_text, query_embedding,
-            case when mmr_lambda is null then 2 * v_cand else v_k * (1 + 2 * v_w) end,
+            case when mmr_lambda is null then 2 * v_cand else least(v_k * (1 + 2 * v_w), 2000) end,
             v_cand, fusion, rrf_k, vector_weight, keyword_weight, min_score, mmr_lambda,
             language, ef_search, document_ids, metadata_filter, source_types, created_after,
             created_before)
@@ -1324,7 +1408,7 @@ begin
 end
 $$;
 comment on function public.hybrid_search(text, @extschema:vector@.vector, integer, text, integer, double precision, double precision, integer, integer, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Hybrid search: vector and BM25 arms (candidate_count each, default greatest(4 * match_count, 40); filters inside each arm) fused by weighted min-max normalised scores (fusion => ''weighted'', the default: vector_weight 0.8, keyword_weight 1, nDCG@10 0.729 on BEIR SciFact against 0.70 for RRF) or reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank), rrf_k default 60). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window.';
+'Hybrid search: vector and BM25 arms (candidate_count each, default least(greatest(4 * match_count, 40), 1000); filters inside each arm) fused by weighted min-max normalised scores (fusion => ''weighted'', the default: vector_weight 0.8, keyword_weight 1, nDCG@10 0.729 on BEIR SciFact against 0.70 for RRF) or reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank), rrf_k default 60). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window. Limits: match_count 0-1000 and candidate_count 1-1000 (more counts as 1000), window_size 0-10, rrf_k 0-10000, weights 0-100, min_score any number but NaN, mmr_lambda 0-1 (MMR picks at most 500 rows from the best 1,000 candidates), ef_search 1-1000, query_text 10,000 characters and 64 distinct terms, language an existing configuration, query_embedding of the stored dimension and non-zero, filters as vector_search; else SQLSTATE 22023.';
 
 create or replace function public.chunk_windows(
     chunk_ids bigint[],
@@ -1343,6 +1427,14 @@ stable
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
+    select pgrag.check_length('chunk_ids', pg_catalog.cardinality(chunk_windows.chunk_ids), 1000),
+           pgrag.check_length('scores', pg_catalog.cardinality(chunk_windows.scores), 1000),
+           pgrag.check_argument('window_size', chunk_windows.window_size, 0, 10),
+           pgrag.check_argument('decay', chunk_windows.decay, 0, 1),
+           (select pg_catalog.count(pgrag.check_argument('scores', u.s, -1e6, 1e6))
+            from pg_catalog.unnest(chunk_windows.scores) as u(s));
+
     with ids as (
         select c.tenant_id, u.id, u.ord
         from pg_catalog.unnest(chunk_windows.chunk_ids) with ordinality as u(id, ord)
@@ -1361,7 +1453,7 @@ as $$
     order by w.score desc, w.first_hit
 $$;
 comment on function public.chunk_windows(bigint[], integer, double precision[], double precision) is
-'Expands hits (chunk_ids, best first; scores default 1) with +/- window_size neighbouring chunks of the same document. Overlapping or adjacent windows merge into one row, so no text repeats; each chunk after the first in a window loses its overlap_chars prefix (text the chunker repeated from the previous chunk). score: best hit score * decay^distance over the window. page and heading_path: those of the best hit; token_count: sum of chunks.token_count (an upper bound).';
+'Expands hits (chunk_ids, best first; scores default 1) with +/- window_size neighbouring chunks of the same document. Overlapping or adjacent windows merge into one row, so no text repeats; each chunk after the first in a window loses its overlap_chars prefix (text the chunker repeated from the previous chunk). score: best hit score * decay^distance over the window. page and heading_path: those of the best hit; token_count: sum of chunks.token_count (an upper bound). Limits: at most 1,000 chunk_ids and scores (finite, within +/- 1e6), window_size 0-10, decay 0-1; else SQLSTATE 22023. Neighbours are read from the rows that exist.';
 
 create or replace function public.build_context(
     query_text text,
@@ -1385,9 +1477,11 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
-    v_k integer := greatest(coalesce(match_count, 8), 0);
-    v_w integer := greatest(coalesce(window_size, 0), 0);
-    v_budget integer := greatest(coalesce(token_budget, 2000), 0);
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work; fused_candidates
+    -- checks the other arguments.
+    v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 1000, true), 8);
+    v_w integer := coalesce(pgrag.check_argument('window_size', window_size, 0, 10), 0);
+    v_budget integer := coalesce(pgrag.check_argument('token_budget', token_budget, 0, 1000000), 2000);
     v_used integer := 0;
     v_n integer := 0;
     v_parts text[] := '{}';
@@ -1399,10 +1493,13 @@ declare
     v_index integer;
     r record;
 begin
+    perform pgrag.check_query_embedding('query_embedding', query_embedding);
+    perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
     for r in
         with f as materialized (
             select * from pgrag.fused_candidates(
-                query_text, query_embedding, v_k * (1 + 2 * v_w) * 2, greatest(v_k * 4, 40),
+                query_text, query_embedding, least(v_k * (1 + 2 * v_w) * 2, 2000),
+                least(greatest(v_k * 4, 40), 1000),
                 null, null, null, null, min_score, mmr_lambda, null, null, document_ids,
                 metadata_filter, source_types, created_after, created_before)
         )
@@ -1464,4 +1561,4 @@ begin
 end
 $$;
 comment on function public.build_context(text, @extschema:vector@.vector, integer, integer, double precision, integer, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Context for an LLM: hybrid_search results with its default fusion (weighted: keyword 1, vector 0.8), optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (estimated from chunks.token_count), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor).';
+'Context for an LLM: hybrid_search results with its default fusion (weighted: keyword 1, vector 0.8), optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (estimated from chunks.token_count), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor). Limits: token_budget 0-1,000,000, match_count 0-1000 (more counts as 1000), window_size 0-10, min_score any number but NaN, mmr_lambda 0-1, query_text and filters as hybrid_search; else SQLSTATE 22023.';

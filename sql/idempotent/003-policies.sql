@@ -152,7 +152,8 @@ begin
           and p.proname = any (array[
               'current_tenant_id', 'tenant_chunk_count', 'keyword_query', 'vector_candidates',
               'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
-              'tenant_index_name', 'bm25_apply', 'delete_documents'
+              'tenant_index_name', 'check_argument', 'check_length', 'check_query_embedding',
+              'text_search_config', 'bm25_apply', 'delete_documents'
           ])
         order by 1
     loop
