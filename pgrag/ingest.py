@@ -25,7 +25,6 @@ temporary table that dies with the connection.
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import sys
 import threading
@@ -163,16 +162,6 @@ class _Doc:
     n_chunks: int = 0
 
 
-def _act_as(conn: psycopg.Connection[Any], tenant: str) -> psycopg.Connection[Any]:
-    """Set the tenant claim for the whole session (as PostgREST would per request), so
-    row-level security, when the role is subject to it, shows this tenant's rows."""
-    conn.execute(
-        "select pg_catalog.set_config('request.jwt.claims', %s, false)",
-        (json.dumps({"tenant_id": tenant}),),
-    )
-    return conn
-
-
 def _reason(uri: str, message: str) -> str:
     """The reason part of ``uri: reason`` messages."""
     prefix = f"{uri}: "
@@ -252,7 +241,7 @@ class _Loader(_Worker):
         self.tenant = tenant
         self.model = model
         self.provider = provider
-        self.conn = _act_as(connect(dsn, autocommit=True), tenant)
+        self.conn = connect(dsn, autocommit=True)
         self.model_recorded = False
         create_stage_table(self.conn)
 
@@ -344,7 +333,7 @@ class _Run:
         self.tenant = tenant
         self.options = replace(options)  # --switch-model turns force on for this run only
         self.summary = IngestSummary()
-        self.conn = _act_as(connect(dsn, autocommit=True), tenant)
+        self.conn = connect(dsn, autocommit=True)
         try:
             self._setup(embedder, progress, total)
         except BaseException:
@@ -495,11 +484,13 @@ class _Run:
 
     def _group(self, group: list[ExtractedDocument | _Failed]) -> None:
         uris = [g.uri for g in group]
-        rows = self.conn.execute(
-            "select source_uri, id, content_sha256, status, metadata -> 'ingest' "
-            "from pgrag.documents where tenant_id = %s and source_uri = any(%s)",
-            (self.tenant, uris),
-        ).fetchall()
+        with self.conn.transaction():
+            set_request_tenant(self.conn, self.tenant)
+            rows = self.conn.execute(
+                "select source_uri, id, content_sha256, status, metadata -> 'ingest' "
+                "from pgrag.documents where tenant_id = %s and source_uri = any(%s)",
+                (self.tenant, uris),
+            ).fetchall()
         existing = {r[0]: r[1:] for r in rows}
         todo: list[ExtractedDocument] = []
         for item in group:
@@ -550,12 +541,14 @@ class _Run:
         old_shas: dict[int, set[str]] = {}
         reuse_ids = [ids[d.uri] for d in todo if d.uri in existing and not self.options.force]
         if reuse_ids:
-            for doc_id, sha in self.conn.execute(
-                "select distinct document_id, content_sha256 from pgrag.chunks "
-                "where tenant_id = %s and document_id = any(%s) and embedding is not null",
-                (self.tenant, reuse_ids),
-            ):
-                old_shas.setdefault(doc_id, set()).add(sha)
+            with self.conn.transaction():
+                set_request_tenant(self.conn, self.tenant)
+                for doc_id, sha in self.conn.execute(
+                    "select distinct document_id, content_sha256 from pgrag.chunks "
+                    "where tenant_id = %s and document_id = any(%s) and embedding is not null",
+                    (self.tenant, reuse_ids),
+                ).fetchall():
+                    old_shas.setdefault(doc_id, set()).add(sha)
         for source in todo:
             doc_id = ids[source.uri]
             old = existing.get(source.uri)

@@ -440,6 +440,7 @@ PGRAG_FUNCTIONS = (
     "mmr_order",
     "replace_document_chunks",
     "tenant_chunk_count(text)",
+    "text_search_config_allowed",
     "vector_candidates",
     "windows",
 )
@@ -454,6 +455,7 @@ def expected_grants() -> set[tuple[str, str, str]]:
                 out.add((f"table pgrag.{table}", role, priv))
     out |= {(f"table pgrag.{table}", "anon", "SELECT") for table in TENANT_TABLES}
     out |= {("table pgrag.embedding_config", role, "SELECT") for role in API_ROLES}
+    out |= {("table pgrag.text_search_configs", role, "SELECT") for role in API_ROLES}
     for seq in ("chunks_id_seq", "documents_id_seq"):
         out |= {(f"sequence pgrag.{seq}", r, "USAGE") for r in ("authenticated", "service_role")}
     for fn in PGRAG_FUNCTIONS:
