@@ -382,12 +382,20 @@ class _Run:
         """The embedder to use, and whether it replaces the recorded model (--switch-model)."""
         dims, model, provider = read_embedding_config(self.conn)
         try:
-            self.conn.execute("select %s::regconfig", (self.options.language,))
+            row = self.conn.execute(
+                "select pgrag.text_search_config_allowed(%s::regconfig)", (self.options.language,)
+            ).fetchone()
         except psycopg.Error as exc:
             raise ConfigError(
                 f"unknown text-search language {self.options.language!r}: choose one of "
                 "select cfgname from pg_ts_config (e.g. english, simple, german)."
             ) from exc
+        if not (row and row[0]):
+            raise ConfigError(
+                f"text-search language {self.options.language!r} is not allowed for stored "
+                "chunks: use one of pg_catalog's (e.g. english, simple, german), or list it in "
+                "pgrag.text_search_configs (docs/security.md, Restore)."
+            )
         if embedder is None:
             embedder = (
                 get_embedder(provider, model, dims) if provider else get_embedder(None, None, dims)

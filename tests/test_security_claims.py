@@ -28,7 +28,8 @@ from test_tenancy import (  # fixtures and helpers shared with the table-level t
 )
 
 from pgrag.db import connect, set_request_tenant
-from pgrag.ingest import ExtractedDocument, ingest_documents
+from pgrag.errors import ConfigError
+from pgrag.ingest import ExtractedDocument, IngestOptions, ingest_documents
 from pgrag.search import SearchOptions, search
 
 QUERY = "vacation policy paid leave"
@@ -261,6 +262,22 @@ def test_a_permanent_configuration_is_allowed_only_once_the_operator_lists_it(
             "select language = 'public.pgrag_fr'::regconfig from pgrag.chunks "
             "where chunk_index = 99"
         ).fetchone() == (True,)
+
+
+def test_the_ingester_refuses_a_configuration_that_is_not_allowed(
+    db: str, local_embedder: Any
+) -> None:
+    with connect(db) as conn:
+        conn.execute("create text search configuration public.pgrag_fr (copy = french)")
+        conn.commit()
+    with pytest.raises(ConfigError, match="not allowed"):
+        ingest_documents(
+            db,
+            tenant_docs("acme"),
+            tenant="acme",
+            embedder=local_embedder,
+            options=IngestOptions(language="public.pgrag_fr"),
+        )
 
 
 def test_every_pg_catalog_configuration_is_allowed(db: str) -> None:
