@@ -109,20 +109,19 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_bad regconfig;
+    v_language oid;
 begin
-    select l.language into v_bad
-    from (select distinct c.language::oid as language from new_chunks as c) as l
-    where not pgrag.text_search_config_allowed(l.language::regconfig)
-    limit 1;
-    if found then
+    -- Each configuration once: the distinct languages first, then the check (a filter on the
+    -- rows themselves would run the check once per row).
+    for v_language in select distinct c.language::oid from new_chunks as c loop
+        continue when pgrag.text_search_config_allowed(v_language::regconfig);
         raise exception 'text-search configuration % is not allowed for pgrag.chunks.language',
-                v_bad::text
+                v_language::regconfig::text
             using errcode = 'check_violation',
                   hint = 'use one of pg_catalog''s (select cfgname from pg_ts_config where '
                          'cfgnamespace = ''pg_catalog''::regnamespace); an operator may allow a '
                          'permanent one by inserting it into pgrag.text_search_configs.';
-    end if;
+    end loop;
     return null;
 end
 $$;
