@@ -439,3 +439,42 @@ def test_a_dump_restores_every_row_and_the_same_search_results(
         assert after_search == before_search
     finally:
         drop_database(pg_admin_dsn, restored)
+
+
+def test_without_the_check_a_temporary_configuration_breaks_the_restore(
+    db: str, pg_admin_dsn: str, tmp_path: Path
+) -> None:
+    # The defect the check prevents, reproduced with the trigger switched off by the owner.
+    with connect(db) as conn:
+        conn.execute("alter table pgrag.chunks disable trigger chunks_language_insert")
+        conn.execute("create text search configuration pg_temp.evil (copy = english)")
+        conn.execute(
+            "insert into pgrag.documents (tenant_id, id, source_type, source_uri) "
+            "values ('t', 1, 'text', 'a.txt')"
+        )
+        conn.execute(
+            "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, "
+            "content_sha256, language) values ('t', 1, 0, 'x', 'x', 'pg_temp.evil')"
+        )
+        conn.execute("alter table pgrag.chunks enable trigger chunks_language_insert")
+        conn.commit()
+    # The session ended: its temporary configuration is gone, the chunk's OID dangles.
+    dump = tmp_path / "pgrag.dump"
+    subprocess.run(
+        [pg_tool("pg_dump"), "--format=custom", f"--file={dump}", f"--dbname={db}"],
+        check=True,
+        capture_output=True,
+    )
+    restored = create_database(pg_admin_dsn)
+    try:
+        done = subprocess.run(
+            [pg_tool("pg_restore"), f"--dbname={restored}", str(dump)],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode != 0
+        assert "pgrag.chunks" in done.stderr or "chunks" in done.stderr, done.stderr
+        with connect(restored) as conn:
+            assert conn.execute("select count(*) from pgrag.chunks").fetchone() == (0,)
+    finally:
+        drop_database(pg_admin_dsn, restored)
