@@ -14,7 +14,7 @@ as $$
     -- compared byte for byte (case-sensitive, not trimmed, not normalised).
     select case
                when pg_catalog.jsonb_typeof(c.claim) = 'string'
-                    and not pg_catalog.regexp_like(c.claim #>> '{}', '^[[:space:]]*$')
+                    and (c.claim #>> '{}') operator(pg_catalog.!~) '^[[:space:]]*$'
                then c.claim #>> '{}'
            end
     from (
@@ -42,7 +42,7 @@ declare
         '.');
     v_claims jsonb := pg_catalog.to_jsonb(tenant);
 begin
-    if tenant is null or pg_catalog.regexp_like(tenant, '^[[:space:]]*$') then
+    if tenant is null or tenant operator(pg_catalog.~) '^[[:space:]]*$' then
         raise exception 'a tenant id must be a non-blank string'
             using errcode = '22023';
     end if;
@@ -93,7 +93,7 @@ as $$
         from pg_catalog.pg_ts_config as t
         join pg_catalog.pg_namespace as n on n.oid = t.cfgnamespace
         where t.oid = config
-          and not pg_catalog.regexp_like(n.nspname, '^pg_(toast_)?temp')
+          and n.nspname::text operator(pg_catalog.!~) '^pg_(toast_)?temp'
           and (n.nspname = 'pg_catalog'
                or exists (select 1 from pgrag.text_search_configs as a
                           where a.schema_name = n.nspname and a.config_name = t.cfgname))
