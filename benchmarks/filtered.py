@@ -159,12 +159,10 @@ Query = Callable[[psycopg.Connection[Any], str, np.ndarray, str, int], list[int]
 
 
 def as_tenant(conn: psycopg.Connection[Any], tenant: str) -> None:
-    """What PostgREST does for a request with a verified JWT of this tenant."""
+    """What PostgREST does for a request with a verified JWT of this tenant (the claims
+    through pgrag.set_request_tenant, transaction-local; then the role)."""
+    conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
     conn.execute("set local role authenticated")
-    conn.execute(
-        "select pg_catalog.set_config('request.jwt.claims', %s, true)",
-        (json.dumps({"role": "authenticated", "tenant_id": tenant}),),
-    )
 
 
 def q_exact(

@@ -83,15 +83,12 @@ DEFAULT_TENANT = "default"
 def set_request_tenant(conn: psycopg.Connection[Any], tenant: str) -> None:
     """Act as ``tenant`` for the rest of the current transaction.
 
-    Sets ``request.jwt.claims`` exactly as PostgREST does for a verified JWT, so SQL functions
-    and row-level security see the same tenant whether called by the CLI or over RPC.
+    Calls ``pgrag.set_request_tenant``, which puts the tenant into ``request.jwt.claims``
+    (transaction-local, as PostgREST does for a verified JWT) at the claim path the database's
+    ``pgrag.tenant_claim`` names, so SQL functions and row-level security see the same tenant
+    whether called by the CLI or over RPC. Outside a transaction it lasts one statement.
     """
-    import json
-
-    conn.execute(
-        "select pg_catalog.set_config('request.jwt.claims', %s, true)",
-        (json.dumps({"tenant_id": tenant}),),
-    )
+    conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
 
 
 def database_error_message(exc: psycopg.Error) -> str:

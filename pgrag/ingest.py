@@ -29,7 +29,6 @@ temporary table that dies with the connection.
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import threading
 import time
@@ -181,16 +180,6 @@ class _Doc:
     n_chunks: int = 0
 
 
-def _act_as(conn: psycopg.Connection[Any], tenant: str) -> psycopg.Connection[Any]:
-    """Set the tenant claim for the whole session (as PostgREST would per request), so
-    row-level security, when the role is subject to it, shows this tenant's rows."""
-    conn.execute(
-        "select pg_catalog.set_config('request.jwt.claims', %s, false)",
-        (json.dumps({"tenant_id": tenant}),),
-    )
-    return conn
-
-
 def _reason(uri: str, message: str) -> str:
     """The reason part of ``uri: reason`` messages."""
     prefix = f"{uri}: "
@@ -278,7 +267,7 @@ class _Loader(_Worker):
         self.tenant = tenant
         self.model = model
         self.provider = provider
-        self.conn = _act_as(connect(dsn, autocommit=True), tenant)
+        self.conn = connect(dsn, autocommit=True)
         self.model_recorded = False
         create_stage_table(self.conn)
 
@@ -376,7 +365,7 @@ class _Run:
         self.tenant = tenant
         self.options = replace(options)  # --switch-model turns force on for this run only
         self.summary = IngestSummary()
-        self.conn = _act_as(connect(dsn, autocommit=True), tenant)
+        self.conn = connect(dsn, autocommit=True)
         try:
             self._setup(embedder, progress, total)
         except BaseException:
@@ -431,12 +420,20 @@ class _Run:
         """The embedder to use, and whether it replaces the recorded model (--switch-model)."""
         dims, model, provider = read_embedding_config(self.conn)
         try:
-            self.conn.execute("select %s::regconfig", (self.options.language,))
+            row = self.conn.execute(
+                "select pgrag.text_search_config_allowed(%s::regconfig)", (self.options.language,)
+            ).fetchone()
         except psycopg.Error as exc:
             raise ConfigError(
                 f"unknown text-search language {self.options.language!r}: choose one of "
                 "select cfgname from pg_ts_config (e.g. english, simple, german)."
             ) from exc
+        if not (row and row[0]):
+            raise ConfigError(
+                f"text-search language {self.options.language!r} is not allowed for stored "
+                "chunks: use one of pg_catalog's (e.g. english, simple, german), or list it in "
+                "pgrag.text_search_configs (docs/security.md, Restore)."
+            )
         if embedder is None:
             embedder = (
                 get_embedder(provider, model, dims) if provider else get_embedder(None, None, dims)
@@ -574,11 +571,13 @@ class _Run:
 
     def _group(self, group: list[ExtractedDocument | _Failed]) -> None:
         uris = [g.uri for g in group]
-        rows = self.conn.execute(
-            "select source_uri, id, content_sha256, status, metadata "
-            "from pgrag.documents where tenant_id = %s and source_uri = any(%s)",
-            (self.tenant, uris),
-        ).fetchall()
+        with self.conn.transaction():
+            set_request_tenant(self.conn, self.tenant)
+            rows = self.conn.execute(
+                "select source_uri, id, content_sha256, status, metadata "
+                "from pgrag.documents where tenant_id = %s and source_uri = any(%s)",
+                (self.tenant, uris),
+            ).fetchall()
         existing = {r[0]: r[1:] for r in rows}
         todo: list[ExtractedDocument] = []
         relabel: list[tuple[int, dict[str, Any]]] = []
@@ -644,12 +643,14 @@ class _Run:
         old_shas: dict[int, set[str]] = {}
         reuse_ids = [ids[d.uri] for d in todo if d.uri in existing and not self.options.force]
         if reuse_ids:
-            for doc_id, sha in self.conn.execute(
-                "select distinct document_id, content_sha256 from pgrag.chunks "
-                "where tenant_id = %s and document_id = any(%s) and embedding is not null",
-                (self.tenant, reuse_ids),
-            ):
-                old_shas.setdefault(doc_id, set()).add(sha)
+            with self.conn.transaction():
+                set_request_tenant(self.conn, self.tenant)
+                for doc_id, sha in self.conn.execute(
+                    "select distinct document_id, content_sha256 from pgrag.chunks "
+                    "where tenant_id = %s and document_id = any(%s) and embedding is not null",
+                    (self.tenant, reuse_ids),
+                ).fetchall():
+                    old_shas.setdefault(doc_id, set()).add(sha)
         for source in todo:
             doc_id = ids[source.uri]
             old = existing.get(source.uri)

@@ -69,7 +69,11 @@ def test_every_table_has_rls_and_every_tenant_table_keys_on_tenant(db: str) -> N
         ).fetchall()
         assert tables, "no tables installed"
         assert [t for t, rls in tables if not rls] == []
-        global_tables = {"pgrag.embedding_config", "pgrag.schema_migrations"}
+        global_tables = {
+            "pgrag.embedding_config",
+            "pgrag.schema_migrations",
+            "pgrag.text_search_configs",
+        }
         for table, _ in tables:
             if table in global_tables:
                 continue

@@ -456,7 +456,7 @@ PGRAG_FUNCTIONS = (
     "vector_candidates",
     "windows",
 )
-WRITER_FUNCTIONS = ("bm25_apply", "delete_documents")
+WRITER_FUNCTIONS = ("bm25_apply", "delete_documents", "text_search_config_allowed")
 
 
 def writable_columns(conn: psycopg.Connection[Any]) -> set[str]:
@@ -484,6 +484,7 @@ def expected_grants(columns: set[str]) -> set[tuple[str, str, str]]:
         out |= {(f"column pgrag.{column}", "authenticated", p) for p in ("INSERT", "UPDATE")}
     out |= {(f"table pgrag.{table}", "anon", "SELECT") for table in TENANT_TABLES}
     out |= {("table pgrag.embedding_config", role, "SELECT") for role in API_ROLES}
+    out |= {("table pgrag.text_search_configs", role, "SELECT") for role in API_ROLES}
     for seq in ("chunks_id_seq", "documents_id_seq"):
         out |= {(f"sequence pgrag.{seq}", r, "USAGE") for r in ("authenticated", "service_role")}
     for fn in PGRAG_FUNCTIONS:

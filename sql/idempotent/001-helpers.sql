@@ -9,17 +9,54 @@ security invoker
 parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select nullif(
-        nullif(pg_catalog.current_setting('request.jwt.claims', true), '')::jsonb
-            #>> pg_catalog.string_to_array(
-                    coalesce(
-                        nullif(pg_catalog.current_setting('pgrag.tenant_claim', true), ''),
-                        'tenant_id'),
-                    '.'),
-        '')
+    -- A tenant is a JSON string with a non-blank character; anything else (a number, a boolean,
+    -- null, an array, an object, "" or "  ") is no tenant. The value is returned as it is:
+    -- compared byte for byte (case-sensitive, not trimmed, not normalised).
+    select case
+               when pg_catalog.jsonb_typeof(c.claim) = 'string'
+                    and (c.claim #>> '{}') operator(pg_catalog.!~) '^[[:space:]]*$'
+               then c.claim #>> '{}'
+           end
+    from (
+        select nullif(pg_catalog.current_setting('request.jwt.claims', true), '')::jsonb
+                   #> pg_catalog.string_to_array(
+                          coalesce(
+                              nullif(pg_catalog.current_setting('pgrag.tenant_claim', true), ''),
+                              'tenant_id'),
+                          '.') as claim
+    ) as c
 $$;
 comment on function pgrag.current_tenant_id() is
-'Tenant of the current request: the claim named by the setting pgrag.tenant_claim (default tenant_id; a dotted path such as app_metadata.tenant_id reaches a nested claim) in request.jwt.claims, as PostgREST sets it; null when absent. Every RLS policy compares tenant_id with it.';
+'Tenant of the current request: the claim named by the setting pgrag.tenant_claim (default tenant_id; a dotted path such as app_metadata.tenant_id reaches a nested claim) in request.jwt.claims, as PostgREST sets it. Only a JSON string that is not blank is a tenant; it is returned unchanged and compared exactly (case-sensitive). Null otherwise. Every RLS policy compares tenant_id with it.';
+
+create or replace function pgrag.set_request_tenant(tenant text)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_path text[] := pg_catalog.string_to_array(
+        coalesce(nullif(pg_catalog.current_setting('pgrag.tenant_claim', true), ''), 'tenant_id'),
+        '.');
+    v_claims jsonb := pg_catalog.to_jsonb(tenant);
+begin
+    if tenant is null or tenant operator(pg_catalog.~) '^[[:space:]]*$' then
+        raise exception 'a tenant id must be a non-blank string'
+            using errcode = '22023';
+    end if;
+    -- {"a": {"b": tenant}} for the path a.b, innermost first.
+    for i in reverse pg_catalog.array_upper(v_path, 1) .. 1 loop
+        v_claims := pg_catalog.jsonb_build_object(v_path[i], v_claims);
+    end loop;
+    -- Local to the transaction: it ends with the transaction, so a pooled server connection
+    -- never carries it to the next client.
+    perform pg_catalog.set_config('request.jwt.claims', v_claims::text, true);
+end
+$$;
+comment on function pgrag.set_request_tenant(text) is
+'Acts as tenant for the rest of the current transaction: sets request.jwt.claims (transaction-local, as PostgREST does) with tenant at the claim path pgrag.tenant_claim names (default tenant_id). For trusted direct sessions (the pgrag CLI and ingester call only this); raises 22023 for a null or blank tenant.';
 
 create or replace function pgrag.touch_updated_at()
 returns trigger
@@ -41,6 +78,65 @@ create or replace trigger documents_touch_updated_at
 create or replace trigger embedding_config_touch_updated_at
     before update on pgrag.embedding_config
     for each row execute function pgrag.touch_updated_at();
+
+-- Text-search configurations a chunk may be stored with (see sql/incremental/005-*.sql).
+create or replace function pgrag.text_search_config_allowed(config regconfig)
+returns boolean
+language sql
+stable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select exists (
+        select 1
+        from pg_catalog.pg_ts_config as t
+        join pg_catalog.pg_namespace as n on n.oid = t.cfgnamespace
+        where t.oid = config
+          and n.nspname::text operator(pg_catalog.!~) '^pg_(toast_)?temp'
+          and (n.nspname = 'pg_catalog'
+               or exists (select 1 from pgrag.text_search_configs as a
+                          where a.schema_name = n.nspname and a.config_name = t.cfgname))
+    )
+$$;
+comment on function pgrag.text_search_config_allowed(regconfig) is
+'True when chunks may be stored with this text-search configuration: one of pg_catalog''s, or one listed in pgrag.text_search_configs; never a temporary one (its OID would dangle and break pg_restore and keyword search).';
+
+create or replace function pgrag.check_chunk_languages()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_language oid;
+begin
+    -- Each configuration once: the distinct languages first, then the check (a filter on the
+    -- rows themselves would run the check once per row).
+    for v_language in select distinct c.language::oid from new_chunks as c loop
+        continue when pgrag.text_search_config_allowed(v_language::regconfig);
+        raise exception 'text-search configuration % is not allowed for pgrag.chunks.language',
+                v_language::regconfig::text
+            using errcode = 'check_violation',
+                  hint = 'use one of pg_catalog''s (select cfgname from pg_ts_config where '
+                         'cfgnamespace = ''pg_catalog''::regnamespace); an operator may allow a '
+                         'permanent one by inserting it into pgrag.text_search_configs.';
+    end loop;
+    return null;
+end
+$$;
+comment on function pgrag.check_chunk_languages() is
+'Trigger function (after insert or update, per statement): refuses chunks whose language is not allowed by pgrag.text_search_config_allowed.';
+
+create or replace trigger chunks_language_insert
+    after insert on pgrag.chunks
+    referencing new table as new_chunks
+    for each statement execute function pgrag.check_chunk_languages();
+
+create or replace trigger chunks_language_update
+    after update on pgrag.chunks
+    referencing new table as new_chunks
+    for each statement execute function pgrag.check_chunk_languages();
 
 alter table pgrag.documents alter column tenant_id set default pgrag.current_tenant_id();
 alter table pgrag.chunks alter column tenant_id set default pgrag.current_tenant_id();

@@ -111,6 +111,11 @@ create policy pgrag_anon_select on pgrag.embedding_config for select to anon usi
 create policy pgrag_authenticated_select on pgrag.embedding_config for select to authenticated using (true);
 create policy pgrag_service_role_select on pgrag.embedding_config for select to service_role using (true);
 grant select on pgrag.embedding_config to anon, authenticated, service_role;
+-- Allowed text-search configurations: read by the check on chunks (it runs as the writer).
+create policy pgrag_anon_select on pgrag.text_search_configs for select to anon using (true);
+create policy pgrag_authenticated_select on pgrag.text_search_configs for select to authenticated using (true);
+create policy pgrag_service_role_select on pgrag.text_search_configs for select to service_role using (true);
+grant select on pgrag.text_search_configs to anon, authenticated, service_role;
 -- pgrag.schema_migrations: no grant, no policy (the owner, i.e. the migrator, alone).
 
 -- Identity sequences of tenant tables: inserting a row draws an id.
@@ -153,12 +158,13 @@ begin
               'current_tenant_id', 'tenant_chunk_count', 'keyword_query', 'vector_candidates',
               'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
               'tenant_index_name', 'check_argument', 'check_length', 'check_query_embedding',
-              'text_search_config', 'bm25_apply', 'delete_documents'
+              'text_search_config', 'bm25_apply', 'delete_documents', 'text_search_config_allowed'
           ])
         order by 1
     loop
-        if f.proname in ('bm25_apply', 'delete_documents') then
-            -- writers only: anon writes nothing
+        if f.proname in ('bm25_apply', 'delete_documents', 'text_search_config_allowed') then
+            -- writers only (the chunks triggers call bm25_apply and text_search_config_allowed
+            -- as the writer): anon writes nothing
             execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
         else
             execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
@@ -198,6 +204,8 @@ begin
     end loop;
 end
 $$;
+-- Acting as a tenant is for trusted direct sessions (CLI, ingester), not for the API roles.
+revoke all on function pgrag.set_request_tenant(text) from anon, authenticated, service_role;
 
 -- The RPC API in the exposed schema (public): executable by the API roles, not by PUBLIC.
 -- The list names every function pgrag creates there; tests/test_security.py checks that each
