@@ -29,6 +29,7 @@ temporary table that dies with the connection.
 from __future__ import annotations
 
 import contextlib
+import json
 import queue
 import threading
 import time
@@ -889,7 +890,7 @@ def ingest_paths(
     if prune:
         from pgrag.documents import delete_documents, missing_under
 
-        with _act_as(connect(dsn, autocommit=True), tenant) as conn:
+        with connect(dsn, autocommit=True) as conn:
             ids = sorted({i for folder in folders for i in missing_under(conn, tenant, folder)})
             if ids:
                 summary.documents_removed = len(delete_documents(conn, tenant, document_ids=ids))
