@@ -121,14 +121,16 @@ class LocalEmbedder:
         return SentenceTransformer(str(local_model_path()), device=device)
 
     def _onnx_model(self) -> Any:
+        from pgrag.onnx_model import OnnxSentenceEncoder
+
+        model_dir = local_model_path()
         try:
-            from pgrag.onnx_model import OnnxSentenceEncoder
-        except ImportError as exc:
+            return OnnxSentenceEncoder(model_dir, model_cache_dir())
+        except ImportError as exc:  # onnxruntime, tokenizers, safetensors or onnx
             raise EmbeddingError(
                 f"the ONNX runtime of the local model is missing ({exc.name}): "
                 "pip install 'pgrag-sql[local]', or set PGRAG_LOCAL_BACKEND=sentence-transformers."
             ) from exc
-        return OnnxSentenceEncoder(local_model_path(), model_cache_dir())
 
     def count_tokens(self, text: str) -> int:
         """Word pieces the model sees for ``text`` (without [CLS]/[SEP])."""

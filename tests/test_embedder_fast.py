@@ -84,9 +84,12 @@ def test_truncation_keeps_the_same_word_pieces_as_sentence_transformers(
     assert encoder.max_length == model.max_seq_length == 256
 
 
-def test_cold_hybrid_search_imports_no_torch(db: str, tmp_path: Path) -> None:
-    (tmp_path / "note.md").write_text("# Killed ingests\n\nA killed ingest leaves whole documents.")
-    assert CliRunner().invoke(main, ["--dsn", db, "ingest", str(tmp_path)]).exit_code == 0
+def test_cold_hybrid_search_imports_no_torch(db: str, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("PGRAG_HOME", str(tmp_path / "home"))  # the ingest below caches the graph
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "note.md").write_text("# Killed ingests\n\nA killed ingest leaves whole documents.")
+    assert CliRunner().invoke(main, ["--dsn", db, "ingest", str(docs)]).exit_code == 0
     probe = (
         "import json, sys\n"
         "from pgrag.cli import main\n"
@@ -178,3 +181,12 @@ def test_backend_is_chosen_by_argument_or_environment(monkeypatch: Any) -> None:
     monkeypatch.setenv("PGRAG_LOCAL_BACKEND", "tensorflow")
     with pytest.raises(ConfigError, match="PGRAG_LOCAL_BACKEND"):
         LocalEmbedder()
+
+
+def test_a_missing_onnx_runtime_is_a_one_line_error(tmp_path: Path, monkeypatch: Any) -> None:
+    from pgrag.errors import EmbeddingError
+
+    monkeypatch.setenv("PGRAG_HOME", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
+    with pytest.raises(EmbeddingError, match=r"onnxruntime.*PGRAG_LOCAL_BACKEND"):
+        LocalEmbedder().embed(["hello"])
