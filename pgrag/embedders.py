@@ -2,8 +2,8 @@
 
 Models load lazily: constructing an embedder is cheap, so work that needs no embedding
 (unchanged documents, token counting) never pays for loading the model. The local model runs
-on ONNX Runtime by default (``pgrag.onnx_model``: no torch import, a cold start in about a third
-of a second); ``PGRAG_LOCAL_BACKEND=sentence-transformers`` runs it through sentence-transformers
+on ONNX Runtime by default (``pgrag.onnx_model``: no torch import, so a cold start is fast);
+``PGRAG_LOCAL_BACKEND=sentence-transformers`` runs it through sentence-transformers
 and torch instead (the reference implementation, and the way to use a GPU).
 """
 

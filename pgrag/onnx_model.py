@@ -4,8 +4,8 @@ The model is the bundled safetensors checkpoint (a 6-layer BERT) run as an ONNX 
 once with ``onnx.helper`` and cached under ``$PGRAG_HOME/models``. The cached file holds only
 the graph (a few kilobytes); the weights are read from the safetensors file at every start and
 handed to ONNX Runtime as external initializers, so nothing large is duplicated on disk and a
-cold start costs about a third of a second instead of the five seconds sentence-transformers
-takes to import and load. The graph computes what sentence-transformers computes for this
+cold start takes a fraction of a second where importing torch and sentence-transformers takes
+several (figures: docs/install.md). The graph computes what sentence-transformers computes for this
 model: BERT, mean pooling over the attention mask, L2 normalisation.
 
 The cache file is named after a hash of its own contents' recipe (graph version, model config)
@@ -265,6 +265,9 @@ class OnnxSentenceEncoder:
         graph, self.graph_path = cached_graph(model_dir, cache_dir)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only
+        # Idle worker threads sleep instead of spinning: the ingester overlaps embedding with
+        # database work, and the machine may be shared.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         weights = load_weights(model_dir)
         values = [ort.OrtValue.ortvalue_from_numpy(w) for w in weights.values()]
         options.add_external_initializers(list(weights), values)
