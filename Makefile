@@ -9,17 +9,34 @@ PGRAG := $(VENV)/bin/pgrag
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install demo test lint format bench clean dist
 
 install: $(VENV)/.installed
 
-# CPU torch must be installed before sentence-transformers, or pip pulls the CUDA build.
+# torch is needed only by sentence-transformers (a dependency of the model wheel, and the
+# reference backend; searches and ingests run the model on ONNX Runtime). A plain
+# `pip install torch` on Linux resolves to the CUDA build and ~20 nvidia-* packages, so the CPU
+# build is pinned by its +cpu version and taken from PyTorch's CPU wheel index; where that index
+# cannot be reached, from pip's own configured sources (a local wheel cache). A machine with
+# neither stops here rather than download CUDA. tests/test_install.py resolves this set.
+# GPU build: make install TORCH=torch==2.13.0 TORCH_INDEX=https://pypi.org/simple
+TORCH ?= torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[local,dev]'
+	$(PY) -m pip install --quiet --retries 1 --timeout 30 --index-url $(TORCH_INDEX) \
+	    '$(TORCH)' 2>/dev/null || { echo "$(TORCH_INDEX) is unreachable: $(TORCH) from pip's" \
+	    "configured sources"; $(PY) -m pip install --quiet '$(TORCH)'; }
+	$(PY) -m pip install --quiet '$(TORCH)' -e '.[local,dev]'
 	touch $@
+
+# A wheel of pgrag-sql (SQL files included) in dist/: pip install 'dist/<wheel>[local]'.
+dist: install
+	rm -rf dist
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
+	@ls dist/*.whl
 
 DEMO_QUERY ?= what happens when an ingest is killed?
 

@@ -3,7 +3,9 @@
 Figures:
   * embedder alone: ``LocalEmbedder.embed`` (model.encode) on the pipeline's own chunks, in the
     pipeline's batch size and on a worker thread as in the pipeline, measured before and after
-    the pipeline (the machine is shared; the mean is used);
+    the pipeline (the machine is shared; the mean is used); then once more with the other local
+    backend (``onnx``, the default, vs ``sentence-transformers``) and the smallest cosine
+    between the two backends' embeddings;
   * whole pipeline: ``ingest_documents`` (chunk + embed + binary COPY + per-document swap) into
     a fresh migrated database; overhead = embedder-alone rate / pipeline rate - 1;
   * database load: the same rows (with their embeddings) loaded with binary COPY vs
@@ -269,6 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     overhead = (embed_rate / pipe_rate - 1) * 100
     print(f"pipeline overhead:      {overhead:+.1f} % (goal <= {GOALS['overhead_pct_max']:.0f} %)")
 
+    # The same chunks through the other local backend (the old path), in the same run.
+    other = LocalEmbedder(backend="sentence-transformers" if embedder.backend == "onnx" else "onnx")
+    other.embed(["warm up the model"])
+    embed_other, other_vectors = embed_alone(other, texts)
+    by_backend = {embedder.backend: round(embed_rate, 1), other.backend: round(n / embed_other, 1)}
+    min_cosine = float((vectors * other_vectors).sum(axis=1).min())
+    print(
+        f"embedder alone ({other.backend}): {n / embed_other:8.1f} chunks/s; "
+        f"min cosine to {embedder.backend}: {min_cosine:.6f}"
+    )
+
     rerun = ingest_documents(dsn, docs, tenant="bench", embedder=embedder)
     print(f"unchanged re-run:       {rerun.seconds:.2f} s, {rerun.chunks_embedded} embedded")
     drop_database(admin, db)
@@ -318,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         },
         "corpus": {"documents": len(docs), "chunks": n, "chunk_size": size, "overlap": overlap},
         "embedder": embedder.model_name,
+        "embedder_backend": embedder.backend,
+        "embedder_alone_chunks_per_s_by_backend": by_backend,
+        "min_cosine_between_backends": round(min_cosine, 7),
         "batch_chunks": ingest_mod.BATCH_CHUNKS,
         "chunking_alone_chunks_per_s": round(n / chunk_s),
         "embedder_alone_chunks_per_s": {

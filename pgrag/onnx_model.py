@@ -1,0 +1,294 @@
+"""all-MiniLM-L6-v2 on ONNX Runtime: no torch or sentence-transformers on the query path.
+
+The model is the bundled safetensors checkpoint (a 6-layer BERT) run as an ONNX graph written
+once with ``onnx.helper`` and cached under ``$PGRAG_HOME/models``. The cached file holds only
+the graph (a few kilobytes); the weights are read from the safetensors file at every start and
+handed to ONNX Runtime as external initializers, so nothing large is duplicated on disk and a
+cold start takes a fraction of a second where importing torch and sentence-transformers takes
+several (figures: docs/install.md). The graph computes what sentence-transformers computes for this
+model: BERT, mean pooling over the attention mask, L2 normalisation.
+
+The cache file is named after a hash of its own contents' recipe (graph version, model config)
+and checked against a SHA-256 stored beside it: a missing, truncated or corrupt file is rebuilt,
+and every write goes to a temporary file renamed into place (atomic on POSIX).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GRAPH_VERSION = 1  # bump when the graph below changes: a new cache file is written
+OPSET = 18
+
+
+def _config(model_dir: Path) -> dict[str, Any]:
+    config = json.loads((model_dir / "config.json").read_text())
+    return {
+        "hidden": int(config["hidden_size"]),
+        "heads": int(config["num_attention_heads"]),
+        "layers": int(config["num_hidden_layers"]),
+        "eps": float(config["layer_norm_eps"]),
+        "act": str(config["hidden_act"]),
+    }
+
+
+def build_graph(model_dir: Path) -> bytes:
+    """The serialized ONNX graph (weights referenced by name, not included)."""
+    from onnx import TensorProto, helper
+
+    cfg = _config(model_dir)
+    if cfg["act"] != "gelu":
+        raise ValueError(f"unsupported activation {cfg['act']!r}")
+    hidden, heads, eps = cfg["hidden"], cfg["heads"], cfg["eps"]
+    head_dim = hidden // heads
+    nodes: list[Any] = []
+    consts: list[Any] = []
+    counter = [0]
+
+    def name(prefix: str) -> str:
+        counter[0] += 1
+        return f"{prefix}_{counter[0]}"
+
+    def node(op: str, inputs: list[str], **attrs: Any) -> str:
+        out = name(op.lower())
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def const(values: Any, dtype: int = TensorProto.INT64) -> str:
+        out = name("const")
+        array = np.asarray(values)
+        consts.append(helper.make_tensor(out, dtype, array.shape, array.flatten().tolist()))
+        return out
+
+    def linear(x: str, prefix: str) -> str:
+        # Weights are passed transposed ([in, out]) under the name "<prefix>.weight_t".
+        return node("Add", [node("MatMul", [x, f"{prefix}.weight_t"]), f"{prefix}.bias"])
+
+    def layer_norm(x: str, prefix: str) -> str:
+        return node(
+            "LayerNormalization",
+            [x, f"{prefix}.weight", f"{prefix}.bias"],
+            axis=-1,
+            epsilon=eps,
+        )
+
+    ids, mask = "input_ids", "attention_mask"
+    # Embeddings: word + absolute position + token type 0, then LayerNorm.
+    seq_len = node("Gather", [node("Shape", [ids]), const(1)], axis=0)
+    positions = node("Range", [const(0), seq_len, const(1)])
+    x = node("Gather", ["embeddings.word_embeddings.weight", ids], axis=0)
+    x = node("Add", [x, node("Gather", ["embeddings.position_embeddings.weight", positions])])
+    x = node("Add", [x, "embeddings.token_type_row0"])
+    x = layer_norm(x, "embeddings.LayerNorm")
+
+    # Additive attention mask: 0 where attended, the float32 minimum where padded ([B,1,1,S]).
+    mask_f = node("Cast", [mask], to=TensorProto.FLOAT)
+    inverted = node("Sub", [const([1.0], TensorProto.FLOAT), mask_f])
+    additive = node("Mul", [inverted, const([np.finfo(np.float32).min], TensorProto.FLOAT)])
+    additive = node("Unsqueeze", [additive, const([1, 2])])
+
+    split_heads = const([0, 0, heads, head_dim])
+    merge_heads = const([0, 0, hidden])
+    scale = const([1.0 / math.sqrt(head_dim)], TensorProto.FLOAT)
+    for i in range(cfg["layers"]):
+        p = f"encoder.layer.{i}"
+        q = node("Reshape", [linear(x, f"{p}.attention.self.query"), split_heads])
+        k = node("Reshape", [linear(x, f"{p}.attention.self.key"), split_heads])
+        v = node("Reshape", [linear(x, f"{p}.attention.self.value"), split_heads])
+        q = node("Transpose", [q], perm=[0, 2, 1, 3])
+        k = node("Transpose", [k], perm=[0, 2, 3, 1])
+        v = node("Transpose", [v], perm=[0, 2, 1, 3])
+        scores = node("Add", [node("Mul", [node("MatMul", [q, k]), scale]), additive])
+        probs = node("Softmax", [scores], axis=-1)
+        ctx = node("Transpose", [node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+        ctx = node("Reshape", [ctx, merge_heads])
+        attn = linear(ctx, f"{p}.attention.output.dense")
+        x = layer_norm(node("Add", [attn, x]), f"{p}.attention.output.LayerNorm")
+        h = linear(x, f"{p}.intermediate.dense")
+        # Exact (erf) GELU, as BERT's "gelu": 0.5 * h * (1 + erf(h / sqrt(2))).
+        erf = node("Erf", [node("Mul", [h, const([1.0 / math.sqrt(2.0)], TensorProto.FLOAT)])])
+        gelu = node(
+            "Mul",
+            [
+                node("Mul", [h, node("Add", [erf, const([1.0], TensorProto.FLOAT)])]),
+                const([0.5], TensorProto.FLOAT),
+            ],
+        )
+        out = linear(gelu, f"{p}.output.dense")
+        x = layer_norm(node("Add", [out, x]), f"{p}.output.LayerNorm")
+
+    # Mean pooling over attended tokens, then L2 normalisation (sentence-transformers' modules).
+    weights = node("Unsqueeze", [mask_f, const([2])])
+    summed = node("ReduceSum", [node("Mul", [x, weights]), const([1])], keepdims=0)
+    counts = node("ReduceSum", [mask_f, const([1])], keepdims=1)
+    counts = node("Max", [counts, const([1e-9], TensorProto.FLOAT)])
+    pooled = node("Div", [summed, counts])
+    norm = node("ReduceL2", [pooled, const([1])], keepdims=1)
+    norm = node("Max", [norm, const([1e-12], TensorProto.FLOAT)])
+    nodes.append(helper.make_node("Div", [pooled, norm], ["sentence_embedding"]))
+
+    inputs = [
+        helper.make_tensor_value_info(ids, TensorProto.INT64, ["batch", "sequence"]),
+        helper.make_tensor_value_info(mask, TensorProto.INT64, ["batch", "sequence"]),
+    ]
+    for weight_name, shape in _weight_shapes(model_dir).items():
+        # A placeholder: ONNX Runtime gets the data from add_external_initializers.
+        placeholder = TensorProto(name=weight_name, data_type=TensorProto.FLOAT, dims=shape)
+        placeholder.data_location = TensorProto.EXTERNAL
+        placeholder.external_data.add(key="location", value="model.safetensors")
+        consts.append(placeholder)
+    output = helper.make_tensor_value_info(
+        "sentence_embedding", TensorProto.FLOAT, ["batch", hidden]
+    )
+    graph = helper.make_graph(nodes, "all_minilm_l6_v2", inputs, [output], initializer=consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _weight_shapes(model_dir: Path) -> dict[str, list[int]]:
+    from safetensors import safe_open
+
+    shapes: dict[str, list[int]] = {}
+    with safe_open(str(model_dir / "model.safetensors"), framework="numpy") as f:
+        for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+            shape = list(f.get_slice(key).get_shape())
+            renamed = _graph_name(key, len(shape))
+            if renamed is not None:
+                shapes[renamed] = shape[::-1] if renamed.endswith("_t") else shape
+    shapes["embeddings.token_type_row0"] = [
+        shapes.pop("embeddings.token_type_embeddings.weight")[1]
+    ]
+    return dict(sorted(shapes.items()))
+
+
+def _graph_name(key: str, ndim: int) -> str | None:
+    """The graph's name for a checkpoint tensor (None: not used by the sentence embedding)."""
+    if key.startswith("pooler.") or key.endswith("position_ids"):
+        return None
+    if key.startswith("encoder.") and key.endswith(".weight") and ndim == 2:
+        return key + "_t"  # linear layers: [out, in] in the checkpoint, [in, out] for MatMul
+    return key
+
+
+def load_weights(model_dir: Path) -> dict[str, np.ndarray]:
+    """The graph's weights, read from the checkpoint's safetensors file."""
+    from safetensors.numpy import load_file
+
+    weights: dict[str, np.ndarray] = {}
+    for key, value in load_file(str(model_dir / "model.safetensors")).items():
+        renamed = _graph_name(key, value.ndim)
+        if renamed is None:
+            continue
+        weights[renamed] = np.ascontiguousarray(value.T) if renamed.endswith("_t") else value
+    token_types = weights.pop("embeddings.token_type_embeddings.weight")
+    weights["embeddings.token_type_row0"] = np.ascontiguousarray(token_types[0])
+    return weights
+
+
+# -- the cached graph ----------------------------------------------------------------------------
+
+
+def cache_path(model_dir: Path, cache_dir: Path) -> Path:
+    """Where the graph of the model in ``model_dir`` is cached (named by its recipe)."""
+    recipe = json.dumps(
+        {"graph": GRAPH_VERSION, "opset": OPSET, "config": _config(model_dir)}, sort_keys=True
+    )
+    digest = hashlib.sha256(recipe.encode()).hexdigest()[:16]
+    return cache_dir / f"all-minilm-l6-v2.{digest}.onnx"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cached_graph(model_dir: Path, cache_dir: Path) -> tuple[bytes, Path]:
+    """The graph's bytes from the cache, (re)built when missing, corrupt or from another recipe.
+
+    Beside ``<name>.onnx`` sits ``<name>.onnx.sha256``; the graph is used only when its bytes
+    hash to that value. Both files are written atomically (graph first).
+    """
+    path = cache_path(model_dir, cache_dir)
+    checksum = path.with_name(path.name + ".sha256")
+    try:
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() == checksum.read_text().strip():
+            return data, path
+    except (OSError, UnicodeDecodeError):
+        pass
+    data = build_graph(model_dir)
+    try:
+        _atomic_write(path, data)
+        _atomic_write(checksum, hashlib.sha256(data).hexdigest().encode() + b"\n")
+    except OSError:
+        pass  # a read-only PGRAG_HOME: run from memory, build again next time
+    return data, path
+
+
+# -- running it ----------------------------------------------------------------------------------
+
+
+class OnnxSentenceEncoder:
+    """Sentence embeddings of the bundled model through ONNX Runtime on the CPU.
+
+    Tokenises as sentence-transformers does for this model (the model's own ``tokenizer.json``,
+    [CLS] ... [SEP], truncated to ``max_seq_length`` word pieces including the special tokens,
+    padded per batch), sorts a call's texts by length so that batches pad little, and returns
+    unit-length float32 rows in the input order.
+    """
+
+    def __init__(self, model_dir: Path, cache_dir: Path) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.model_dir = model_dir
+        st_config = json.loads((model_dir / "sentence_bert_config.json").read_text())
+        self.max_length = int(st_config["max_seq_length"])
+        graph, self.graph_path = cached_graph(model_dir, cache_dir)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only
+        # Idle worker threads sleep instead of spinning: the ingester overlaps embedding with
+        # database work, and the machine may be shared.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        weights = load_weights(model_dir)
+        values = [ort.OrtValue.ortvalue_from_numpy(w) for w in weights.values()]
+        options.add_external_initializers(list(weights), values)
+        self._session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        self._keepalive = values  # ONNX Runtime borrows these buffers
+        self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self._tokenizer.enable_truncation(max_length=self.max_length)
+        self._tokenizer.no_padding()
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        out = np.empty((len(texts), self._session.get_outputs()[0].shape[1]), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            encodings = self._tokenizer.encode_batch([texts[i] for i in rows])
+            width = max(len(e.ids) for e in encodings)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for j, encoding in enumerate(encodings):
+                ids[j, : len(encoding.ids)] = encoding.ids
+                mask[j, : len(encoding.ids)] = 1
+            (vectors,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask})
+            out[rows] = vectors
+        return out
