@@ -166,6 +166,11 @@ def print_summary(s: IngestSummary) -> None:
         f"chunks:    {s.chunks_written} written, {s.chunks_embedded} embedded, "
         f"{s.chunks_reused} reused"
     )
+    if s.tenant_isolated:
+        click.echo(
+            "tenant:    now has its own vector index (pgrag.isolate_tenant), so other "
+            "tenants' data cannot slow or skew its searches"
+        )
     click.echo(f"time:      {s.seconds:.1f} s")
 
 

@@ -150,6 +150,7 @@ class IngestSummary:
     documents_unchanged: int = 0
     documents_failed: int = 0
     documents_removed: int = 0
+    tenant_isolated: bool = False
     chunks_written: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0
@@ -499,6 +500,7 @@ class _Run:
             raise
         finally:
             self.conn.close()
+        self.summary.tenant_isolated = isolate_large_tenant(self.dsn, self.tenant)
         self.summary.seconds = time.perf_counter() - started
         return self.summary
 
@@ -897,6 +899,28 @@ def ingest_paths(
     if not sources and not summary.documents_removed:
         raise NothingToDo(_nothing_found(paths, glob))
     return summary
+
+
+def isolate_large_tenant(dsn: str, tenant: str) -> bool:
+    """Give ``tenant`` its own HNSW graph once it outgrows the exact path; True if done now.
+
+    ``pgrag.isolate_tenants`` decides (more than ``pgrag.exact_search_max_rows`` chunks and no
+    graph yet) and builds the index, so a neighbour's data never slows or skews this tenant's
+    vector search (docs/security.md, "Tenant isolation in the vector index"). Only the owner of
+    ``pgrag.chunks`` may build indexes: for any other role this is left to the operator.
+    """
+    with connect(dsn, autocommit=True) as conn:
+        owner = conn.execute(
+            "select pg_catalog.pg_has_role(c.relowner, 'USAGE') from pg_catalog.pg_class as c "
+            "where c.oid = 'pgrag.chunks'::regclass"
+        ).fetchone()
+        if not (owner and owner[0]):
+            return False
+        return bool(
+            conn.execute(
+                "select 1 from pgrag.isolate_tenants(tenants => array[%s]::text[])", (tenant,)
+            ).fetchone()
+        )
 
 
 def _nothing_found(paths: Sequence[str], glob: str | None) -> str:

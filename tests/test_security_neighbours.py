@@ -373,3 +373,47 @@ def test_isolated_search_uses_the_tenants_own_index(
             break
         time.sleep(0.1)
     assert after >= before + 3
+
+
+def test_ingest_gives_a_tenant_past_the_exact_threshold_its_own_graph(
+    db: str, local_embedder: Any, tmp_path: Any
+) -> None:
+    from pgrag.ingest import ingest_paths
+
+    name = psycopg.conninfo.conninfo_to_dict(db)["dbname"]
+    with connect(db, autocommit=True) as admin:
+        admin.execute(f'alter database "{name}" set pgrag.exact_search_max_rows = 3')
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"note{i}.md").write_text(
+            f"# Note {i}\n\n" + " ".join(f"Paragraph {j} of note {i}." for j in range(200))
+        )
+
+    first = ingest_paths(db, [str(docs)], embedder=local_embedder, tenant="acme")
+    again = ingest_paths(db, [str(docs)], embedder=local_embedder, tenant="acme")
+
+    with connect(db) as conn:
+        own = conn.execute(
+            "select pg_catalog.to_regclass('pgrag.' || pgrag.tenant_index_name('acme')) is not null"
+        ).fetchone()
+        chunks = conn.execute(
+            "select count(*) from pgrag.chunks where tenant_id = 'acme'"
+        ).fetchone()
+    assert chunks is not None and chunks[0] > 3
+    assert first.tenant_isolated and own == (True,)
+    assert not again.tenant_isolated  # isolated once
+
+
+def test_ingest_leaves_a_tenant_under_the_threshold_on_the_exact_path(
+    db: str, local_embedder: Any, tmp_path: Any
+) -> None:
+    from pgrag.ingest import ingest_paths
+
+    (tmp_path / "one.md").write_text("# One\n\nA single short note.")
+    summary = ingest_paths(db, [str(tmp_path)], embedder=local_embedder, tenant="acme")
+    with connect(db) as conn:
+        own = conn.execute(
+            "select pg_catalog.to_regclass('pgrag.' || pgrag.tenant_index_name('acme'))"
+        ).fetchone()
+    assert not summary.tenant_isolated and own == (None,)

@@ -503,7 +503,12 @@ $$;
 comment on function pgrag.share_tenant(text) is
 'Drops the tenant''s own HNSW graph made by pgrag.isolate_tenant (true when there was one): its searches go back to the shared graph.';
 
-create or replace function pgrag.isolate_tenants(min_rows bigint default null)
+-- (unreleased one-argument form, replaced by the form with a tenant list)
+drop function if exists pgrag.isolate_tenants(bigint);
+create or replace function pgrag.isolate_tenants(
+    min_rows bigint default null,
+    tenants text[] default null
+)
 returns table (tenant_id text, index_name regclass, chunk_count bigint)
 language plpgsql
 volatile
@@ -519,6 +524,7 @@ begin
     for r in
         select s.tenant_id, pg_catalog.sum(s.chunk_count)::bigint as n
         from pgrag.corpus_stats as s
+        where tenants is null or s.tenant_id operator(pg_catalog.=) any (tenants)
         group by s.tenant_id
         having pg_catalog.sum(s.chunk_count) > v_min
         order by s.tenant_id
@@ -532,8 +538,8 @@ begin
     end loop;
 end
 $$;
-comment on function pgrag.isolate_tenants(bigint) is
-'Isolates (pgrag.isolate_tenant) every tenant with more than min_rows chunks (default pgrag.exact_search_max_rows, 2000) that has no graph of its own yet; returns those it isolated. For the operator to run after loads (e.g. from cron).';
+comment on function pgrag.isolate_tenants(bigint, text[]) is
+'Isolates (pgrag.isolate_tenant) every tenant (or every one of tenants, when given) with more than min_rows chunks (default pgrag.exact_search_max_rows, 2000) that has no graph of its own yet; returns those it isolated. pgrag ingest runs it for its tenant after loading when it owns pgrag.chunks; for other loaders, the operator runs it after loads (e.g. from cron).';
 
 create or replace function pgrag.vector_candidates(
     query_embedding @extschema:vector@.vector,
