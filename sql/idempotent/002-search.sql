@@ -262,6 +262,86 @@ comment on function pgrag.replace_document_chunks(regclass, text, bigint[], text
 'Atomic swap of documents'' chunks from a staging table (columns document_id, chunk_index, content, embedding, page, heading_path, language, token_count, content_sha256, overlap_chars, metadata; e.g. a temp table filled by COPY): locks the documents, reuses stored embeddings of unchanged chunk texts, replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse, PR002 when embedding_model is not the model pgrag.embedding_config records.';
 
 -- ---------------------------------------------------------------------------------------------
+-- Text-search vectors: identifiers (part numbers, error codes, versions) searchable by any part.
+-- The default parser splits V-ZQX41-7 into v-zqx41, v, zqx41, 7 but a query ZQX41-7 into zqx41,
+-- -7; ERR-4471 into err, -4471; v2.3.1 stays one lexeme. Chunks therefore also index every run
+-- of parts of such a token (pgrag.chunk_fts), and keyword_query adds each identifier of the query
+-- whole, so a query for any part of an identifier finds it. chunks.fts is a generated column of
+-- pgrag.chunk_fts: changing either function below needs an incremental migration that
+-- recomputes chunks.fts and the BM25 tables (as the identifier-lexemes migration does).
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.identifier_terms(content text, whole_only boolean default false)
+returns text[]
+language sql
+immutable
+strict
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- Identifier-like tokens: runs of letters and digits joined by - . _ that hold a digit
+    -- and either a separator or a letter (ERR-4471, v2.3.1, V-ZQX41-7, ZQX41; not 2026, T-cell).
+    with tok as (
+        select pg_catalog.lower(m[1]) as t, o
+        from pg_catalog.regexp_matches(content, '([[:alnum:]]+(?:[-._][[:alnum:]]+)*)', 'g')
+             with ordinality as x(m, o)
+        where m[1] operator(pg_catalog.~) '[[:digit:]]'
+          and m[1] operator(pg_catalog.~) '[-._]|[[:alpha:]]'
+          and pg_catalog.length(m[1]) <= 64
+    ),
+    atom as (
+        -- Parts: letter runs and digit runs, each with the separator that follows it.
+        select tok.o, a.n, a.m[1] as part, a.m[2] as sep
+        from tok
+        cross join lateral pg_catalog.regexp_matches(tok.t, '([[:alpha:]]+|[[:digit:]]+)([-._]*)', 'g')
+             with ordinality as a(m, n)
+        where not whole_only
+    ),
+    runs as (
+        -- Every run of up to 6 consecutive parts, written as in the text.
+        select s.o,
+               pg_catalog.string_agg(e.part operator(pg_catalog.||)
+                                     case when e.n < s.n + w.len - 1 then e.sep else '' end,
+                                     '' order by e.n) as term
+        from atom as s
+        cross join pg_catalog.generate_series(1, 6) as w(len)
+        join atom as e on e.o = s.o and e.n between s.n and s.n + w.len - 1
+        group by s.o, s.n, w.len
+        having pg_catalog.count(*) = w.len
+    )
+    select coalesce(pg_catalog.array_agg(q.term order by q.o, q.term), '{}')
+    from (select tok.t as term, tok.o from tok
+          union
+          select runs.term, runs.o from runs) as q
+$$;
+comment on function pgrag.identifier_terms(text, boolean) is
+'Identifier-like tokens of content (letters and digits joined by - . _, holding a digit and a separator or a letter: ERR-4471, v2.3.1, V-ZQX41-7), lower-cased, one entry per occurrence; unless whole_only, also every run of up to 6 consecutive parts (letter runs, digit runs) written as in the text: V-ZQX41-7 gives v-zqx41-7, v, zqx, zqx41, zqx41-7, 41-7, 7, ...';
+
+create or replace function pgrag.chunk_fts(config regconfig, content text)
+returns tsvector
+language sql
+immutable
+strict
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- The identifier parts the parser did not produce, appended (positions after the text's,
+    -- one per occurrence, so BM25 counts them like words). Terms hold letters, digits, - . _
+    -- only: quoting needs no escapes.
+    select v.base operator(pg_catalog.||) coalesce((
+        select pg_catalog.string_agg(
+                   pg_catalog.format('''%s'':%s', e.term, least(e.n, 16383)), ' ')::tsvector
+        from pg_catalog.unnest(pgrag.identifier_terms(content)) with ordinality as e(term, n)
+        where e.term operator(pg_catalog.<>) all (pg_catalog.tsvector_to_array(v.base))
+    ), ''::tsvector)
+    from (select pg_catalog.to_tsvector(config, content) as base) as v
+$$;
+comment on function pgrag.chunk_fts(regconfig, text) is
+'Text-search vector of a chunk (the generated column pgrag.chunks.fts): to_tsvector(config, content) plus the identifier parts of pgrag.identifier_terms(content) it lacks, so that ZQX41-7, ERR, 4471 or 2.3.1 find V-ZQX41-7, ERR-4471 and v2.3.1.';
+
+-- ---------------------------------------------------------------------------------------------
 -- Query parsing: websearch syntax with OR semantics.
 -- ---------------------------------------------------------------------------------------------
 
@@ -320,6 +400,24 @@ begin
         end if;
     end loop;
 
+    -- Identifiers of the query (outside quoted phrases), each also a clause of its own as one
+    -- lexeme, as pgrag.chunk_fts indexes every part of an identifier; a leading - excludes it.
+    -- Terms hold letters, digits, - . _ only: quoting needs no escapes.
+    for tok in
+        select (case when m[2] = '-' then '!' else '' end) operator(pg_catalog.||) t.term
+        from pg_catalog.regexp_matches(
+                 pg_catalog.regexp_replace(coalesce(query_text, ''), '"[^"]*("|$)', ' ', 'g'),
+                 '(^|[^[:alnum:]._-])(-?)([[:alnum:]]+(?:[-._][[:alnum:]]+)*)', 'g') as m
+        cross join lateral pg_catalog.unnest(pgrag.identifier_terms(m[3], true)) as t(term)
+    loop
+        c := pg_catalog.format('(''%s'')', pg_catalog.ltrim(tok, '!'));
+        if pg_catalog.left(tok, 1) = '!' then
+            neg := neg operator(pg_catalog.||) c;
+        else
+            pos := pos operator(pg_catalog.||) c;
+        end if;
+    end loop;
+
     if pg_catalog.cardinality(pos) > 0 then
         positive := pg_catalog.array_to_string(pos, ' | ')::tsquery;
         select pg_catalog.array_agg(distinct pg_catalog.replace(m[1], '''''', ''''))
@@ -335,7 +433,7 @@ begin
 end
 $$;
 comment on function pgrag.keyword_query(text, regconfig) is
-'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word or a quoted phrase), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores.';
+'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word, a quoted phrase, or an identifier such as ERR-4471 as one lexeme, see pgrag.chunk_fts), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores.';
 
 -- ---------------------------------------------------------------------------------------------
 -- Candidate generation (internal): each arm returns (tenant_id, chunk_id, score) best first,
@@ -1169,6 +1267,7 @@ declare
     v_content text;
     v_tokens integer;
     v_index integer;
+    v_page_end integer;
     r record;
 begin
     for r in
@@ -1188,16 +1287,29 @@ begin
         order by w.first_hit
     loop
         exit when v_n >= v_k;
+        -- Last page of the source: chunks spanning pages record it in metadata.page_end.
+        select pg_catalog.max(coalesce(
+                   case when c.metadata operator(pg_catalog.->>) 'page_end' operator(pg_catalog.~) '^[0-9]{1,9}$'
+                        then (c.metadata operator(pg_catalog.->>) 'page_end')::integer end, c.page))
+        into v_page_end
+        from pgrag.chunks as c
+        where c.tenant_id = r.tenant_id and c.id = any (r.chunk_ids);
+        if v_page_end <= r.page then
+            v_page_end := null;
+        end if;
         v_header := pg_catalog.format('[Source %s] %s', v_n + 1, coalesce(nullif(r.title, ''), '(untitled)'))
             operator(pg_catalog.||) pg_catalog.format(' (%s%s%s)', r.source_uri,
-                case when r.page is not null then pg_catalog.format(', page %s', r.page) else '' end,
+                case when v_page_end is not null then pg_catalog.format(', pages %s-%s', r.page, v_page_end)
+                     when r.page is not null then pg_catalog.format(', page %s', r.page) else '' end,
                 case when pg_catalog.cardinality(r.heading_path) > 0
                      then ', ' operator(pg_catalog.||) pg_catalog.array_to_string(r.heading_path, ' > ')
                      else '' end);
         -- Tokens: the chunks' own token counts (model tokens, an upper bound when windows strip
-        -- overlap), or length/4 when unknown; the header is estimated at length/4.
-        v_cost := coalesce(nullif(r.token_count, 0), pg_catalog.ceil(pg_catalog.length(r.content) / 4.0)::integer)
-            + pg_catalog.ceil(pg_catalog.length(v_header) / 4.0)::integer + 2;
+        -- overlap), but never less than length/4: token_count is written by whoever inserts the
+        -- chunk, and a wrong count must not let a huge text through. The header (paths and
+        -- punctuation, about a token per 2 characters) is estimated at length/2.
+        v_cost := greatest(coalesce(r.token_count, 0), pg_catalog.ceil(pg_catalog.length(r.content) / 4.0)::integer)
+            + pg_catalog.ceil(pg_catalog.length(v_header) / 2.0)::integer + 2;
         if v_used + v_cost > v_budget and r.first_chunk_index < r.last_chunk_index then
             -- The window does not fit: fall back to its best hit alone.
             select c.content, c.token_count, c.chunk_index into v_content, v_tokens, v_index
@@ -1207,9 +1319,11 @@ begin
             r.chunk_ids := array[r.best_chunk_id];
             r.first_chunk_index := v_index;
             r.last_chunk_index := v_index;
-            v_cost := coalesce(nullif(v_tokens, 0), pg_catalog.ceil(pg_catalog.length(v_content) / 4.0)::integer)
-                + pg_catalog.ceil(pg_catalog.length(v_header) / 4.0)::integer + 2;
+            v_cost := greatest(coalesce(v_tokens, 0), pg_catalog.ceil(pg_catalog.length(v_content) / 4.0)::integer)
+                + pg_catalog.ceil(pg_catalog.length(v_header) / 2.0)::integer + 2;
         end if;
+        -- A source that does not fit what is left of the budget is skipped (a later, smaller
+        -- one may fit): the context never exceeds token_budget.
         continue when v_used + v_cost > v_budget;
         v_used := v_used + v_cost;
         v_n := v_n + 1;
@@ -1222,6 +1336,7 @@ begin
             'source_uri', r.source_uri,
             'source_type', r.source_type,
             'page', r.page,
+            'page_end', v_page_end,
             'heading_path', pg_catalog.to_jsonb(r.heading_path),
             'chunk_ids', pg_catalog.to_jsonb(r.chunk_ids),
             'first_chunk_index', r.first_chunk_index,
