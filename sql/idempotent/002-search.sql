@@ -50,7 +50,7 @@ begin
         from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids),
                         pg_catalog.unnest(ftss)) as c(tenant_id, id, fts)
         cross join lateral (
-            select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)::integer as len
+            select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0)::integer as len
             from pg_catalog.unnest(c.fts) as u
         ) as l
         cross join lateral pg_catalog.unnest(c.fts) as t;
@@ -80,7 +80,7 @@ begin
     from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(languages),
                     pg_catalog.unnest(ftss)) as c(tenant_id, language, fts)
     cross join lateral (
-        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0) as len
+        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0) as len
         from pg_catalog.unnest(c.fts) as u
     ) as l
     group by c.tenant_id, c.language
@@ -328,11 +328,12 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
     -- The identifier parts the parser did not produce, appended (positions after the text's,
-    -- one per occurrence, so BM25 counts them like words). Terms hold letters, digits, - . _
+    -- one per occurrence) with weight A: BM25 counts their occurrences (tf) but leaves them out
+    -- of the chunk's length, which stays that of its words. Terms hold letters, digits, - . _
     -- only: quoting needs no escapes.
     select v.base operator(pg_catalog.||) coalesce((
         select pg_catalog.string_agg(
-                   pg_catalog.format('''%s'':%s', e.term, least(e.n, 16383)), ' ')::tsvector
+                   pg_catalog.format('''%s'':%sA', e.term, least(e.n, 16383)), ' ')::tsvector
         from pg_catalog.unnest(pgrag.identifier_terms(content)) with ordinality as e(term, n)
         where e.term operator(pg_catalog.<>) all (pg_catalog.tsvector_to_array(v.base))
     ), ''::tsvector)
@@ -1238,7 +1239,7 @@ create or replace function public.build_context(
     query_embedding @extschema:vector@.vector,
     token_budget integer default 2000,
     match_count integer default 8,
-    min_score double precision default null,
+    min_score double precision default 0.3,
     window_size integer default 0,
     mmr_lambda double precision default null,
     document_ids bigint[] default null,
@@ -1350,4 +1351,4 @@ begin
 end
 $$;
 comment on function public.build_context(text, @extschema:vector@.vector, integer, integer, double precision, integer, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Context for an LLM: hybrid (RRF) results, optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (estimated from chunks.token_count), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor).';
+'Context for an LLM: hybrid (RRF) results, optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (a source costs the token_count of its chunks, never less than length/4, plus its header at length/2; sources that do not fit are skipped), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, page_end, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor; default 0.3, null for none).';

@@ -70,11 +70,12 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
     -- The identifier parts the parser did not produce, appended (positions after the text's,
-    -- one per occurrence, so BM25 counts them like words). Terms hold letters, digits, - . _
+    -- one per occurrence) with weight A: BM25 counts their occurrences (tf) but leaves them out
+    -- of the chunk's length, which stays that of its words. Terms hold letters, digits, - . _
     -- only: quoting needs no escapes.
     select v.base operator(pg_catalog.||) coalesce((
         select pg_catalog.string_agg(
-                   pg_catalog.format('''%s'':%s', e.term, least(e.n, 16383)), ' ')::tsvector
+                   pg_catalog.format('''%s'':%sA', e.term, least(e.n, 16383)), ' ')::tsvector
         from pg_catalog.unnest(pgrag.identifier_terms(content)) with ordinality as e(term, n)
         where e.term operator(pg_catalog.<>) all (pg_catalog.tsvector_to_array(v.base))
     ), ''::tsvector)
@@ -90,7 +91,7 @@ insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
 select c.tenant_id, t.lexeme, c.id, pg_catalog.cardinality(t.positions), l.len
 from pgrag.chunks as c
 cross join lateral (
-    select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)::integer as len
+    select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0)::integer as len
     from pg_catalog.unnest(c.fts) as u
 ) as l
 cross join lateral pg_catalog.unnest(c.fts) as t;
@@ -105,7 +106,7 @@ select c.tenant_id, c.language::text, 0, pg_catalog.count(*),
        coalesce(pg_catalog.sum(l.len), 0)
 from pgrag.chunks as c
 cross join lateral (
-    select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0) as len
+    select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0) as len
     from pg_catalog.unnest(c.fts) as u
 ) as l
 group by c.tenant_id, c.language;
