@@ -132,8 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--dsn", default=os.environ.get("PGRAG_DSN"))
     parser.add_argument("--tenant", default="beir-scifact")
-    parser.add_argument("--check", type=float, action="append", default=[],
-                        help="floors to check with build_context (default 0.2 0.25 0.3 0.35)")
+    parser.add_argument(
+        "--check",
+        type=float,
+        action="append",
+        default=[],
+        help="floors to check with build_context (default 0.2 0.25 0.3 0.35)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
 
@@ -146,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         dsn = EmbeddedCluster().start()
     with connect(dsn) as conn:
         embedder = query_embedder(conn)
-    samples = [extract_path(p) for p in sorted((ROOT / "samples").iterdir())
-               if p.suffix in (".md", ".html")]
+    samples = [
+        extract_path(p)
+        for p in sorted((ROOT / "samples").iterdir())
+        if p.suffix in (".md", ".html")
+    ]
     ingest_documents(dsn, samples, tenant=SAMPLES_TENANT, embedder=embedder)
 
     sci = ev.embed_queries(embedder, dataset)
@@ -161,42 +169,59 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tenant {args.tenant} is empty: run benchmarks/beir.py first", file=sys.stderr)
             return 1
         sims = {
-            "scifact": [best_similarity(conn, args.tenant, dataset.queries[q], e)
-                        for q, e in sci.items()],
-            "off_topic_vs_scifact": [best_similarity(conn, args.tenant, t, e)
-                                     for t, e in off.items()],
-            "off_topic_vs_samples": [best_similarity(conn, SAMPLES_TENANT, t, e)
-                                     for t, e in off.items()],
-            "samples_questions": [best_similarity(conn, SAMPLES_TENANT, t, e)
-                                  for t, e in own.items()],
+            "scifact": [
+                best_similarity(conn, args.tenant, dataset.queries[q], e) for q, e in sci.items()
+            ],
+            "off_topic_vs_scifact": [
+                best_similarity(conn, args.tenant, t, e) for t, e in off.items()
+            ],
+            "off_topic_vs_samples": [
+                best_similarity(conn, SAMPLES_TENANT, t, e) for t, e in off.items()
+            ],
+            "samples_questions": [
+                best_similarity(conn, SAMPLES_TENANT, t, e) for t, e in own.items()
+            ],
         }
         sweep = []
         for floor in FLOORS:
-            sweep.append({
-                "floor": floor,
-                "scifact_answered": round(float(np.mean([s >= floor for s in sims["scifact"]])), 4),
-                "samples_answered": round(
-                    float(np.mean([s >= floor for s in sims["samples_questions"]])), 4),
-                "off_topic_refused_scifact": round(
-                    float(np.mean([s < floor for s in sims["off_topic_vs_scifact"]])), 4),
-                "off_topic_refused_samples": round(
-                    float(np.mean([s < floor for s in sims["off_topic_vs_samples"]])), 4),
-            })
+            sweep.append(
+                {
+                    "floor": floor,
+                    "scifact_answered": round(
+                        float(np.mean([s >= floor for s in sims["scifact"]])), 4
+                    ),
+                    "samples_answered": round(
+                        float(np.mean([s >= floor for s in sims["samples_questions"]])), 4
+                    ),
+                    "off_topic_refused_scifact": round(
+                        float(np.mean([s < floor for s in sims["off_topic_vs_scifact"]])), 4
+                    ),
+                    "off_topic_refused_samples": round(
+                        float(np.mean([s < floor for s in sims["off_topic_vs_samples"]])), 4
+                    ),
+                }
+            )
         checks = {}
         for floor in [None, *(args.check or [0.2, 0.25, 0.3, 0.35])]:
-            rows = [context_has_relevant(conn, dataset, q, e, args.tenant, floor)
-                    for q, e in sci.items()]
+            rows = [
+                context_has_relevant(conn, dataset, q, e, args.tenant, floor)
+                for q, e in sci.items()
+            ]
             checks["none" if floor is None else str(floor)] = {
                 "scifact_with_context": round(float(np.mean([r[0] for r in rows])), 4),
                 "scifact_context_cites_relevant": round(float(np.mean([r[1] for r in rows])), 4),
             }
-            print(f"build_context floor {floor}: {checks['none' if floor is None else str(floor)]}",
-                  file=sys.stderr)
+            print(
+                f"build_context floor {floor}: {checks['none' if floor is None else str(floor)]}",
+                file=sys.stderr,
+            )
 
     def pct(values: list[float]) -> dict[str, float]:
         q = np.percentile(values, [0, 1, 5, 50, 95, 100])
-        return {k: round(float(v), 4) for k, v in zip(("min", "p1", "p5", "p50", "p95", "max"), q,
-                                                     strict=True)}
+        return {
+            k: round(float(v), 4)
+            for k, v in zip(("min", "p1", "p5", "p50", "p95", "max"), q, strict=True)
+        }
 
     home = os.environ.get("PGRAG_HOME")
     report = {
@@ -208,9 +233,18 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "queries": {"scifact": len(sci), "off_topic": len(off), "samples": len(own)},
         "best_similarity": {name: pct(values) for name, values in sims.items()},
-        "off_topic_best_similarity": dict(zip(OFF_TOPIC, (
-            max(a, b) for a, b in zip(sims["off_topic_vs_scifact"], sims["off_topic_vs_samples"],
-                                      strict=True)), strict=True)),
+        "off_topic_best_similarity": dict(
+            zip(
+                OFF_TOPIC,
+                (
+                    max(a, b)
+                    for a, b in zip(
+                        sims["off_topic_vs_scifact"], sims["off_topic_vs_samples"], strict=True
+                    )
+                ),
+                strict=True,
+            )
+        ),
         "sweep": sweep,
         "build_context_checks": checks,
     }
@@ -218,13 +252,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     for name, row in report["best_similarity"].items():
         print(f"{name:<24} " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()))
-    print(f"{'floor':>6}{'SciFact ok':>12}{'samples ok':>12}{'off refused (sci)':>19}"
-          f"{'off refused (samples)':>23}")
+    print(
+        f"{'floor':>6}{'SciFact ok':>12}{'samples ok':>12}{'off refused (sci)':>19}"
+        f"{'off refused (samples)':>23}"
+    )
     for row in sweep:
-        if int(round(row["floor"] * 100)) % 5 == 0:
-            print(f"{row['floor']:>6.2f}{row['scifact_answered']:>12.3f}"
-                  f"{row['samples_answered']:>12.3f}{row['off_topic_refused_scifact']:>19.3f}"
-                  f"{row['off_topic_refused_samples']:>23.3f}")
+        if round(row["floor"] * 100) % 5 == 0:
+            print(
+                f"{row['floor']:>6.2f}{row['scifact_answered']:>12.3f}"
+                f"{row['samples_answered']:>12.3f}{row['off_topic_refused_scifact']:>19.3f}"
+                f"{row['off_topic_refused_samples']:>23.3f}"
+            )
     print(f"written to {args.out}")
     return 0
 

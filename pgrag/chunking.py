@@ -125,7 +125,7 @@ def split_words(text: str) -> list[str]:
     return out
 
 
-_LONG_WORD = re.compile(r"\S{%d}" % (MAX_WORD_CHARS + 1))
+_LONG_WORD = re.compile(rf"\S{{{MAX_WORD_CHARS + 1}}}")
 
 
 def _paragraph_units(block: Block) -> list[tuple[str, str]]:
@@ -197,7 +197,8 @@ class TokenChunker:
         for word, n in zip(words, counts, strict=True):
             if n > self.size:  # one "word" longer than a chunk: slice it by characters
                 if cur:
-                    pieces.append(_Piece(" ".join(cur), cur_tokens, page, sep if not pieces else " "))
+                    joiner = sep if not pieces else " "
+                    pieces.append(_Piece(" ".join(cur), cur_tokens, page, joiner))
                     cur, cur_tokens = [], 0
                 for part, m in self._slice(word):
                     pieces.append(_Piece(part, m, page, sep if not pieces else " "))
@@ -272,9 +273,9 @@ class TokenChunker:
                 total += piece.tokens
             if len(tail) == len(current):  # never repeat a whole chunk
                 tail = tail[1:]
-            return [
-                _Piece(p.text, p.tokens, p.page, p.sep, p.table, p.heading) for p in tail
-            ], len(tail)
+            return [_Piece(p.text, p.tokens, p.page, p.sep, p.table, p.heading) for p in tail], len(
+                tail
+            )
 
         for block in blocks:
             if block.heading_path != path or block.kind == "heading":

@@ -27,9 +27,7 @@ PROSE = (
 )
 
 
-def chunks_of(
-    blocks: list[Block], embedder: LocalEmbedder, chunker: str = "tokens"
-) -> list[Chunk]:
+def chunks_of(blocks: list[Block], embedder: LocalEmbedder, chunker: str = "tokens") -> list[Chunk]:
     size, overlap = default_sizes(chunker, embedder.max_tokens)
     return list(
         make_chunker(
@@ -225,8 +223,11 @@ def test_context_cites_a_page_range_when_a_source_spans_pages(
             "select page, (metadata->>'page_end')::int from pgrag.chunks order by chunk_index"
         ).fetchall()
         ctx = build_context(
-            conn, "Finding 2-11 of the audit", ContextOptions(token_budget=4000),
-            tenant="t", embedder=local_embedder,
+            conn,
+            "Finding 2-11 of the audit",
+            ContextOptions(token_budget=4000),
+            tenant="t",
+            embedder=local_embedder,
         )
     spanning = [(p, e) for p, e in spans if e is not None]
     assert spanning, spans
@@ -299,8 +300,19 @@ def test_ask_token_budget_bounds_the_printed_context(
         monkeypatch.delenv(name, raising=False)
     result = CliRunner().invoke(
         main,
-        ["--dsn", big_corpus, "ask", "widget genome sequence", "--token-budget", "500",
-         "--tenant", "t", "--context-only", "--min-score", "-1"],
+        [
+            "--dsn",
+            big_corpus,
+            "ask",
+            "widget genome sequence",
+            "--token-budget",
+            "500",
+            "--tenant",
+            "t",
+            "--context-only",
+            "--min-score",
+            "-1",
+        ],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
@@ -341,7 +353,10 @@ def test_a_question_the_documents_answer_still_gets_context(
 ) -> None:
     with connect(samples) as conn:
         ctx = build_context(
-            conn, "how are documents split into chunks?", ContextOptions(),
-            tenant="t", embedder=local_embedder,
+            conn,
+            "how are documents split into chunks?",
+            ContextOptions(),
+            tenant="t",
+            embedder=local_embedder,
         )
     assert ctx.sources and "[Source 1]" in ctx.context

@@ -88,7 +88,7 @@ def test_hybrid_search_ranks_the_identifier_first(
 
 def test_an_excluded_identifier_excludes_its_documents(db: str) -> None:
     seed(db)
-    assert keyword(db, "ERR-4471 OR v2.3.1") [:2] in (
+    assert keyword(db, "ERR-4471 OR v2.3.1")[:2] in (
         ["billing.txt", "release.txt"],
         ["release.txt", "billing.txt"],
     )
