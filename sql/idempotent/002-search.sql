@@ -273,71 +273,89 @@ comment on function pgrag.replace_document_chunks(regclass, text, bigint[], text
 
 create or replace function pgrag.identifier_terms(content text, whole_only boolean default false)
 returns text[]
-language sql
+language plpgsql
 immutable
 strict
 parallel safe
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
-    -- Identifier-like tokens: runs of letters and digits joined by - . _ that hold a digit
-    -- and either a separator or a letter (ERR-4471, v2.3.1, V-ZQX41-7, ZQX41; not 2026, T-cell).
-    with tok as (
-        select pg_catalog.lower(m[1]) as t, o
-        from pg_catalog.regexp_matches(content, '([[:alnum:]]+(?:[-._][[:alnum:]]+)*)', 'g')
-             with ordinality as x(m, o)
-        where m[1] operator(pg_catalog.~) '[[:digit:]]'
-          and m[1] operator(pg_catalog.~) '[-._]|[[:alpha:]]'
-          and pg_catalog.length(m[1]) <= 64
-    ),
-    atom as (
-        -- Parts: letter runs and digit runs, each with the separator that follows it.
-        select tok.o, a.n, a.m[1] as part, a.m[2] as sep
-        from tok
-        cross join lateral pg_catalog.regexp_matches(tok.t, '([[:alpha:]]+|[[:digit:]]+)([-._]*)', 'g')
-             with ordinality as a(m, n)
-        where not whole_only
-    ),
-    runs as (
-        -- Every run of up to 6 consecutive parts, written as in the text.
-        select s.o,
-               pg_catalog.string_agg(e.part operator(pg_catalog.||)
-                                     case when e.n < s.n + w.len - 1 then e.sep else '' end,
-                                     '' order by e.n) as term
-        from atom as s
-        cross join pg_catalog.generate_series(1, 6) as w(len)
-        join atom as e on e.o = s.o and e.n between s.n and s.n + w.len - 1
-        group by s.o, s.n, w.len
-        having pg_catalog.count(*) = w.len
-    )
-    select coalesce(pg_catalog.array_agg(q.term order by q.o, q.term), '{}')
-    from (select tok.t as term, tok.o from tok
-          union
-          select runs.term, runs.o from runs) as q
+declare
+    v_out text[] := '{}';
+    v_tok text;
+    v_marked text;
+    v_parts text[];
+    v_seps text[];
+    v_n integer;
+    v_term text;
+begin
+    -- Identifier-like tokens: runs of letters and digits joined by - . _ that hold a digit and
+    -- either a separator or a letter (ERR-4471, v2.3.1, V-ZQX41-7, ZQX41; not 2026, T-cell).
+    if content operator(pg_catalog.!~) '[[:digit:]]' then
+        return v_out;
+    end if;
+    for v_tok in
+        select pg_catalog.lower(m[1])
+        from pg_catalog.regexp_matches(content,
+            '((?:[[:alnum:]]+[-._])*[[:alnum:]]*[[:digit:]][[:alnum:]]*(?:[-._][[:alnum:]]+)*)', 'g') as m
+    loop
+        continue when pg_catalog.length(v_tok) > 64 or v_tok operator(pg_catalog.!~) '[-._]|[[:alpha:]]';
+        v_out := v_out operator(pg_catalog.||) v_tok;
+        continue when whole_only;
+        -- Parts: letter runs and digit runs; v_seps[i] joins part i to part i + 1 ('' between a
+        -- letter run and a digit run, marked by chr(1) to split there).
+        v_marked := pg_catalog.regexp_replace(
+            pg_catalog.regexp_replace(v_tok, '([[:alpha:]])(?=[[:digit:]])', '\1' operator(pg_catalog.||) pg_catalog.chr(1), 'g'),
+            '([[:digit:]])(?=[[:alpha:]])', '\1' operator(pg_catalog.||) pg_catalog.chr(1), 'g');
+        v_parts := pg_catalog.regexp_split_to_array(v_marked, '[-._' operator(pg_catalog.||) pg_catalog.chr(1) operator(pg_catalog.||) ']');
+        v_seps := pg_catalog.regexp_split_to_array(v_marked, '[[:alnum:]]+');
+        v_seps := v_seps[2:];  -- (the text before the first part is empty)
+        v_n := pg_catalog.cardinality(v_parts);
+        -- Every run of up to 6 consecutive parts, written as in the text (the whole token once).
+        for i in 1 .. v_n loop
+            v_term := '';
+            for j in i .. least(v_n, i + 5) loop
+                v_term := v_term operator(pg_catalog.||) v_parts[j];
+                if i > 1 or j < v_n then
+                    v_out := v_out operator(pg_catalog.||) v_term;
+                end if;
+                v_term := v_term operator(pg_catalog.||) pg_catalog.replace(coalesce(v_seps[j], ''), pg_catalog.chr(1), '');
+            end loop;
+        end loop;
+    end loop;
+    return v_out;
+end
 $$;
 comment on function pgrag.identifier_terms(text, boolean) is
 'Identifier-like tokens of content (letters and digits joined by - . _, holding a digit and a separator or a letter: ERR-4471, v2.3.1, V-ZQX41-7), lower-cased, one entry per occurrence; unless whole_only, also every run of up to 6 consecutive parts (letter runs, digit runs) written as in the text: V-ZQX41-7 gives v-zqx41-7, v, zqx, zqx41, zqx41-7, 41-7, 7, ...';
 
 create or replace function pgrag.chunk_fts(config regconfig, content text)
 returns tsvector
-language sql
+language plpgsql
 immutable
 strict
 parallel safe
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    v_base tsvector := pg_catalog.to_tsvector(config, content);
+    v_terms text[] := pgrag.identifier_terms(content);
+    v_extra text := '';
+begin
+    if pg_catalog.cardinality(v_terms) = 0 then
+        return v_base;
+    end if;
     -- The identifier parts the parser did not produce, appended (positions after the text's,
     -- one per occurrence) with weight A: BM25 counts their occurrences (tf) but leaves them out
     -- of the chunk's length, which stays that of its words. Terms hold letters, digits, - . _
     -- only: quoting needs no escapes.
-    select v.base operator(pg_catalog.||) coalesce((
-        select pg_catalog.string_agg(
-                   pg_catalog.format('''%s'':%sA', e.term, least(e.n, 16383)), ' ')::tsvector
-        from pg_catalog.unnest(pgrag.identifier_terms(content)) with ordinality as e(term, n)
-        where e.term operator(pg_catalog.<>) all (pg_catalog.tsvector_to_array(v.base))
-    ), ''::tsvector)
-    from (select pg_catalog.to_tsvector(config, content) as base) as v
+    for i in 1 .. least(pg_catalog.cardinality(v_terms), 16383) loop
+        v_extra := v_extra operator(pg_catalog.||) pg_catalog.format(' ''%s'':%sA', v_terms[i], i);
+    end loop;
+    return v_base operator(pg_catalog.||)
+        pg_catalog.ts_delete(v_extra::tsvector, pg_catalog.tsvector_to_array(v_base));
+end
 $$;
 comment on function pgrag.chunk_fts(regconfig, text) is
 'Text-search vector of a chunk (the generated column pgrag.chunks.fts): to_tsvector(config, content) plus the identifier parts of pgrag.identifier_terms(content) it lacks, so that ZQX41-7, ERR, 4471 or 2.3.1 find V-ZQX41-7, ERR-4471 and v2.3.1.';
