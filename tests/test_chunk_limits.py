@@ -360,3 +360,17 @@ def test_a_question_the_documents_answer_still_gets_context(
             embedder=local_embedder,
         )
     assert ctx.sources and "[Source 1]" in ctx.context
+
+
+def test_ask_says_no_relevant_information_for_an_off_topic_question(
+    samples: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PGRAG_CHAT_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(
+        main,
+        ["--dsn", samples, "ask", "what is the capital of France?", "--tenant", "t"],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "No relevant information found."
