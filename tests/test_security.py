@@ -433,8 +433,10 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
 PGRAG_FUNCTIONS = (
     "bm25_apply",
+    "chunk_fts",
     "current_tenant_id()",
     "fused_candidates",
+    "identifier_terms",
     "keyword_candidates",
     "keyword_query",
     "mmr_order",
