@@ -7,7 +7,16 @@ lines are never split. Consecutive chunks of a section overlap by whole trailing
 (``overlap`` tokens at most, counted inside ``chunk_size``); ``overlap_chars`` records how
 many leading characters of a chunk repeat the previous one.
 
-``words`` cuts fixed windows of ``chunk_size`` words overlapping by ``overlap`` words.
+``words`` cuts fixed windows of ``chunk_size`` words overlapping by ``overlap`` words (fewer
+words when a window would exceed the model's token limit).
+
+Limits hold for any input: a "word" longer than ``MAX_WORD_CHARS`` characters (a DNA line, a
+hash run, minified code), which a WordPiece tokenizer reads as one unknown token, is cut into
+pieces of at most that many characters joined by a space, and a piece still over the budget is
+cut further; ``token_count`` is the real token count of the stored content. A heading is never a
+chunk of its own: it starts the chunk of the text under it (headings of empty sections are
+carried down to the next text, or dropped when none follows). A chunk's ``page`` is the page
+where its own text starts (not its overlap); ``metadata.page_end`` the last page it spans.
 
 Both are pure Python generators: memory stays bounded by one section (or window).
 """
@@ -25,6 +34,8 @@ from pgrag.errors import ConfigError
 from pgrag.extract import Block
 
 CHUNKERS = ("tokens", "words")
+# WordPiece (BERT, all-MiniLM) reads a word longer than 100 characters as one [UNK] token.
+MAX_WORD_CHARS = 100
 TokenCounter = Callable[[Sequence[str]], list[int]]
 
 
@@ -100,6 +111,21 @@ class _Piece:
     page: int | None
     sep: str  # joins this piece to the previous one inside a chunk
     table: bool = False
+    heading: bool = False
+
+
+def split_words(text: str) -> list[str]:
+    """Whitespace-separated words, each longer than ``MAX_WORD_CHARS`` cut into such slices."""
+    out: list[str] = []
+    for word in text.split():
+        if len(word) <= MAX_WORD_CHARS:
+            out.append(word)
+        else:
+            out.extend(word[i : i + MAX_WORD_CHARS] for i in range(0, len(word), MAX_WORD_CHARS))
+    return out
+
+
+_LONG_WORD = re.compile(rf"\S{{{MAX_WORD_CHARS + 1}}}")
 
 
 def _paragraph_units(block: Block) -> list[tuple[str, str]]:
@@ -142,9 +168,28 @@ class TokenChunker:
         self.overlap = overlap
         self.language = language
 
+    def _slice(self, word: str) -> list[tuple[str, int]]:
+        """A word over the budget, cut by characters into parts of at most ``size`` tokens."""
+        parts = [word]
+        counts = self.count_many(parts)
+        while any(n > self.size for n in counts):
+            nxt: list[str] = []
+            for part, n in zip(parts, counts, strict=True):
+                if n > self.size and len(part) > 1:
+                    half = len(part) // 2
+                    nxt.extend((part[:half], part[half:]))
+                else:
+                    nxt.append(part)
+            if len(nxt) == len(parts):  # single characters over the budget: nothing to cut
+                break
+            parts = nxt
+            counts = self.count_many(parts)
+        return list(zip(parts, counts, strict=True))
+
     def _split_long(self, text: str, page: int | None, sep: str) -> list[_Piece]:
-        """A sentence longer than the budget, cut between words into budget-sized pieces."""
-        words = text.split()
+        """A sentence longer than the budget (or holding an over-long word), cut between words
+        into budget-sized pieces; words longer than MAX_WORD_CHARS are sliced first."""
+        words = split_words(text)
         counts = self.count_many(words)
         pieces: list[_Piece] = []
         cur: list[str] = []
@@ -152,12 +197,11 @@ class TokenChunker:
         for word, n in zip(words, counts, strict=True):
             if n > self.size:  # one "word" longer than a chunk: slice it by characters
                 if cur:
-                    pieces.append(_Piece(" ".join(cur), cur_tokens, page, sep))
+                    joiner = sep if not pieces else " "
+                    pieces.append(_Piece(" ".join(cur), cur_tokens, page, joiner))
                     cur, cur_tokens = [], 0
-                step = max(1, self.size)
-                for i in range(0, len(word), step):
-                    part = word[i : i + step]
-                    pieces.append(_Piece(part, self.count_many([part])[0], page, " "))
+                for part, m in self._slice(word):
+                    pieces.append(_Piece(part, m, page, sep if not pieces else " "))
                 continue
             if cur and cur_tokens + n > self.size:
                 pieces.append(_Piece(" ".join(cur), cur_tokens, page, sep if not pieces else " "))
@@ -170,14 +214,17 @@ class TokenChunker:
 
     def _pieces(self, block: Block) -> list[_Piece]:
         units = _paragraph_units(block)
-        counts = self.count_many([u[0] for u in units])
+        long = [_LONG_WORD.search(u[0]) is not None for u in units]
+        counted = iter(self.count_many([u[0] for u, lw in zip(units, long, strict=True) if not lw]))
+        counts = [0 if lw else next(counted) for lw in long]
         out: list[_Piece] = []
         table = block.kind == "table"
-        for (text, sep), n in zip(units, counts, strict=True):
-            if n > self.size:
+        heading = block.kind == "heading"
+        for (text, sep), n, lw in zip(units, counts, long, strict=True):
+            if lw or n > self.size:
                 out.extend(self._split_long(text, block.page, sep))
             else:
-                out.append(_Piece(text, n, block.page, sep, table))
+                out.append(_Piece(text, n, block.page, sep, table, heading))
         if out:
             out[0].sep = "\n\n"
         return out
@@ -191,15 +238,17 @@ class TokenChunker:
         def emit() -> Chunk:
             nonlocal index
             content, overlap_chars = _join(current, seeded)
-            pages = [p.page for p in current if p.page is not None]
+            # Pages of the chunk's own text: the overlap repeated from the previous chunk is
+            # cited there, not here.
+            pages = [p.page for p in current[seeded:] if p.page is not None]
             meta: dict[str, Any] = {}
-            if pages and max(pages) != min(pages):
+            if pages and max(pages) != pages[0]:
                 meta["page_end"] = max(pages)
             chunk = Chunk(
                 index=index,
                 content=content,
-                token_count=sum(p.tokens for p in current),
-                page=min(pages) if pages else None,
+                token_count=self.count_many([content])[0],
+                page=pages[0] if pages else None,
                 heading_path=path or (),
                 overlap_chars=overlap_chars,
                 language=self.language,
@@ -207,6 +256,9 @@ class TokenChunker:
             )
             index += 1
             return chunk
+
+        def only_headings() -> bool:
+            return all(p.heading for p in current[seeded:])
 
         def seed() -> tuple[list[_Piece], int]:
             """Trailing whole sentences of the chunk just emitted, within the overlap budget."""
@@ -221,13 +273,22 @@ class TokenChunker:
                 total += piece.tokens
             if len(tail) == len(current):  # never repeat a whole chunk
                 tail = tail[1:]
-            return [_Piece(p.text, p.tokens, p.page, p.sep, p.table) for p in tail], len(tail)
+            return [_Piece(p.text, p.tokens, p.page, p.sep, p.table, p.heading) for p in tail], len(
+                tail
+            )
 
         for block in blocks:
             if block.heading_path != path or block.kind == "heading":
-                if current and seeded < len(current):
+                if current and seeded < len(current) and not only_headings():
                     yield emit()
-                current, seeded = [], 0
+                    current, seeded = [], 0
+                else:
+                    # Headings with no text yet (a section that opens with a sub-heading): they
+                    # go down with the text under them, as long as they enclose it.
+                    current = [
+                        p for p in current[seeded:] if p.heading and p.text in block.heading_path
+                    ]
+                    seeded = 0
                 path = block.heading_path
             pieces = self._pieces(block)
             if not pieces:
@@ -236,7 +297,13 @@ class TokenChunker:
             used = sum(p.tokens for p in current)
             fresh = len(current) - seeded
             keep_whole = block.kind in ("table", "code") and block_tokens <= self.size
-            if (
+            if fresh > 0 and used + block_tokens > self.size and only_headings():
+                # Headings that leave no room: the text keeps them in its heading path only.
+                if keep_whole or used >= self.size // 2:
+                    while current and used + block_tokens > self.size:
+                        used -= current.pop(0).tokens
+                    fresh = len(current)
+            elif (
                 fresh > 0
                 and used + block_tokens > self.size
                 and (keep_whole or used >= self.size // 2)
@@ -251,7 +318,10 @@ class TokenChunker:
                         seeded -= 1
             for piece in pieces:
                 used = sum(p.tokens for p in current)
-                if used + piece.tokens > self.size and len(current) > seeded:
+                if used + piece.tokens > self.size and len(current) > seeded and only_headings():
+                    while current and used + piece.tokens > self.size:
+                        used -= current.pop(0).tokens
+                elif used + piece.tokens > self.size and len(current) > seeded:
                     yield emit()
                     current, seeded = seed()
                     used = sum(p.tokens for p in current)
@@ -259,7 +329,7 @@ class TokenChunker:
                     used -= current.pop(0).tokens
                     seeded -= 1
                 current.append(piece)
-        if current and seeded < len(current):
+        if current and seeded < len(current) and (index == 0 or not only_headings()):
             yield emit()
 
 
@@ -284,7 +354,12 @@ def _join(pieces: list[_Piece], seeded: int) -> tuple[str, int]:
 
 class WordChunker:
     def __init__(
-        self, count_many: TokenCounter, chunk_size: int, overlap: int, language: str
+        self,
+        count_many: TokenCounter,
+        chunk_size: int,
+        overlap: int,
+        language: str,
+        max_tokens: int | None = None,
     ) -> None:
         if chunk_size < 2 or not 0 <= overlap < chunk_size:
             raise ConfigError(
@@ -295,28 +370,32 @@ class WordChunker:
         self.size = chunk_size
         self.overlap = overlap
         self.language = language
+        self.max_tokens = max_tokens
 
     def chunks(self, blocks: Iterable[Block]) -> Iterator[Chunk]:
-        window: deque[tuple[str, int | None, tuple[str, ...]]] = deque()
+        # (word, page, heading path, tokens of the word)
+        window: deque[tuple[str, int | None, tuple[str, ...], int]] = deque()
         index = 0
         fresh = 0  # words in the window not yet emitted
+        total = 0  # tokens in the window
         batch: list[Chunk] = []
 
         def make(overlap_words: int) -> Chunk:
             nonlocal index
-            words = [w for w, _, _ in window]
+            words = [w for w, _, _, _ in window]
             content = " ".join(words)
             overlap_chars = len(" ".join(words[:overlap_words])) + 1 if overlap_words else 0
-            pages = [p for _, p, _ in window if p is not None]
+            own = list(window)[overlap_words:]
+            pages = [p for _, p, _, _ in own if p is not None]
             meta: dict[str, Any] = {}
-            if pages and max(pages) != min(pages):
+            if pages and max(pages) != pages[0]:
                 meta["page_end"] = max(pages)
             chunk = Chunk(
                 index=index,
                 content=content,
                 token_count=0,
-                page=min(pages) if pages else None,
-                heading_path=window[0][2],
+                page=pages[0] if pages else None,
+                heading_path=own[0][2] if own else window[0][2],
                 overlap_chars=overlap_chars,
                 language=self.language,
                 metadata=meta,
@@ -330,17 +409,26 @@ class WordChunker:
                 yield chunk
 
         for block in blocks:
-            for word in block.text.split():
-                window.append((word, block.page, block.heading_path))
+            words = split_words(block.text)
+            counts = self.count_many(words) if self.max_tokens else [0] * len(words)
+            for word, n in zip(words, counts, strict=True):
+                if fresh and self.max_tokens and total + n > self.max_tokens:
+                    # The window would exceed what the model reads: cut it here, shorter.
+                    batch.append(make(len(window) - fresh))
+                    while window and (len(window) > self.overlap or total + n > self.max_tokens):
+                        total -= window.popleft()[3]
+                    fresh = 0
+                window.append((word, block.page, block.heading_path, n))
+                total += n
                 fresh += 1
                 if len(window) == self.size:
                     batch.append(make(self.size - fresh))
                     for _ in range(self.size - self.overlap):
-                        window.popleft()
+                        total -= window.popleft()[3]
                     fresh = 0
-                    if len(batch) >= 64:
-                        yield from flush(batch)
-                        batch = []
+                if len(batch) >= 64:
+                    yield from flush(batch)
+                    batch = []
         if fresh:
             batch.append(make(len(window) - fresh))
         yield from flush(batch)
@@ -352,11 +440,14 @@ def make_chunker(
     chunk_size: int,
     overlap: int,
     language: str = "english",
+    max_tokens: int | None = None,
 ) -> TokenChunker | WordChunker:
+    """A chunker; ``max_tokens`` bounds word windows by what the model reads (tokens chunks
+    are bounded by ``chunk_size`` tokens already)."""
     if name == "tokens":
         return TokenChunker(count_many, chunk_size, overlap, language)
     if name == "words":
-        return WordChunker(count_many, chunk_size, overlap, language)
+        return WordChunker(count_many, chunk_size, overlap, language, max_tokens)
     raise ConfigError(f"unknown chunker {name!r}: choose one of {', '.join(CHUNKERS)}.")
 
 

@@ -284,8 +284,8 @@ def print_sources(ctx: Context) -> None:
 @click.option(
     "--min-score",
     type=float,
-    help="Minimum cosine similarity of a source to the question; when none passes, print "
-    "'No relevant information found.' without calling the LLM.",
+    help="Minimum cosine similarity of a source to the question (SQL default 0.3; -1 for "
+    "none); when none passes, print 'No relevant information found.' without calling the LLM.",
 )
 @click.option("--window", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--mmr", "mmr_lambda", type=click.FloatRange(0, 1), help="MMR lambda (diversity).")

@@ -126,8 +126,37 @@ _FENCE = re.compile(r"^\s{0,3}(```|~~~)")
 _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 
 
+# Embedded binary data is not text: a Markdown image written as a data: URI, an inline data:
+# URI, or a long base64 run (attachments, PEM bodies) would otherwise become hundreds of chunks.
+_DATA_IMAGE = re.compile(r"!\[([^\]]*)\]\(\s*data:[^)]*\)")
+_DATA_URI = re.compile(r"\bdata:[a-zA-Z0-9.+-]+/[a-zA-Z0-9.+-]+(?:;[a-zA-Z0-9.+=-]+)*,[^\s)\"'<>]*")
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{64,}={0,2}")
+
+
+def _is_base64(run: str) -> bool:
+    """A run of base64 characters that mixes cases and digits (DNA, hex hashes and long
+    words do not)."""
+    return (
+        any(c.isdigit() for c in run)
+        and any(c.islower() for c in run)
+        and any(c.isupper() for c in run)
+    )
+
+
+def strip_binary(text: str) -> str:
+    """``text`` without embedded binary data (data: URIs, long base64 runs); a Markdown image
+    keeps its alt text."""
+    if "data:" in text:
+        text = _DATA_IMAGE.sub(lambda m: m.group(1), text)
+        text = _DATA_URI.sub("", text)
+    if len(text) >= 64:
+        text = _BASE64_RUN.sub(lambda m: "" if _is_base64(m.group(0)) else m.group(0), text)
+    return text
+
+
 def text_blocks(lines: Iterable[str]) -> Iterator[Block]:
-    """Paragraphs separated by blank lines."""
+    """Paragraphs separated by blank lines (embedded binary data skipped)."""
+    lines = map(strip_binary, lines)
     buf: list[str] = []
     size = 0
     for raw in lines:
@@ -196,9 +225,11 @@ def _parse_front_matter(text: str) -> dict[str, Any] | None:
 
 
 def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
-    """Headings (with their path), paragraphs, tables and fenced code, in order.
+    """Headings (with their path), paragraphs, tables and fenced code, in order (embedded
+    binary data skipped).
 
     YAML front matter is not text: it is left out (see :func:`split_front_matter`)."""
+    lines = map(strip_binary, lines)
     stack: list[tuple[int, str]] = []
     buf: list[str] = []
     kind = "text"
@@ -341,11 +372,11 @@ def html_blocks(text: str, tree: Any = None) -> Iterator[Block]:
             if rows:
                 yield Block("\n".join(rows), heading_path=tuple(t for _, t in stack), kind="table")
         elif tag == "pre":
-            content = node.text(strip=False).strip("\n")
+            content = strip_binary(node.text(strip=False)).strip("\n")
             if content.strip():
                 yield Block(content, heading_path=tuple(t for _, t in stack), kind="code")
         else:
-            content = " ".join(node.text(separator=" ", strip=True).split())
+            content = " ".join(strip_binary(node.text(separator=" ", strip=True)).split())
             if content:
                 if tag == "li":
                     content = "- " + content

@@ -394,7 +394,12 @@ class _Run:
             )
         self.counter = token_counter(self.embedder)
         self.chunker = make_chunker(
-            options.chunker, self.counter, self.chunk_size, self.overlap, options.language
+            options.chunker,
+            self.counter,
+            self.chunk_size,
+            self.overlap,
+            options.language,
+            max_tokens=self.embedder.max_tokens - 2,
         )
         self.settings = {
             "chunker": options.chunker,

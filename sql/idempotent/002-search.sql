@@ -60,7 +60,7 @@ begin
         from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids),
                         pg_catalog.unnest(ftss)) as c(tenant_id, id, fts)
         cross join lateral (
-            select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0)::integer as len
+            select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0)::integer as len
             from pg_catalog.unnest(c.fts) as u
         ) as l
         cross join lateral pg_catalog.unnest(c.fts) as t;
@@ -90,7 +90,7 @@ begin
     from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(languages),
                     pg_catalog.unnest(ftss)) as c(tenant_id, language, fts)
     cross join lateral (
-        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)), 0) as len
+        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0) as len
         from pg_catalog.unnest(c.fts) as u
     ) as l
     group by c.tenant_id, c.language
@@ -326,6 +326,105 @@ comment on function pgrag.replace_document_chunks(regclass, text, bigint[], text
 'Atomic swap of documents'' chunks from a staging table (columns document_id, chunk_index, content, embedding, page, heading_path, language, token_count, content_sha256, overlap_chars, metadata; e.g. a temp table filled by COPY): locks the documents, reuses stored embeddings of unchanged chunk texts, replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse, PR002 when embedding_model is not the model pgrag.embedding_config records.';
 
 -- ---------------------------------------------------------------------------------------------
+-- Text-search vectors: identifiers (part numbers, error codes, versions) searchable by any part.
+-- The default parser splits V-ZQX41-7 into v-zqx41, v, zqx41, 7 but a query ZQX41-7 into zqx41,
+-- -7; ERR-4471 into err, -4471; v2.3.1 stays one lexeme. Chunks therefore also index every run
+-- of parts of such a token (pgrag.chunk_fts), and keyword_query adds each identifier of the query
+-- whole, so a query for any part of an identifier finds it. chunks.fts is a generated column of
+-- pgrag.chunk_fts: changing either function below needs an incremental migration that
+-- recomputes chunks.fts and the BM25 tables (as the identifier-lexemes migration does).
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.identifier_terms(content text, whole_only boolean default false)
+returns text[]
+language plpgsql
+immutable
+strict
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_out text[] := '{}';
+    v_tok text;
+    v_marked text;
+    v_parts text[];
+    v_seps text[];
+    v_n integer;
+    v_term text;
+begin
+    -- Identifier-like tokens: runs of letters and digits joined by - . _ that hold a digit and
+    -- either a separator or a letter (ERR-4471, v2.3.1, V-ZQX41-7, ZQX41; not 2026, T-cell).
+    if content operator(pg_catalog.!~) '[[:digit:]]' then
+        return v_out;
+    end if;
+    for v_tok in
+        select pg_catalog.lower(m[1])
+        from pg_catalog.regexp_matches(content,
+            '((?:[[:alnum:]]+[-._])*[[:alnum:]]*[[:digit:]][[:alnum:]]*(?:[-._][[:alnum:]]+)*)', 'g') as m
+    loop
+        continue when pg_catalog.length(v_tok) > 64 or v_tok operator(pg_catalog.!~) '[-._]|[[:alpha:]]';
+        v_out := v_out operator(pg_catalog.||) v_tok;
+        continue when whole_only;
+        -- Parts: letter runs and digit runs; v_seps[i] joins part i to part i + 1 ('' between a
+        -- letter run and a digit run, marked by chr(1) to split there).
+        v_marked := pg_catalog.regexp_replace(
+            pg_catalog.regexp_replace(v_tok, '([[:alpha:]])(?=[[:digit:]])', '\1' operator(pg_catalog.||) pg_catalog.chr(1), 'g'),
+            '([[:digit:]])(?=[[:alpha:]])', '\1' operator(pg_catalog.||) pg_catalog.chr(1), 'g');
+        v_parts := pg_catalog.regexp_split_to_array(v_marked, '[-._' operator(pg_catalog.||) pg_catalog.chr(1) operator(pg_catalog.||) ']');
+        v_seps := pg_catalog.regexp_split_to_array(v_marked, '[[:alnum:]]+');
+        v_seps := v_seps[2:];  -- (the text before the first part is empty)
+        v_n := pg_catalog.cardinality(v_parts);
+        -- Every run of up to 6 consecutive parts, written as in the text (the whole token once).
+        for i in 1 .. v_n loop
+            v_term := '';
+            for j in i .. least(v_n, i + 5) loop
+                v_term := v_term operator(pg_catalog.||) v_parts[j];
+                if i > 1 or j < v_n then
+                    v_out := v_out operator(pg_catalog.||) v_term;
+                end if;
+                v_term := v_term operator(pg_catalog.||) pg_catalog.replace(coalesce(v_seps[j], ''), pg_catalog.chr(1), '');
+            end loop;
+        end loop;
+    end loop;
+    return v_out;
+end
+$$;
+comment on function pgrag.identifier_terms(text, boolean) is
+'Identifier-like tokens of content (letters and digits joined by - . _, holding a digit and a separator or a letter: ERR-4471, v2.3.1, V-ZQX41-7), lower-cased, one entry per occurrence; unless whole_only, also every run of up to 6 consecutive parts (letter runs, digit runs) written as in the text: V-ZQX41-7 gives v-zqx41-7, v, zqx, zqx41, zqx41-7, 41-7, 7, ...';
+
+create or replace function pgrag.chunk_fts(config regconfig, content text)
+returns tsvector
+language plpgsql
+immutable
+strict
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_base tsvector := pg_catalog.to_tsvector(config, content);
+    v_terms text[] := pgrag.identifier_terms(content);
+    v_extra text := '';
+begin
+    if pg_catalog.cardinality(v_terms) = 0 then
+        return v_base;
+    end if;
+    -- The identifier parts the parser did not produce, appended (positions after the text's,
+    -- one per occurrence) with weight A: BM25 counts their occurrences (tf) but leaves them out
+    -- of the chunk's length, which stays that of its words. Terms hold letters, digits, - . _
+    -- only: quoting needs no escapes.
+    for i in 1 .. least(pg_catalog.cardinality(v_terms), 16383) loop
+        v_extra := v_extra operator(pg_catalog.||) pg_catalog.format(' ''%s'':%sA', v_terms[i], i);
+    end loop;
+    return v_base operator(pg_catalog.||)
+        pg_catalog.ts_delete(v_extra::tsvector, pg_catalog.tsvector_to_array(v_base));
+end
+$$;
+comment on function pgrag.chunk_fts(regconfig, text) is
+'Text-search vector of a chunk (the generated column pgrag.chunks.fts): to_tsvector(config, content) plus the identifier parts of pgrag.identifier_terms(content) it lacks, so that ZQX41-7, ERR, 4471 or 2.3.1 find V-ZQX41-7, ERR-4471 and v2.3.1.';
+
+-- ---------------------------------------------------------------------------------------------
 -- Query parsing: websearch syntax with OR semantics.
 -- ---------------------------------------------------------------------------------------------
 
@@ -394,6 +493,24 @@ begin
         end if;
     end loop;
 
+    -- Identifiers of the query (outside quoted phrases), each also a clause of its own as one
+    -- lexeme, as pgrag.chunk_fts indexes every part of an identifier; a leading - excludes it.
+    -- Terms hold letters, digits, - . _ only: quoting needs no escapes.
+    for tok in
+        select (case when m[2] = '-' then '!' else '' end) operator(pg_catalog.||) t.term
+        from pg_catalog.regexp_matches(
+                 pg_catalog.regexp_replace(coalesce(query_text, ''), '"[^"]*("|$)', ' ', 'g'),
+                 '(^|[^[:alnum:]._-])(-?)([[:alnum:]]+(?:[-._][[:alnum:]]+)*)', 'g') as m
+        cross join lateral pg_catalog.unnest(pgrag.identifier_terms(m[3], true)) as t(term)
+    loop
+        c := pg_catalog.format('(''%s'')', pg_catalog.ltrim(tok, '!'));
+        if pg_catalog.left(tok, 1) = '!' then
+            neg := neg operator(pg_catalog.||) c;
+        else
+            pos := pos operator(pg_catalog.||) c;
+        end if;
+    end loop;
+
     if pg_catalog.cardinality(pos) > 0 then
         positive := pg_catalog.array_to_string(pos, ' | ')::tsquery;
         select pg_catalog.array_agg(distinct pg_catalog.replace(m[1], '''''', ''''))
@@ -410,7 +527,7 @@ begin
 end
 $$;
 comment on function pgrag.keyword_query(text, regconfig) is
-'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word or a quoted phrase), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores. query_text: at most 10,000 characters and 64 distinct search terms; config: an existing text search configuration (else SQLSTATE 22023).';
+'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word, a quoted phrase, or an identifier such as ERR-4471 as one lexeme, see pgrag.chunk_fts), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores. query_text: at most 10,000 characters and 64 distinct search terms; config: an existing text search configuration (else SQLSTATE 22023).';
 
 -- ---------------------------------------------------------------------------------------------
 -- Candidate generation (internal): each arm returns (tenant_id, chunk_id, score) best first,
@@ -1466,7 +1583,7 @@ create or replace function public.build_context(
     query_embedding @extschema:vector@.vector,
     token_budget integer default 2000,
     match_count integer default 8,
-    min_score double precision default null,
+    min_score double precision default 0.3,
     window_size integer default 0,
     mmr_lambda double precision default null,
     document_ids bigint[] default null,
@@ -1497,6 +1614,7 @@ declare
     v_content text;
     v_tokens integer;
     v_index integer;
+    v_page_end integer;
     r record;
 begin
     perform pgrag.check_query_embedding('query_embedding', query_embedding);
@@ -1519,16 +1637,29 @@ begin
         order by w.first_hit
     loop
         exit when v_n >= v_k;
+        -- Last page of the source: chunks spanning pages record it in metadata.page_end.
+        select pg_catalog.max(coalesce(
+                   case when c.metadata operator(pg_catalog.->>) 'page_end' operator(pg_catalog.~) '^[0-9]{1,9}$'
+                        then (c.metadata operator(pg_catalog.->>) 'page_end')::integer end, c.page))
+        into v_page_end
+        from pgrag.chunks as c
+        where c.tenant_id = r.tenant_id and c.id = any (r.chunk_ids);
+        if v_page_end <= r.page then
+            v_page_end := null;
+        end if;
         v_header := pg_catalog.format('[Source %s] %s', v_n + 1, coalesce(nullif(r.title, ''), '(untitled)'))
             operator(pg_catalog.||) pg_catalog.format(' (%s%s%s)', r.source_uri,
-                case when r.page is not null then pg_catalog.format(', page %s', r.page) else '' end,
+                case when v_page_end is not null then pg_catalog.format(', pages %s-%s', r.page, v_page_end)
+                     when r.page is not null then pg_catalog.format(', page %s', r.page) else '' end,
                 case when pg_catalog.cardinality(r.heading_path) > 0
                      then ', ' operator(pg_catalog.||) pg_catalog.array_to_string(r.heading_path, ' > ')
                      else '' end);
         -- Tokens: the chunks' own token counts (model tokens, an upper bound when windows strip
-        -- overlap), or length/4 when unknown; the header is estimated at length/4.
-        v_cost := coalesce(nullif(r.token_count, 0), pg_catalog.ceil(pg_catalog.length(r.content) / 4.0)::integer)
-            + pg_catalog.ceil(pg_catalog.length(v_header) / 4.0)::integer + 2;
+        -- overlap), but never less than length/4: token_count is written by whoever inserts the
+        -- chunk, and a wrong count must not let a huge text through. The header (paths and
+        -- punctuation, about a token per 2 characters) is estimated at length/2.
+        v_cost := greatest(coalesce(r.token_count, 0), pg_catalog.ceil(pg_catalog.length(r.content) / 4.0)::integer)
+            + pg_catalog.ceil(pg_catalog.length(v_header) / 2.0)::integer + 2;
         if v_used + v_cost > v_budget and r.first_chunk_index < r.last_chunk_index then
             -- The window does not fit: fall back to its best hit alone.
             select c.content, c.token_count, c.chunk_index into v_content, v_tokens, v_index
@@ -1538,9 +1669,11 @@ begin
             r.chunk_ids := array[r.best_chunk_id];
             r.first_chunk_index := v_index;
             r.last_chunk_index := v_index;
-            v_cost := coalesce(nullif(v_tokens, 0), pg_catalog.ceil(pg_catalog.length(v_content) / 4.0)::integer)
-                + pg_catalog.ceil(pg_catalog.length(v_header) / 4.0)::integer + 2;
+            v_cost := greatest(coalesce(v_tokens, 0), pg_catalog.ceil(pg_catalog.length(v_content) / 4.0)::integer)
+                + pg_catalog.ceil(pg_catalog.length(v_header) / 2.0)::integer + 2;
         end if;
+        -- A source that does not fit what is left of the budget is skipped (a later, smaller
+        -- one may fit): the context never exceeds token_budget.
         continue when v_used + v_cost > v_budget;
         v_used := v_used + v_cost;
         v_n := v_n + 1;
@@ -1554,6 +1687,7 @@ begin
             'source_uri', r.source_uri,
             'source_type', r.source_type,
             'page', r.page,
+            'page_end', v_page_end,
             'heading_path', pg_catalog.to_jsonb(r.heading_path),
             'chunk_ids', pg_catalog.to_jsonb(r.chunk_ids),
             'first_chunk_index', r.first_chunk_index,
@@ -1567,4 +1701,4 @@ begin
 end
 $$;
 comment on function public.build_context(text, @extschema:vector@.vector, integer, integer, double precision, integer, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Context for an LLM: hybrid_search results with its default fusion (weighted: keyword 1, vector 0.8), optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (estimated from chunks.token_count), plus sources: a jsonb array of {source, label, document_id, title, source_uri, page, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor). Limits: token_budget 0-1,000,000, match_count 0-1000 (more counts as 1000), window_size 0-10, min_score any number but NaN, mmr_lambda 0-1, query_text and filters as hybrid_search; else SQLSTATE 22023.';
+'Context for an LLM: hybrid_search results with its default fusion (weighted: keyword 1, vector 0.8), optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (a source costs the token_count of its chunks, never less than length/4, plus its header at length/2; sources that do not fit are skipped), plus sources: a jsonb array of {source, label, document_id, tenant_id, title, source_uri, page, page_end, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor; default 0.3, null for none). Limits: token_budget 0-1,000,000, match_count 0-1000 (more counts as 1000), window_size 0-10, min_score any number but NaN, mmr_lambda 0-1, query_text and filters as hybrid_search; else SQLSTATE 22023.';
