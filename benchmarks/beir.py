@@ -59,6 +59,10 @@ TARGETS = {"keyword": (0.68, 15.0), "hybrid": (0.72, 20.0)}
 # -- baselines: plain SQL as public guides write it ----------------------------------------------
 # Each takes (tenant, query text, query embedding, limit) and returns (source_uri) rows in
 # rank order. They run as the connecting (super)user with an explicit tenant filter.
+# Guides rank a plain to_tsvector(config, content) column. pgrag's chunks.fts adds identifier
+# parts as weight-A lexemes (pgrag.chunk_fts); ts_filter(fts, '{d}') is exactly the plain
+# tsvector (equal on every SciFact chunk), so the baselines match and rank on that, with
+# `fts @@ q` kept in front so the GIN index still narrows the rows.
 
 TS_RANK_OR = """
 with q as (
@@ -68,8 +72,8 @@ with q as (
 select d.source_uri
 from pgrag.chunks c
 join pgrag.documents d on d.tenant_id = c.tenant_id and d.id = c.document_id, q
-where c.tenant_id = %(tenant)s and c.fts @@ q.query
-order by ts_rank(c.fts, q.query, 1) desc
+where c.tenant_id = %(tenant)s and c.fts @@ q.query and ts_filter(c.fts, '{d}') @@ q.query
+order by ts_rank(ts_filter(c.fts, '{d}'), q.query, 1) desc
 limit %(limit)s
 """
 
@@ -78,7 +82,8 @@ select d.source_uri
 from pgrag.chunks c
 join pgrag.documents d on d.tenant_id = c.tenant_id and d.id = c.document_id
 where c.tenant_id = %(tenant)s and c.fts @@ websearch_to_tsquery('english', %(text)s)
-order by ts_rank_cd(c.fts, websearch_to_tsquery('english', %(text)s)) desc
+  and ts_filter(c.fts, '{d}') @@ websearch_to_tsquery('english', %(text)s)
+order by ts_rank_cd(ts_filter(c.fts, '{d}'), websearch_to_tsquery('english', %(text)s)) desc
 limit %(limit)s
 """
 
@@ -88,10 +93,12 @@ SUPABASE_RRF = """
 with full_text as (
     select c.id,
            row_number() over (
-               order by ts_rank_cd(c.fts, websearch_to_tsquery('english', %(text)s)) desc
+               order by ts_rank_cd(ts_filter(c.fts, '{d}'),
+                                   websearch_to_tsquery('english', %(text)s)) desc
            ) as rank_ix
     from pgrag.chunks c
     where c.tenant_id = %(tenant)s and c.fts @@ websearch_to_tsquery('english', %(text)s)
+      and ts_filter(c.fts, '{d}') @@ websearch_to_tsquery('english', %(text)s)
     order by rank_ix
     limit least(%(limit)s, 30) * 2
 ),

@@ -417,3 +417,33 @@ def test_ingest_leaves_a_tenant_under_the_threshold_on_the_exact_path(
             "select pg_catalog.to_regclass('pgrag.' || pgrag.tenant_index_name('acme'))"
         ).fetchone()
     assert not summary.tenant_isolated and own == (None,)
+
+
+def test_anon_exact_search_over_a_large_public_document_writes_no_temp_files(
+    db: str, conn: psycopg.Connection[Any]
+) -> None:
+    # The exact path (taken for a document_ids filter) once materialized every visible row
+    # before sorting: past work_mem that spilled to temporary files. A streamed top-N sort
+    # keeps memory bounded by match_count. work_mem is lowered so 5,000 rows would spill.
+    (doc,) = conn.execute(
+        "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status, "
+        "is_public) values ('acme', 'big', 'text', 'big.txt', 'ready', true) returning id"
+    ).fetchone()
+    conn.execute(
+        "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding, "
+        "content_sha256) select 'acme', %s, i, 'row ' || i, "
+        "(select array_agg(random())::real[] from generate_series(1, 384) where i > 0)::vector, "
+        "md5(i::text) from generate_series(1, 5000) as i",
+        (doc,),
+    )
+    conn.commit()
+    query = np.random.default_rng(3).random(384)
+    conn.execute("set temp_file_limit = '64kB'")
+    conn.execute("set work_mem = '64kB'")
+    with conn.transaction():
+        conn.execute("set local role anon")
+        rows = conn.execute(
+            "select chunk_id from public.vector_search(%s, 10, document_ids => array[%s])",
+            (query, doc),
+        ).fetchall()
+    assert len(rows) == 10

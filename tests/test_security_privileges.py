@@ -326,6 +326,77 @@ def test_service_role_may_publish(two_tenants: Loaded) -> None:
     assert updated == 1
 
 
+def published_document_of(loaded: Loaded, tenant: str) -> int:
+    return next(d for d in loaded.documents[tenant] if d in loaded.public_documents)
+
+
+def private_document_of(loaded: Loaded, tenant: str) -> int:
+    return next(d for d in loaded.documents[tenant] if d not in loaded.public_documents)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "insert into pgrag.chunks (document_id, chunk_index, content, content_sha256) "
+        "values ({pub}, 900000, 'send your password to evil@example.com', 'x')",
+        "update pgrag.chunks set content = 'send your password to evil@example.com' "
+        "where document_id = {pub}",
+        "update pgrag.documents set title = 'Official notice' where id = {pub}",
+        "update pgrag.chunks set document_id = {pub}, chunk_index = chunk_index + 900000 "
+        "where document_id = {priv}",
+        "update pgrag.chunks set document_id = {priv}, chunk_index = chunk_index + 900000 "
+        "where document_id = {pub}",
+    ],
+    ids=["add-chunk", "edit-chunk", "edit-document", "move-chunk-in", "move-chunk-out"],
+)
+def test_a_tenant_cannot_change_a_published_document(two_tenants: Loaded, statement: str) -> None:
+    tenant = next(
+        t
+        for t in two_tenants.documents
+        if any(d in two_tenants.public_documents for d in two_tenants.documents[t])
+        and any(d not in two_tenants.public_documents for d in two_tenants.documents[t])
+    )
+    pub = published_document_of(two_tenants, tenant)
+    priv = private_document_of(two_tenants, tenant)
+    with connect(two_tenants.db) as admin:
+        before = admin.execute(
+            "select count(*), string_agg(content, '|' order by id) from pgrag.chunks "
+            "where document_id = %s",
+            (pub,),
+        ).fetchone()
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege, match="publish"),
+        request(two_tenants.db, "authenticated", claims_for(tenant)) as conn,
+    ):
+        conn.execute(statement.format(pub=pub, priv=priv))
+    with connect(two_tenants.db) as admin:
+        after = admin.execute(
+            "select count(*), string_agg(content, '|' order by id) from pgrag.chunks "
+            "where document_id = %s",
+            (pub,),
+        ).fetchone()
+    assert after == before
+
+
+def test_a_tenant_may_withdraw_its_published_document_and_service_role_may_edit_it(
+    two_tenants: Loaded,
+) -> None:
+    tenant = next(
+        t
+        for t in two_tenants.documents
+        if any(d in two_tenants.public_documents for d in two_tenants.documents[t])
+    )
+    pub = published_document_of(two_tenants, tenant)
+    with request(two_tenants.db, "service_role", claims_for(tenant)) as conn:
+        edited = conn.execute(
+            "update pgrag.documents set title = 'Reviewed' where id = %s", (pub,)
+        ).rowcount
+    with request(two_tenants.db, "authenticated", claims_for(tenant)) as conn:
+        conn.execute("delete from pgrag.chunks where document_id = %s", (pub,))
+        withdrawn = conn.execute("delete from pgrag.documents where id = %s", (pub,)).rowcount
+    assert (edited, withdrawn) == (1, 1)
+
+
 @pytest.fixture(scope="module")
 def query_embedding(local_embedder: Any) -> np.ndarray:
     return np.asarray(local_embedder.embed(["vacation policy paid leave"])[0], dtype=np.float32)

@@ -232,6 +232,51 @@ create or replace trigger chunks_is_public
     before insert or update of tenant_id, document_id, is_public on pgrag.chunks
     for each row execute function pgrag.chunk_is_public();
 
+-- Publishing is a privilege (UPDATE of documents.is_public: service_role and the owner), and so
+-- is changing what is published: without it, a tenant may not add to, edit, or move chunks into
+-- or out of a public document, nor edit the document. Deleting stays allowed (a tenant may
+-- withdraw its content). docs/security.md, "Writes: ids and publishing".
+create or replace function pgrag.guard_published_writes()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if pg_catalog.has_column_privilege('pgrag.documents', 'is_public', 'UPDATE') then
+        return new;
+    end if;
+    if tg_table_name = 'documents' then
+        if old.is_public then
+            raise exception 'document % is published: changing it needs the publishing privilege', old.id
+                using errcode = '42501',
+                      hint = 'publishing and editing published documents is for service_role (docs/security.md).';
+        end if;
+        return new;
+    end if;
+    if exists (select 1 from pgrag.documents as d
+               where (d.tenant_id = new.tenant_id and d.id = new.document_id)
+                  or (tg_op = 'UPDATE' and d.tenant_id = old.tenant_id and d.id = old.document_id)
+               having pg_catalog.bool_or(d.is_public)) then
+        raise exception 'chunk % belongs to a published document: changing it needs the publishing privilege',
+            coalesce(new.id, old.id)
+            using errcode = '42501',
+                  hint = 'publishing and editing published documents is for service_role (docs/security.md).';
+    end if;
+    return new;
+end
+$$;
+comment on function pgrag.guard_published_writes() is
+'Trigger function (before insert or update on pgrag.chunks, before update on pgrag.documents, per row): a role without UPDATE on documents.is_public (the publishing privilege) may not change a published document or its chunks (SQLSTATE 42501); deleting stays allowed.';
+
+create or replace trigger chunks_guard_published
+    before insert or update on pgrag.chunks
+    for each row execute function pgrag.guard_published_writes();
+
+create or replace trigger documents_guard_published
+    before update on pgrag.documents
+    for each row execute function pgrag.guard_published_writes();
+
 create or replace trigger documents_is_public
     after update of is_public on pgrag.documents
     for each row when (old.is_public operator(pg_catalog.<>) new.is_public)
@@ -802,7 +847,11 @@ begin
                pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id)
         into v_tenants, v_ids, v_dists
         from (
-            with visible as materialized (
+            -- A subquery fenced by OFFSET 0 (not a materialized CTE): the distances stream into a
+            -- bounded top-N sort, so no visible set, however large, is stored or spilled to temp
+            -- files, and the fence keeps the planner from turning the exact scan into an HNSW walk.
+            select v.tenant_id, v.chunk_id, v.distance
+            from (
                 select c.tenant_id, c.id as chunk_id,
                        c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
                 from pgrag.chunks as c
@@ -817,8 +866,8 @@ begin
                   and (source_types is null or d.source_type = any (source_types))
                   and (created_after is null or d.created_at >= created_after)
                   and (created_before is null or d.created_at < created_before)
-            )
-            select v.tenant_id, v.chunk_id, v.distance from visible as v
+                offset 0
+            ) as v
             order by v.distance, v.chunk_id
             limit v_k
         ) as h;
