@@ -238,7 +238,9 @@ def test_a_tenant_cannot_move_a_chunk_to_a_temporary_text_search_configuration(
         request(two_tenants.db, "authenticated", claims_for("acme")) as conn,
     ):
         conn.execute("create text search configuration pg_temp.evil (copy = english)")
-        conn.execute("update pgrag.chunks set language = 'pg_temp.evil'::regconfig")
+        conn.execute(
+            "update pgrag.chunks set language = 'pg_temp.evil'::regconfig where not is_public"
+        )
 
 
 def test_a_permanent_configuration_is_allowed_only_once_the_operator_lists_it(

@@ -314,12 +314,22 @@ def test_authenticated_writes_land_in_its_own_tenant(two_tenants: Loaded) -> Non
             "returning tenant_id"
         ).fetchone()
         assert doc_tenant == "acme"
-        updated = conn.execute("update pgrag.documents set title = 'renamed'").rowcount
-        assert updated == len(two_tenants.documents["acme"]) + 1
+        # Published documents need the publishing privilege to change (test_security_privileges).
+        updated = conn.execute(
+            "update pgrag.documents set title = 'renamed' where not is_public"
+        ).rowcount
+        private = [
+            d for d in two_tenants.documents["acme"] if d not in two_tenants.public_documents
+        ]
+        assert updated == len(private) + 1
         deleted = conn.execute("delete from pgrag.chunks where content like '%%factory%%'").rowcount
         assert deleted == 1
     with connect(db) as admin:
-        titles = dict(admin.execute("select tenant_id, min(title) from pgrag.documents group by 1"))
+        titles = dict(
+            admin.execute(
+                "select tenant_id, min(title) from pgrag.documents where not is_public group by 1"
+            )
+        )
         factories = admin.execute(
             "select tenant_id from pgrag.chunks where content like '%factory%'"
         ).fetchall()
