@@ -436,7 +436,7 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 
 # Every privilege held on pgrag's objects by a role other than the owner: (object, grantee,
 # privilege). A change here is a security decision; update the list together with
-# sql/idempotent/003-policies.sql and docs/security.md.
+# sql/idempotent/9NN-*.sql (the privileges band) and docs/security.md.
 TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
@@ -593,7 +593,7 @@ def test_policies_file_grants_every_public_function_the_sql_creates() -> None:
         created |= set(
             re.findall(r"create\s+(?:or\s+replace\s+)?function\s+public\.(\w+)", path.read_text())
         )
-    policies = (sql_dir() / "idempotent" / "003-policies.sql").read_text()
+    policies = (sql_dir() / "idempotent" / "910-function-privileges.sql").read_text()
     api_block = policies.split("p.pronamespace = 'public'::regnamespace")[1]
     listed = set(re.findall(r"'(\w+)'", api_block.split("proname = any (array[")[1].split("])")[0]))
     assert created == listed == set(API_FUNCTIONS)

@@ -108,13 +108,15 @@ def postgrest_request(
 
 
 def apply_policies(db: str, **settings: str) -> None:
-    """Re-run 003-policies.sql as the migrator does, with pgrag.<name> settings."""
-    policies = next(f for f in discover() if f.name == "idempotent/003-policies.sql")
+    """Re-run the privileges band (idempotent/9NN-*.sql) as the migrator does, with
+    pgrag.<name> settings."""
+    late_band = [f for f in discover() if f.kind == "idempotent" and f.path.name >= "900"]
     with connect(db) as conn:
         for name, value in settings.items():
             conn.execute("select set_config(%s, %s, true)", (f"pgrag.{name}", value))
         conn.execute(SECURE_SEARCH_PATH_SQL)
-        conn.execute(policies.render("public").encode())
+        for f in late_band:
+            conn.execute(f.render("public").encode())
         conn.commit()
 
 
