@@ -106,8 +106,7 @@ def discover(root: Path | None = None) -> list[MigrationFile]:
                 )
             if number == previous:
                 raise MigrationError(
-                    f"two migration files numbered {number:03d} in {kind}/: "
-                    f"renumber {path.name}"
+                    f"two migration files numbered {number:03d} in {kind}/: renumber {path.name}"
                 )
             previous = number
             files.append(MigrationFile(kind, path))

@@ -423,6 +423,18 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         results = call_all(conn, query_embedding)
         windowed = windows(conn, sorted(c for t in two_tenants.chunks.values() for c in t))
         tenant = conn.execute("select pgrag.current_tenant_id()").fetchone()
+        # pgrag.ready_chunks pins no search_path (it must be inlined): called directly, with
+        # every filter set, it must not reach the caller's operators either.
+        ready = {
+            r[0]
+            for r in conn.execute(
+                "select chunk_id from pgrag.ready_chunks("
+                "document_ids => (select array_agg(id) from pgrag.documents), "
+                "metadata_filter => '{}', "
+                "source_types => array['pdf', 'markdown', 'html', 'text', 'url'], "
+                "created_after => '-infinity', created_before => 'infinity')"
+            )
+        }
         logged = [r[0] for r in conn.execute("select what from evil.log")]
     assert logged == []
     assert tenant == ("acme",)
@@ -430,6 +442,7 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         assert results[name], name
         assert results[name] <= set(two_tenants.chunks["acme"]), name
     assert windowed == set(two_tenants.chunks["acme"])
+    assert ready == set(two_tenants.chunks["acme"])
 
 
 # -- audit -----------------------------------------------------------------------------------------
@@ -452,6 +465,7 @@ PGRAG_FUNCTIONS = (
     "keyword_candidates",
     "keyword_query",
     "mmr_order",
+    "ready_chunks",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",
     "text_search_config",
@@ -562,6 +576,27 @@ def test_audit_no_security_definer_function_in_the_database(db: str) -> None:
     assert rows == []
 
 
+# Functions the planner must inline into their callers, which a SET clause (a pinned
+# search_path) would prevent: each qualifies every name and operator in its body instead (pgspot
+# checks that; the Makefile exempts exactly these from PS005), and has no setting at all.
+INLINED_FUNCTIONS = (
+    "pgrag.ready_chunks(bigint[],jsonb,text[],timestamp with time zone,timestamp with time zone,"
+    "boolean)",
+)
+
+
+def pgspot_codes(output: str) -> set[str]:
+    """The finding codes in pgspot's output, but for PS005 (no explicit search_path) on one of
+    INLINED_FUNCTIONS: their bodies are still checked for unqualified names (PS001, PS016...)."""
+    inlined = {signature.split("(")[0] for signature in INLINED_FUNCTIONS}
+    codes = set()
+    for line in output.splitlines():
+        m = re.match(r"(PS\d{3}): (.*)$", line)
+        if m and not (m[1] == "PS005" and m[2].split(": ")[-1].split("(")[0] in inlined):
+            codes.add(m[1])
+    return codes
+
+
 def test_audit_every_function_pins_its_search_path(db: str) -> None:
     with connect(db) as conn:
         rows = conn.execute(
@@ -574,7 +609,8 @@ def test_audit_every_function_pins_its_search_path(db: str) -> None:
     unpinned = [
         name for name, config in rows if "search_path=pg_catalog, pg_temp" not in (config or [])
     ]
-    assert unpinned == []
+    assert unpinned == list(INLINED_FUNCTIONS)
+    assert [config for name, config in rows if name in INLINED_FUNCTIONS] == [None]
 
 
 def test_each_api_function_has_one_signature_for_postgrest(db: str) -> None:
@@ -621,7 +657,7 @@ def test_pgspot_reports_nothing_unjustified_on_the_installed_sql(tmp_path: Path)
         out = subprocess.run(
             [str(pgspot), "--ignore", "PS002", str(path)], capture_output=True, text=True
         ).stdout
-        for code in re.findall(r"^(PS\d{3}):", out, re.M):
+        for code in sorted(pgspot_codes(out)):
             if (f.name, code) not in ACCEPTED_PGSPOT:
                 unexplained.append((f.name, code, out))
     assert unexplained == []

@@ -26,6 +26,7 @@ import numpy as np
 import psycopg
 import pytest
 from psycopg import sql
+from test_security import pgspot_codes
 from test_tenancy import (
     AUTHENTICATOR,
     Loaded,
@@ -660,7 +661,7 @@ def test_pgspot_on_both_tiers_as_written(path: Path, tmp_path: Path) -> None:
     out = subprocess.run(
         [str(pgspot), "--ignore", "PS002", str(rendered)], capture_output=True, text=True
     ).stdout
-    found = set(re.findall(r"^(PS\d{3}):", out, re.M))
+    found = pgspot_codes(out)
     accepted = (
         ACCEPTED_RAW_PGSPOT.get(path.name, set()) if path.parent.name == "incremental" else set()
     )

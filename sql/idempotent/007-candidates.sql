@@ -1,10 +1,62 @@
--- Candidate generation: the vector arm and the keyword arm.
--- Contract. Provides: pgrag.vector_candidates and pgrag.keyword_candidates, each returning
---   (tenant_id, chunk_id, distance or score) best first with every filter applied inside the
---   arm, and pgrag.tenant_chunk_count. Relies on: argument checks and pgrag.current_tenant_id
+-- Candidate generation: the rows a search may return, the vector arm and the keyword arm.
+-- Contract. Provides: pgrag.ready_chunks (the documents join and the filters, for every search);
+--   pgrag.vector_candidates and pgrag.keyword_candidates, each returning (tenant_id, chunk_id,
+--   distance or score) best first with every filter applied inside the arm; and
+--   pgrag.tenant_chunk_count. Relies on: argument checks and pgrag.current_tenant_id
 --   (001-helpers.sql), pgrag.keyword_query (005-text-search.sql), pgrag.tenant_index_name
 --   (006-vector-isolation.sql), the BM25 tables (002-bm25-maintenance.sql keeps them). Callers:
 --   the fusion (008-fusion.sql) and the public API (009-api.sql), as the calling role.
+
+-- The rows a search may return, written once: chunks of ready documents that pass the five
+-- filters, with their document's columns. Every search selects from it (both arms, windows, the
+-- public API) and the planner inlines it into the caller's statement, so the filters and the
+-- caller's own conditions reach the scans (index conditions, partial-index predicates) as if
+-- written there; tests/test_retrieval.py checks the plans. Inlining needs language sql, one
+-- select, not strict, not volatile, no security definer and no SET clause: so this is the one
+-- pgrag function that does not pin search_path. Every name and operator in its body is
+-- schema-qualified instead (pgspot checks it; the Makefile exempts this function from PS005).
+create or replace function pgrag.ready_chunks(
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null,
+    embedded_only boolean default false
+)
+returns table (
+    tenant_id text, chunk_id bigint, document_id bigint, chunk_index integer, content text,
+    page integer, heading_path text[], embedding @extschema:vector@.vector, fts tsvector,
+    is_public boolean, document_is_public boolean, title text, source_uri text, source_type text
+)
+language sql
+stable
+parallel safe
+security invoker
+as $$
+    select c.tenant_id, c.id, c.document_id, c.chunk_index, c.content, c.page, c.heading_path,
+           c.embedding, c.fts, c.is_public, d.is_public, d.title, d.source_uri, d.source_type
+    from pgrag.chunks as c
+    join pgrag.documents as d on d.tenant_id operator(pg_catalog.=) c.tenant_id
+                             and d.id operator(pg_catalog.=) c.document_id
+    where d.status operator(pg_catalog.=) 'ready'
+      -- On the table's own column: the embedding this function returns is relabelled to the
+      -- declared type (vector without a dimension), which would hide from the planner that a
+      -- partial HNSW index's predicate (embedding is not null) holds.
+      and (not ready_chunks.embedded_only or c.embedding is not null)
+      and (ready_chunks.document_ids is null
+           or c.document_id operator(pg_catalog.=) any (ready_chunks.document_ids))
+      and (ready_chunks.metadata_filter is null
+           or (d.metadata operator(pg_catalog.||) c.metadata)
+              operator(pg_catalog.@>) ready_chunks.metadata_filter)
+      and (ready_chunks.source_types is null
+           or d.source_type operator(pg_catalog.=) any (ready_chunks.source_types))
+      and (ready_chunks.created_after is null
+           or d.created_at operator(pg_catalog.>=) ready_chunks.created_after)
+      and (ready_chunks.created_before is null
+           or d.created_at operator(pg_catalog.<) ready_chunks.created_before)
+$$;
+comment on function pgrag.ready_chunks(bigint[], jsonb, text[], timestamptz, timestamptz, boolean) is
+'Chunks of ready documents passing the filters (document_ids; metadata_filter: jsonb containment over document || chunk metadata; source_types; created_after/before: the document''s created_at; embedded_only: chunks with an embedding), with their document''s title, source_uri, source_type and is_public. Null filters pass everything. Inlined by the planner into the calling query (no SET clause, every name qualified), so the caller''s conditions and these filters reach the index scans. Runs as the caller: row-level security applies.';
 
 create or replace function pgrag.tenant_chunk_count(tenant text)
 returns bigint
@@ -126,19 +178,12 @@ begin
                (pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id))[1 : $1],
                (pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id))[1 : $1]
         from (
-            select c.tenant_id, c.id as chunk_id,
+            select c.tenant_id, c.chunk_id,
                    c.embedding operator(@extschema:vector@.<=>) $2 as distance
-            from pgrag.chunks as c
-            join pgrag.documents as d on d.tenant_id operator(pg_catalog.=) c.tenant_id
-                                     and d.id operator(pg_catalog.=) c.document_id
-            where c.embedding is not null
-              and d.status operator(pg_catalog.=) 'ready'
-              and %s
-              and ($3 is null
-                   or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) $3)
-              and ($4 is null or d.source_type operator(pg_catalog.=) any ($4))
-              and ($5 is null or d.created_at operator(pg_catalog.>=) $5)
-              and ($6 is null or d.created_at operator(pg_catalog.<) $6)
+            from pgrag.ready_chunks(metadata_filter => $3, source_types => $4,
+                                    created_after => $5, created_before => $6,
+                                    embedded_only => true) as c
+            where %s
             order by c.embedding operator(@extschema:vector@.<=>) $2
             limit $7
         ) as h$q$,
@@ -169,20 +214,12 @@ begin
             -- files, and the fence keeps the planner from turning the exact scan into an HNSW walk.
             select v.tenant_id, v.chunk_id, v.distance
             from (
-                select c.tenant_id, c.id as chunk_id,
+                select c.tenant_id, c.chunk_id,
                        c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
-                from pgrag.chunks as c
-                join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
-                where c.embedding is not null
-                  and d.status = 'ready'
-                  and (v_tenant is null or c.tenant_id = v_tenant)
-                  and (not v_public or (c.is_public and d.is_public))
-                  and (document_ids is null or c.document_id = any (document_ids))
-                  and (metadata_filter is null
-                       or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) metadata_filter)
-                  and (source_types is null or d.source_type = any (source_types))
-                  and (created_after is null or d.created_at >= created_after)
-                  and (created_before is null or d.created_at < created_before)
+                from pgrag.ready_chunks(document_ids, metadata_filter, source_types,
+                                        created_after, created_before, embedded_only => true) as c
+                where (v_tenant is null or c.tenant_id = v_tenant)
+                  and (not v_public or (c.is_public and c.document_is_public))
                 offset 0
             ) as v
             order by v.distance, v.chunk_id
@@ -333,17 +370,10 @@ begin
                 pg_catalog.unnest(v_ids[v_off + 1 : least(v_off + v_batch, v_limit)]),
                 pg_catalog.unnest(v_scores[v_off + 1 : least(v_off + v_batch, v_limit)])
             ) with ordinality as u(t, id, s, ord)
-            join pgrag.chunks as c on c.tenant_id = u.t and c.id = u.id
-            join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
-            where d.status = 'ready'
-              and (v_neg is null or not c.fts operator(pg_catalog.@@) v_neg)
+            join pgrag.ready_chunks(document_ids, metadata_filter, source_types, created_after,
+                                    created_before) as c on c.tenant_id = u.t and c.chunk_id = u.id
+            where (v_neg is null or not c.fts operator(pg_catalog.@@) v_neg)
               and (v_pos is null or c.fts operator(pg_catalog.@@) v_pos)
-              and (document_ids is null or c.document_id = any (document_ids))
-              and (metadata_filter is null
-                   or (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.@>) metadata_filter)
-              and (source_types is null or d.source_type = any (source_types))
-              and (created_after is null or d.created_at >= created_after)
-              and (created_before is null or d.created_at < created_before)
             order by u.ord
             limit v_k - v_found;
             get diagnostics v_rows = row_count;

@@ -262,10 +262,8 @@ as $$
     hc as (
         select h.t, h.id, h.ord, h.s, c.document_id, c.chunk_index
         from hits as h
-        join pgrag.chunks as c on c.tenant_id = h.t and c.id = h.id
-        join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
-        where d.status = 'ready'
-          and (pgrag.current_tenant_id() is null or c.tenant_id = pgrag.current_tenant_id())
+        join pgrag.ready_chunks() as c on c.tenant_id = h.t and c.chunk_id = h.id
+        where pgrag.current_tenant_id() is null or c.tenant_id = pgrag.current_tenant_id()
     ),
     -- The neighbours that exist: a range on the (tenant_id, document_id, chunk_index) key.
     expanded as (

@@ -63,7 +63,7 @@ as $$
            pgrag.check_length('metadata_filter',
                               pg_catalog.octet_length(vector_search.metadata_filter::text), 10000, 'bytes');
 
-    select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
+    select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
            c.heading_path, c.content, 1 - v.distance,
            pg_catalog.row_number() over (order by v.distance, v.chunk_id), c.tenant_id
     from pgrag.vector_candidates(vector_search.query_embedding,
@@ -71,8 +71,7 @@ as $$
                                  vector_search.ef_search, vector_search.document_ids,
                                  vector_search.metadata_filter, vector_search.source_types,
                                  vector_search.created_after, vector_search.created_before) as v
-    join pgrag.chunks as c on c.tenant_id = v.tenant_id and c.id = v.chunk_id
-    join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+    join pgrag.ready_chunks() as c on c.tenant_id = v.tenant_id and c.chunk_id = v.chunk_id
     where vector_search.min_similarity is null or 1 - v.distance >= vector_search.min_similarity
     order by v.distance, v.chunk_id
 $$;
@@ -105,7 +104,7 @@ as $$
     -- checks the others).
     select pgrag.check_argument('match_count', keyword_search.match_count, 0, 1000, true);
 
-    select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
+    select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
            c.heading_path, c.content, k.score,
            pg_catalog.row_number() over (order by k.score desc, k.chunk_id), c.tenant_id
     from pgrag.keyword_candidates(keyword_search.query_text, least(keyword_search.match_count, 1000),
@@ -113,8 +112,7 @@ as $$
                                   keyword_search.document_ids, keyword_search.metadata_filter,
                                   keyword_search.source_types, keyword_search.created_after,
                                   keyword_search.created_before) as k
-    join pgrag.chunks as c on c.tenant_id = k.tenant_id and c.id = k.chunk_id
-    join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+    join pgrag.ready_chunks() as c on c.tenant_id = k.tenant_id and c.chunk_id = k.chunk_id
     order by k.score desc, k.chunk_id
 $$;
 comment on function public.keyword_search(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
@@ -167,15 +165,14 @@ begin
     end if;
     if v_w = 0 then
         return query
-        select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
+        select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
                c.heading_path, c.content, f.vector_rank, f.vector_score, f.keyword_rank,
                f.keyword_score, f.score, f.ord, c.tenant_id
         from pgrag.fused_candidates(query_text, query_embedding, v_k, v_cand, fusion, rrf_k,
                                     vector_weight, keyword_weight, min_score, mmr_lambda,
                                     language, ef_search, document_ids, metadata_filter,
                                     source_types, created_after, created_before) as f
-        join pgrag.chunks as c on c.tenant_id = f.tenant_id and c.id = f.chunk_id
-        join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+        join pgrag.ready_chunks() as c on c.tenant_id = f.tenant_id and c.chunk_id = f.chunk_id
         order by f.ord;
         return;
     end if;
