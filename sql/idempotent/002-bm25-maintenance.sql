@@ -99,89 +99,69 @@ $$;
 comment on function pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector[]) is
 'Adds (sign 1) or removes (sign -1) chunks in the BM25 index: postings, document frequencies (pgrag.bm25_lexicon, shard (pid % 16) * 8 + a slot rotating per statement) and corpus statistics (shard pid % 16). Called by the triggers on pgrag.chunks with their transition rows.';
 
-create or replace function pgrag.bm25_chunks_inserted()
+-- One trigger function for the three events. The batching statement is written once and names
+-- the event's transition tables in dynamic SQL: PL/pgSQL cannot pass a transition table to a
+-- function, and a static statement that names old_chunks cannot even be prepared in an INSERT
+-- trigger, which has no such table (nor a DELETE trigger new_chunks). Dynamic SQL is also planned
+-- for the rows of this statement: a plan PL/pgSQL cached for a one-row update, reused for a bulk
+-- update, compared every old row with every new one.
+create or replace function pgrag.bm25_chunks_changed()
 returns trigger
 language plpgsql
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    v_side record;
 begin
-    -- In batches of 10,000 rows: one array may not exceed 1 GB, a bulk load may.
-    perform pgrag.bm25_apply(1, pg_catalog.array_agg(n.tenant_id), pg_catalog.array_agg(n.id),
-                             pg_catalog.array_agg(n.language::text), pg_catalog.array_agg(n.fts))
-    from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
-          from new_chunks as c) as n
-    group by n.batch;
+    -- Removed rows (old_chunks: delete, update) leave the index, then added rows (new_chunks:
+    -- insert, update) enter it. Of an update, only rows whose indexed text (or identity) changed
+    -- touch the index: each side without the rows the other side holds unchanged.
+    for v_side in
+        select s.sign, s.rows, s.other
+        from (values (-1, 'old_chunks', 'new_chunks'), (1, 'new_chunks', 'old_chunks'))
+             as s (sign, rows, other)
+        where (s.sign < 0 and tg_op in ('DELETE', 'UPDATE'))
+           or (s.sign > 0 and tg_op in ('INSERT', 'UPDATE'))
+        order by s.sign
+    loop
+        -- In batches of 10,000 rows: one array may not exceed 1 GB, a bulk load may.
+        execute pg_catalog.format($sql$
+            select pgrag.bm25_apply(%1$s, pg_catalog.array_agg(x.tenant_id), pg_catalog.array_agg(x.id),
+                                    pg_catalog.array_agg(x.language::text), pg_catalog.array_agg(x.fts))
+            from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
+                  from %2$I as c
+                  where %3$s) as x
+            group by x.batch$sql$,
+            v_side.sign, v_side.rows,
+            case when tg_op = 'UPDATE' then pg_catalog.format(
+                'not exists (select from %I as o where o.tenant_id operator(pg_catalog.=) c.tenant_id '
+                'and o.id operator(pg_catalog.=) c.id and o.language operator(pg_catalog.=) c.language '
+                'and o.fts operator(pg_catalog.=) c.fts)', v_side.other)
+                 else 'true' end);
+    end loop;
     return null;
 end
 $$;
-comment on function pgrag.bm25_chunks_inserted() is
-'Trigger function (after insert, per statement): adds the new chunks to the BM25 index.';
-
-create or replace function pgrag.bm25_chunks_deleted()
-returns trigger
-language plpgsql
-security invoker
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-    perform pgrag.bm25_apply(-1, pg_catalog.array_agg(o.tenant_id), pg_catalog.array_agg(o.id),
-                             pg_catalog.array_agg(o.language::text), pg_catalog.array_agg(o.fts))
-    from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
-          from old_chunks as c) as o
-    group by o.batch;
-    return null;
-end
-$$;
-comment on function pgrag.bm25_chunks_deleted() is
-'Trigger function (after delete, per statement): removes the deleted chunks from the BM25 index.';
-
-create or replace function pgrag.bm25_chunks_updated()
-returns trigger
-language plpgsql
-security invoker
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-    -- Only rows whose indexed text (or identity) changed touch the BM25 index: such a row is
-    -- removed as its old version and added as its new one.
-    perform pgrag.bm25_apply(-1, pg_catalog.array_agg(o.tenant_id), pg_catalog.array_agg(o.id),
-                             pg_catalog.array_agg(o.language::text), pg_catalog.array_agg(o.fts))
-    from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
-          from old_chunks as c
-          where not exists (
-              select from new_chunks as n
-              where n.tenant_id = c.tenant_id and n.id = c.id
-                and n.language = c.language and n.fts = c.fts
-          )) as o
-    group by o.batch;
-    perform pgrag.bm25_apply(1, pg_catalog.array_agg(n.tenant_id), pg_catalog.array_agg(n.id),
-                             pg_catalog.array_agg(n.language::text), pg_catalog.array_agg(n.fts))
-    from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
-          from new_chunks as c
-          where not exists (
-              select from old_chunks as o
-              where c.tenant_id = o.tenant_id and c.id = o.id
-                and c.language = o.language and c.fts = o.fts
-          )) as n
-    group by n.batch;
-    return null;
-end
-$$;
-comment on function pgrag.bm25_chunks_updated() is
-'Trigger function (after update, per statement): re-indexes for BM25 the chunks whose fts, language, tenant or id changed.';
+comment on function pgrag.bm25_chunks_changed() is
+'Trigger function (after insert, update or delete on pgrag.chunks, per statement, with transition tables old_chunks and new_chunks): removes deleted chunks from the BM25 index and adds inserted ones; of updated chunks, re-indexes those whose fts, language, tenant or id changed.';
 
 create or replace trigger chunks_bm25_insert
     after insert on pgrag.chunks
     referencing new table as new_chunks
-    for each statement execute function pgrag.bm25_chunks_inserted();
+    for each statement execute function pgrag.bm25_chunks_changed();
 
 create or replace trigger chunks_bm25_delete
     after delete on pgrag.chunks
     referencing old table as old_chunks
-    for each statement execute function pgrag.bm25_chunks_deleted();
+    for each statement execute function pgrag.bm25_chunks_changed();
 
 create or replace trigger chunks_bm25_update
     after update on pgrag.chunks
     referencing old table as old_chunks new table as new_chunks
-    for each statement execute function pgrag.bm25_chunks_updated();
+    for each statement execute function pgrag.bm25_chunks_changed();
+
+-- Earlier versions had a trigger function per event; the triggers above no longer use them.
+drop function if exists pgrag.bm25_chunks_inserted();
+drop function if exists pgrag.bm25_chunks_deleted();
+drop function if exists pgrag.bm25_chunks_updated();
