@@ -1,105 +1,27 @@
 -- Text search: identifiers searchable by any of their parts, and query parsing.
--- Contract. Provides: pgrag.identifier_terms and pgrag.chunk_fts (the expression of the generated
---   column pgrag.chunks.fts), and pgrag.keyword_query (websearch syntax relaxed to OR semantics,
---   the lexemes BM25 scores). Relies on: pgrag.check_length (001-helpers.sql). Callers: the
---   keyword arm (007-candidates.sql); every role that searches holds EXECUTE.
+-- Contract. Provides: pgrag.keyword_query (websearch syntax relaxed to OR semantics, the lexemes
+--   BM25 scores) and the comments of pgrag.identifier_terms and pgrag.chunk_fts. Relies on:
+--   pgrag.check_length (001-helpers.sql); identifier_terms and chunk_fts as
+--   incremental/007-identifier-lexemes.sql defines them. Callers: the keyword arm
+--   (007-candidates.sql); every role that searches holds EXECUTE.
 
 -- ---------------------------------------------------------------------------------------------
 -- Text-search vectors: identifiers (part numbers, error codes, versions) searchable by any part.
 -- The default parser splits V-ZQX41-7 into v-zqx41, v, zqx41, 7 but a query ZQX41-7 into zqx41,
 -- -7; ERR-4471 into err, -4471; v2.3.1 stays one lexeme. Chunks therefore also index every run
 -- of parts of such a token (pgrag.chunk_fts), and keyword_query adds each identifier of the query
--- whole, so a query for any part of an identifier finds it. chunks.fts is a generated column of
--- pgrag.chunk_fts: changing either function below needs an incremental migration that
--- recomputes chunks.fts and the BM25 tables (as the identifier-lexemes migration does).
+-- whole, so a query for any part of an identifier finds it.
+--
+-- pgrag.identifier_terms and pgrag.chunk_fts are defined by
+-- sql/incremental/007-identifier-lexemes.sql, not here: chunks.fts is a generated column of
+-- pgrag.chunk_fts, so the stored data depends on their exact bodies, and changing either needs a
+-- new incremental migration that replaces them and recomputes chunks.fts and the BM25 tables (as
+-- 007 does). This tier only documents them.
 -- ---------------------------------------------------------------------------------------------
 
-create or replace function pgrag.identifier_terms(content text, whole_only boolean default false)
-returns text[]
-language plpgsql
-immutable
-strict
-parallel safe
-security invoker
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-    v_out text[] := '{}';
-    v_tok text;
-    v_marked text;
-    v_parts text[];
-    v_seps text[];
-    v_n integer;
-    v_term text;
-begin
-    -- Identifier-like tokens: runs of letters and digits joined by - . _ that hold a digit and
-    -- either a separator or a letter (ERR-4471, v2.3.1, V-ZQX41-7, ZQX41; not 2026, T-cell).
-    if content operator(pg_catalog.!~) '[[:digit:]]' then
-        return v_out;
-    end if;
-    for v_tok in
-        select pg_catalog.lower(m[1])
-        from pg_catalog.regexp_matches(content,
-            '((?:[[:alnum:]]+[-._])*[[:alnum:]]*[[:digit:]][[:alnum:]]*(?:[-._][[:alnum:]]+)*)', 'g') as m
-    loop
-        continue when pg_catalog.length(v_tok) > 64 or v_tok operator(pg_catalog.!~) '[-._]|[[:alpha:]]';
-        v_out := v_out operator(pg_catalog.||) v_tok;
-        continue when whole_only;
-        -- Parts: letter runs and digit runs; v_seps[i] joins part i to part i + 1 ('' between a
-        -- letter run and a digit run, marked by chr(1) to split there).
-        v_marked := pg_catalog.regexp_replace(
-            pg_catalog.regexp_replace(v_tok, '([[:alpha:]])(?=[[:digit:]])', '\1' operator(pg_catalog.||) pg_catalog.chr(1), 'g'),
-            '([[:digit:]])(?=[[:alpha:]])', '\1' operator(pg_catalog.||) pg_catalog.chr(1), 'g');
-        v_parts := pg_catalog.regexp_split_to_array(v_marked, '[-._' operator(pg_catalog.||) pg_catalog.chr(1) operator(pg_catalog.||) ']');
-        v_seps := pg_catalog.regexp_split_to_array(v_marked, '[[:alnum:]]+');
-        v_seps := v_seps[2:];  -- (the text before the first part is empty)
-        v_n := pg_catalog.cardinality(v_parts);
-        -- Every run of up to 6 consecutive parts, written as in the text (the whole token once).
-        for i in 1 .. v_n loop
-            v_term := '';
-            for j in i .. least(v_n, i + 5) loop
-                v_term := v_term operator(pg_catalog.||) v_parts[j];
-                if i > 1 or j < v_n then
-                    v_out := v_out operator(pg_catalog.||) v_term;
-                end if;
-                v_term := v_term operator(pg_catalog.||) pg_catalog.replace(coalesce(v_seps[j], ''), pg_catalog.chr(1), '');
-            end loop;
-        end loop;
-    end loop;
-    return v_out;
-end
-$$;
 comment on function pgrag.identifier_terms(text, boolean) is
 'Identifier-like tokens of content (letters and digits joined by - . _, holding a digit and a separator or a letter: ERR-4471, v2.3.1, V-ZQX41-7), lower-cased, one entry per occurrence; unless whole_only, also every run of up to 6 consecutive parts (letter runs, digit runs) written as in the text: V-ZQX41-7 gives v-zqx41-7, v, zqx, zqx41, zqx41-7, 41-7, 7, ...';
 
-create or replace function pgrag.chunk_fts(config regconfig, content text)
-returns tsvector
-language plpgsql
-immutable
-strict
-parallel safe
-security invoker
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-    v_base tsvector := pg_catalog.to_tsvector(config, content);
-    v_terms text[] := pgrag.identifier_terms(content);
-    v_extra text := '';
-begin
-    if pg_catalog.cardinality(v_terms) = 0 then
-        return v_base;
-    end if;
-    -- The identifier parts the parser did not produce, appended (positions after the text's,
-    -- one per occurrence) with weight A: BM25 counts their occurrences (tf) but leaves them out
-    -- of the chunk's length, which stays that of its words. Terms hold letters, digits, - . _
-    -- only: quoting needs no escapes.
-    for i in 1 .. least(pg_catalog.cardinality(v_terms), 16383) loop
-        v_extra := v_extra operator(pg_catalog.||) pg_catalog.format(' ''%s'':%sA', v_terms[i], i);
-    end loop;
-    return v_base operator(pg_catalog.||)
-        pg_catalog.ts_delete(v_extra::tsvector, pg_catalog.tsvector_to_array(v_base));
-end
-$$;
 comment on function pgrag.chunk_fts(regconfig, text) is
 'Text-search vector of a chunk (the generated column pgrag.chunks.fts): to_tsvector(config, content) plus the identifier parts of pgrag.identifier_terms(content) it lacks, so that ZQX41-7, ERR, 4471 or 2.3.1 find V-ZQX41-7, ERR-4471 and v2.3.1.';
 
