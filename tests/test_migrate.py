@@ -131,7 +131,7 @@ def sql_copy(tmp_path: Path) -> Path:
 
 def test_changed_incremental_file_is_refused_naming_the_file(empty_db: str, sql_copy: Path) -> None:
     Migrator(empty_db, sql_copy).migrate()
-    first = sorted((sql_copy / "incremental").iterdir())[0]
+    first = sorted((sql_copy / "incremental").glob("*.sql"))[0]
     first.write_text(first.read_text() + "\n-- an edit after release\n")
 
     with pytest.raises(ChecksumMismatch, match=re.escape(f"incremental/{first.name} changed")):
@@ -140,7 +140,7 @@ def test_changed_incremental_file_is_refused_naming_the_file(empty_db: str, sql_
 
 def test_changed_idempotent_file_is_reapplied(empty_db: str, sql_copy: Path) -> None:
     Migrator(empty_db, sql_copy).migrate()
-    helpers = sorted((sql_copy / "idempotent").iterdir())[0]
+    helpers = sorted((sql_copy / "idempotent").glob("*.sql"))[0]
     helpers.write_text(
         helpers.read_text() + "\ncomment on function pgrag.touch_updated_at() is 'changed';\n"
     )
@@ -159,7 +159,7 @@ def test_failing_migration_is_rolled_back_whole(empty_db: str, sql_copy: Path) -
     bad = (
         sql_copy
         / "incremental"
-        / f"{len(list((sql_copy / 'incremental').iterdir())) + 1:03d}-bad.sql"
+        / f"{len(list((sql_copy / 'incremental').glob('*.sql'))) + 1:03d}-bad.sql"
     )
     bad.write_text("create table pgrag.half_done (id int);\nselect 1/0;\n")
 
@@ -212,6 +212,15 @@ def test_migration_file_names_follow_the_rule() -> None:
     idempotent = [f.path.name for f in discover() if f.kind == "idempotent"]
     late = [n for n in idempotent if n >= "900"]
     assert late and idempotent[-len(late) :] == late
+
+
+def test_each_idempotent_file_states_its_contract_and_each_tier_its_rules() -> None:
+    for f in discover():
+        if f.kind == "idempotent":
+            head = f.text.split("\n\n", 1)[0]
+            assert "Contract. Provides:" in head and "Relies on:" in head, f.name
+    for kind in KINDS:
+        assert (sql_dir() / kind / "README.md").is_file(), kind
 
 
 def test_incremental_numbering_gap_is_rejected(sql_copy: Path) -> None:
