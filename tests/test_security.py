@@ -457,6 +457,7 @@ TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "doc
 PGRAG_FUNCTIONS = (
     "check_argument",
     "check_length",
+    "check_filters",
     "check_query_embedding",
     "chunk_fts",
     "current_tenant_id()",

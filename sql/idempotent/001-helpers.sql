@@ -2,7 +2,7 @@
 -- Contract. Provides: pgrag.current_tenant_id (every policy and search function) and
 --   pgrag.set_request_tenant (trusted direct sessions: the CLI and the ingester); the tenant_id
 --   defaults of documents and chunks; the argument checks pgrag.check_argument, check_length,
---   check_query_embedding and text_search_config (SQLSTATE 22023, docs/security.md "Argument
+--   check_filters, check_query_embedding and text_search_config (SQLSTATE 22023, docs/security.md "Argument
 --   limits"); updated_at and chunk-language triggers. Relies on: the tables of the incremental
 --   tier only. Callers: every role that searches or writes (910-function-privileges.sql).
 
@@ -217,6 +217,27 @@ end
 $$;
 comment on function pgrag.check_length(text, bigint, bigint, text) is
 'Argument check: raises 22023 naming argument when its length (array elements, characters or bytes, as unit says) exceeds high. A null length passes.';
+
+create or replace function pgrag.check_filters(
+    document_ids bigint[],
+    source_types text[],
+    metadata_filter jsonb
+)
+returns void
+language plpgsql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform pgrag.check_length('document_ids', pg_catalog.cardinality(document_ids), 1000);
+    perform pgrag.check_length('source_types', pg_catalog.cardinality(source_types), 100);
+    perform pgrag.check_length('metadata_filter', pg_catalog.octet_length(metadata_filter::text), 10000, 'bytes');
+end
+$$;
+comment on function pgrag.check_filters(bigint[], text[], jsonb) is
+'Argument check of the filters every search takes: raises 22023 when document_ids has more than 1,000 elements, source_types more than 100, or metadata_filter more than 10,000 bytes (as text). Nulls pass; created_after and created_before take any value.';
 
 create or replace function pgrag.check_query_embedding(
     argument text,

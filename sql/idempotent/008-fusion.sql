@@ -145,9 +145,7 @@ begin
     perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true);
     perform pgrag.check_query_embedding('query_embedding', query_embedding);
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
-    perform pgrag.check_length('document_ids', pg_catalog.cardinality(document_ids), 1000);
-    perform pgrag.check_length('source_types', pg_catalog.cardinality(source_types), 100);
-    perform pgrag.check_length('metadata_filter', pg_catalog.octet_length(metadata_filter::text), 10000, 'bytes');
+    perform pgrag.check_filters(document_ids, source_types, metadata_filter);
     perform pgrag.text_search_config('language', language);
     return query
     with v as (

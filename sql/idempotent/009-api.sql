@@ -58,10 +58,8 @@ as $$
            pgrag.check_argument('match_count', vector_search.match_count, 0, 1000, true),
            pgrag.check_argument('min_similarity', vector_search.min_similarity, '-Infinity', 'Infinity'),
            pgrag.check_argument('ef_search', vector_search.ef_search, 1, 1000, true),
-           pgrag.check_length('document_ids', pg_catalog.cardinality(vector_search.document_ids), 1000),
-           pgrag.check_length('source_types', pg_catalog.cardinality(vector_search.source_types), 100),
-           pgrag.check_length('metadata_filter',
-                              pg_catalog.octet_length(vector_search.metadata_filter::text), 10000, 'bytes');
+           pgrag.check_filters(vector_search.document_ids, vector_search.source_types,
+                               vector_search.metadata_filter);
 
     select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
            c.heading_path, c.content, 1 - v.distance,

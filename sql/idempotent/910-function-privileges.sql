@@ -34,6 +34,7 @@ begin
               'current_tenant_id', 'tenant_chunk_count', 'keyword_query', 'ready_chunks',
               'vector_candidates', 'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
               'tenant_index_name', 'chunk_fts', 'identifier_terms', 'check_argument', 'check_length',
+              'check_filters',
               'check_query_embedding', 'text_search_config', 'bm25_apply', 'delete_documents',
               'text_search_config_allowed'
           ])
