@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -55,6 +57,15 @@ def pg_admin_dsn() -> Iterator[str]:
         return
     with temporary_cluster("pgrag-test-") as url:
         yield url
+
+
+def dev_tool(name: str) -> str | None:
+    """Path of a dev-dependency command (pgspot, squawk): beside the Python running the tests,
+    in this checkout's .venv, or on PATH; None when none has it."""
+    for folder in (Path(sys.executable).parent, Path(__file__).resolve().parents[1] / ".venv/bin"):
+        if (folder / name).exists():
+            return str(folder / name)
+    return shutil.which(name)
 
 
 def dsn_for(admin_dsn: str, dbname: str) -> str:
