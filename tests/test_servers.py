@@ -98,15 +98,20 @@ def test_hot_standby_replays_the_primary_and_refuses_writes(
             conn.execute(f"insert into {table} values (2, 'written on the standby')")
 
 
-def test_without_root_a_missing_package_is_a_skip_reason_not_an_install(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("root", "no_install", "reason"),
+    [(False, "", "the tests do not run as root"), (True, "1", "PGRAG_TEST_NO_INSTALL is set")],
+)
+def test_a_missing_package_is_a_skip_reason_when_installing_is_not_allowed(
+    monkeypatch: pytest.MonkeyPatch, root: bool, no_install: str, reason: str
 ) -> None:
     from plugins import pgservers
 
-    monkeypatch.setattr(pgservers, "is_root", lambda: False)
+    monkeypatch.setattr(pgservers, "is_root", lambda: root)
+    monkeypatch.setenv("PGRAG_TEST_NO_INSTALL", no_install)
     monkeypatch.setattr(pgservers, "installed_packages", lambda packages: {})
     said: list[str] = []
-    with pytest.raises(pgservers.ServerUnavailable, match="do not run as root") as caught:
+    with pytest.raises(pgservers.ServerUnavailable, match=reason) as caught:
         pgservers.ensure_pg15(pgservers.Steps(say=said.append), pgservers.PLPYTHON_PACKAGES)
     assert "postgresql-plpython3-15" in str(caught.value)
     assert said == []  # nothing was attempted

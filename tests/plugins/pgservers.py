@@ -6,7 +6,8 @@ Three kinds, beside the embedded PostgreSQL 18 cluster of ``tests/conftest.py``:
 * Citus 13.2.2 (built from ``../shared/vendor`` with its patch) on Debian's PostgreSQL 15;
 * a streaming hot standby of an embedded PostgreSQL 18 primary (``pg_basebackup`` from the wheel).
 
-What a machine lacks is installed only as root: Debian packages with ``apt-get`` (five-minute
+What a machine lacks is installed only as root (and not when ``PGRAG_TEST_NO_INSTALL`` is set,
+which turns those tests into skips): Debian packages with ``apt-get`` (five-minute
 lock timeout, one ``apt-get update`` when an install fails) and the vendored extensions built in
 ``/var/cache/pgrag-test-build`` (``PGRAG_TEST_BUILD_DIR``) and installed into Debian's
 PostgreSQL 15 folders, once per machine: a build is skipped when the installed files already
@@ -112,6 +113,15 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
+def install_refused() -> str | None:
+    """Why this run may not install packages or build extensions (None: it may)."""
+    if os.environ.get("PGRAG_TEST_NO_INSTALL"):
+        return "PGRAG_TEST_NO_INSTALL is set"
+    if not is_root():
+        return "the tests do not run as root"
+    return None
+
+
 # --- progress and timing ------------------------------------------------------------------
 
 
@@ -214,10 +224,10 @@ def apt_install(packages: Sequence[str], steps: Steps, *, force: bool = False) -
     missing = [p for p in packages if p not in installed_packages(packages)]
     if not missing and not force:
         return
-    if not is_root():
+    refused = install_refused()
+    if refused:
         raise ServerUnavailable(
-            f"{' '.join(missing or packages)} not installed, and the tests do not run as root "
-            "to apt-get install them"
+            f"{' '.join(missing or packages)} not installed, and {refused} to apt-get install them"
         )
     if not shutil.which("apt-get"):
         raise ServerUnavailable(f"{' '.join(missing)} not installed and there is no apt-get")
@@ -339,16 +349,18 @@ def ensure_pgvector(steps: Steps) -> None:
     """pgvector 0.8.6 in Debian's PostgreSQL 15, built from the vendored tarball if needed."""
     if pgvector_installed():
         return
-    if not is_root():
+    refused = install_refused()
+    if refused:
         raise ServerUnavailable(
-            f"pgvector {PGVECTOR.version} is not installed for PostgreSQL 15, and the tests do "
-            "not run as root to build it"
+            f"pgvector {PGVECTOR.version} is not installed for PostgreSQL 15, and {refused} "
+            "to build it"
         )
     with build_lock(steps) as root:
         if pgvector_installed():  # another run built it while this one waited
             return
         source = _unpack(PGVECTOR, root, steps)
         log = root / "pgvector-build.log"
+        log.write_text("")
         make = ["make", "-C", str(source), "OPTFLAGS=", f"PG_CONFIG={PG15_BIN / 'pg_config'}"]
         with steps.step(f"build pgvector {PGVECTOR.version} (log {log})", announce=True):
             _run_logged(make, log, steps, "make pgvector", progress=_compiled(source))
@@ -362,16 +374,17 @@ def ensure_citus(steps: Steps) -> None:
     """Citus 13.2.2 in Debian's PostgreSQL 15, built (patched) from the vendored tarball."""
     if citus_installed():
         return
-    if not is_root():
+    refused = install_refused()
+    if refused:
         raise ServerUnavailable(
-            f"Citus {CITUS.version} is not installed for PostgreSQL 15, and the tests do not "
-            "run as root to build it"
+            f"Citus {CITUS.version} is not installed for PostgreSQL 15, and {refused} to build it"
         )
     with build_lock(steps) as root:
         if citus_installed():
             return
         source = _unpack(CITUS, root, steps)
         log = root / "citus-build.log"
+        log.write_text("")
         steps.say(f"building Citus {CITUS.version}: about 3-5 minutes on 2 cores (log {log})")
         configure = ["./configure", f"PG_CONFIG={PG15_BIN / 'pg_config'}", "--without-libcurl"]
         with steps.step("configure Citus"):

@@ -20,9 +20,12 @@ Registered from ``tests/conftest.py``; the machinery is in ``plugins/pgservers.p
 * ``hot_standby`` (per test): a factory, ``hot_standby(primary_dsn) -> Standby`` (``.dsn``,
   ``.wait_for_replay(timeout)``), stopped and removed after the test.
 
-A fixture that cannot get its server (not root and something missing, no apt-get, a failed
-install or build) skips the test with the reason, also printed as a ``[servers]`` line; the
-terminal summary lists how long each install, build and start step took.
+As root on Debian bookworm the fixtures install what is missing, once per machine: apt
+packages (PostgreSQL 15, its headers, PL/Python, Citus's build dependencies) and pgvector and
+Citus built in /var/cache/pgrag-test-build (about 30 s and 3-6 minutes on 2 cores). A fixture
+that cannot get its server (something missing while not root or with ``PGRAG_TEST_NO_INSTALL``
+set, no apt-get, a failed install or build) skips the test with the reason, also printed as a
+``[servers]`` line; the terminal summary lists how long each install, build and start took.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ def _sayer(config: pytest.Config) -> Callable[[str], None]:
         capman = config.pluginmanager.get_plugin("capturemanager")
         shown = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
         with shown:
+            if reporter._tw.width_of_current_line:  # after progress dots: a line of its own
+                reporter.write("\n")
             reporter.write_line(text)
 
     return say
