@@ -536,6 +536,17 @@ class LocalCluster:
             f"end of {self.log_file}:\n{log}"
         )
 
+    def restart(self) -> None:
+        """Restart on the same port, reading ``settings`` again (e.g. after changing them)."""
+        self._write_settings()
+        pg_ctl = [self.bin_dir / "pg_ctl", "-D", self.data_dir, "-l", self.log_file]
+        done = self._run([*pg_ctl, "-w", "-t", "120", "-m", "fast", "restart"])
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"the server in {self.data_dir} did not restart: {done.stderr.strip()}\n"
+                f"end of {self.log_file}:\n{_tail(self.log_file)}"
+            )
+
     def stop(self) -> None:
         if not (self.data_dir / "postmaster.pid").exists():
             return
@@ -560,7 +571,11 @@ def new_pg15_cluster(
         env=dict(env or {}),
         settings=dict(settings or {}),
     )
-    cluster.initdb()
+    try:
+        cluster.initdb()
+    except BaseException:
+        cluster.remove()
+        raise
     return cluster
 
 

@@ -14,7 +14,8 @@ Registered from ``tests/conftest.py``; the machinery is in ``plugins/pgservers.p
 * ``replication_primary`` (session): the DSN of a dedicated embedded PostgreSQL 18 primary.
   It is not the session's ``pg_admin_dsn``: that one may be an external server or a container
   (another major version, settings the suite cannot change), and a base backup of the shared
-  cluster would force checkpoints under every concurrently running test. The embedded
+  cluster would force checkpoints under every concurrently running test (``hot_standby`` does
+  work on ``pg_admin_dsn`` when that is the embedded cluster: checked once). The embedded
   cluster's defaults already stream (``wal_level=replica``, ``max_wal_senders=10``, trust
   ``replication`` lines in pg_hba from initdb), so nothing needs changing on it.
 * ``hot_standby`` (per test): a factory, ``hot_standby(primary_dsn) -> Standby`` (``.dsn``,
