@@ -32,6 +32,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 TEST_DIMS = 384
 
+# Servers beyond the embedded one (PostgreSQL 15 + PL/Python, Citus, hot standby): see the module.
+pytest_plugins = ["plugins.servers"]
+
 
 def _docker_engine_answers() -> bool:
     if shutil.which("docker") is None:
