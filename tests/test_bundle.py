@@ -16,6 +16,7 @@ from test_migrate import schema_dump
 
 from pgrag.bundle import bundle_sql, supabase_files, write_supabase
 from pgrag.cli import main
+from pgrag.db import vector_schema
 from pgrag.migrator import Migrator, discover
 
 
@@ -227,10 +228,7 @@ def test_supabase_files_install_like_the_migrator(empty_db: str, tmp_path: Path)
         assert done.returncode == 0, (path.name, done.stderr)
 
     with psycopg.connect(empty_db) as conn:
-        schema = conn.execute(
-            "select extnamespace::regnamespace::text from pg_extension where extname = 'vector'"
-        ).fetchone()
-    assert schema == ("extensions",)
+        assert vector_schema(conn) == "extensions"
     assert Migrator(empty_db).migrate().nothing_to_do
 
 
