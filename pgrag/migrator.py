@@ -270,7 +270,7 @@ declare
     wanted text := coalesce(nullif(pg_catalog.current_setting('pgrag.embedding_dims', true), ''),
                             {asked});
     installed integer;
-    f record;
+    rec record;
 begin
 {_prologue()}
     if not exists (select from pg_catalog.pg_available_extensions where name = 'vector') then
@@ -280,13 +280,13 @@ begin
                          'github.com/pgvector/pgvector)';
     end if;
     if pg_catalog.to_regclass('pgrag.schema_migrations') is not null then
-        select * into f
+        select * into rec
         from {_states(incremental, 8)} as s
         where s.state = 'changed'
         order by s.ord
         limit 1;
         if found then
-            {_refuse_changed("f")}
+            {_refuse_changed("rec")}
         end if;
     end if;
     if pg_catalog.to_regclass('pgrag.embedding_config') is not null then
@@ -311,16 +311,16 @@ def _incremental_step(f: MigrationFile, dims: int | None, vector_schema: str) ->
     body = f"""
 declare
     vs name;
-    f record;
+    rec record;
 begin
 {_prologue()}
     if pg_catalog.to_regclass('pgrag.schema_migrations') is not null then
-        select * into f from {_states([f], 8)} as s;
-        if f.state = 'applied' then
-            raise notice 'pgrag: % is already applied', f.name;
+        select * into rec from {_states([f], 8)} as s;
+        if rec.state = 'applied' then
+            raise notice 'pgrag: % is already applied', rec.name;
             return;
-        elsif f.state = 'changed' then
-            {_refuse_changed("f")}
+        elsif rec.state = 'changed' then
+            {_refuse_changed("rec")}
         end if;
     end if;
     -- Read by the first migration only (the dimension of a new database).
