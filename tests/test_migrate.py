@@ -128,7 +128,7 @@ def sql_copy(tmp_path: Path) -> Path:
 
 def test_changed_incremental_file_is_refused_naming_the_file(empty_db: str, sql_copy: Path) -> None:
     Migrator(empty_db, sql_copy).migrate()
-    first = sorted((sql_copy / "incremental").iterdir())[0]
+    first = sorted((sql_copy / "incremental").glob("*.sql"))[0]
     first.write_text(first.read_text() + "\n-- an edit after release\n")
 
     with pytest.raises(ChecksumMismatch, match=re.escape(f"incremental/{first.name} changed")):
@@ -137,7 +137,7 @@ def test_changed_incremental_file_is_refused_naming_the_file(empty_db: str, sql_
 
 def test_changed_idempotent_file_is_reapplied(empty_db: str, sql_copy: Path) -> None:
     Migrator(empty_db, sql_copy).migrate()
-    helpers = sorted((sql_copy / "idempotent").iterdir())[0]
+    helpers = sorted((sql_copy / "idempotent").glob("*.sql"))[0]
     helpers.write_text(
         helpers.read_text() + "\ncomment on function pgrag.touch_updated_at() is 'changed';\n"
     )
@@ -156,9 +156,9 @@ def test_a_changed_incremental_file_stops_the_run_before_anything_is_applied(
     empty_db: str, sql_copy: Path
 ) -> None:
     Migrator(empty_db, sql_copy).migrate()
-    first = sorted((sql_copy / "incremental").iterdir())[0]
+    first = sorted((sql_copy / "incremental").glob("*.sql"))[0]
     first.write_text(first.read_text() + "\n-- an edit after release\n")
-    n = len(list((sql_copy / "incremental").iterdir())) + 1
+    n = len(list((sql_copy / "incremental").glob("*.sql"))) + 1
     (sql_copy / "incremental" / f"{n:03d}-later.sql").write_text("create table pgrag.later ();\n")
 
     with pytest.raises(ChecksumMismatch, match="must not be edited"):
@@ -169,7 +169,7 @@ def test_a_changed_incremental_file_stops_the_run_before_anything_is_applied(
 
 
 def test_dry_run_lists_exactly_what_migrate_then_applies(db: str, sql_copy: Path) -> None:
-    n = len(list((sql_copy / "incremental").iterdir())) + 1
+    n = len(list((sql_copy / "incremental").glob("*.sql"))) + 1
     new = sql_copy / "incremental" / f"{n:03d}-probe.sql"
     new.write_text(
         "create table pgrag.probe (id int primary key);\n"
@@ -232,7 +232,7 @@ def test_failing_migration_is_rolled_back_whole(empty_db: str, sql_copy: Path) -
     bad = (
         sql_copy
         / "incremental"
-        / f"{len(list((sql_copy / 'incremental').iterdir())) + 1:03d}-bad.sql"
+        / f"{len(list((sql_copy / 'incremental').glob('*.sql'))) + 1:03d}-bad.sql"
     )
     bad.write_text("create table pgrag.half_done (id int);\nselect 1/0;\n")
 
