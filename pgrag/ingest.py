@@ -42,7 +42,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgrag.chunking import Chunk, default_sizes, make_chunker, token_counter
-from pgrag.db import DEFAULT_TENANT, connect, set_request_tenant
+from pgrag.db import DEFAULT_TENANT, connect, set_request_tenant, vector_schema
 from pgrag.embedders import Embedder, get_embedder, read_embedding_config
 from pgrag.errors import (
     ConfigError,
@@ -107,11 +107,7 @@ STAGE_TYPES = [
 def create_stage_table(conn: psycopg.Connection[Any]) -> None:
     """Create this session's staging table ``pg_temp.pgrag_stage`` (columns ``STAGE_COLUMNS``),
     which ``pgrag.replace_document_chunks`` reads."""
-    row = conn.execute(
-        "select n.nspname from pg_catalog.pg_extension e "
-        "join pg_catalog.pg_namespace n on n.oid = e.extnamespace where e.extname = 'vector'"
-    ).fetchone()
-    vector = sql.Identifier(row[0] if row else "public", "vector")
+    vector = sql.Identifier(vector_schema(conn) or "public", "vector")
     conn.execute(
         sql.SQL(
             "create temp table pgrag_stage (document_id int8 not null, chunk_index int4 "

