@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dsn:
         dsn = args.dsn
     else:
-        from pgrag.embedded import EmbeddedCluster
+        from pgrag.local_server import EmbeddedCluster
 
         dsn = EmbeddedCluster().start()
     with connect(dsn) as conn:

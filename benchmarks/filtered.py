@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dsn:
         admin = args.dsn
     else:
-        from pgrag.embedded import EmbeddedCluster
+        from pgrag.local_server import EmbeddedCluster
 
         admin = EmbeddedCluster().start()
     admin = make_conninfo(admin, dbname="postgres")

@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dsn:
         admin = make_conninfo(args.dsn, dbname="postgres")
     else:
-        from pgrag.embedded import EmbeddedCluster
+        from pgrag.local_server import EmbeddedCluster
 
         admin = make_conninfo(EmbeddedCluster().start(), dbname="postgres")
 

@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from common import fresh_database, latency_summary  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
-from pgrag.embedded import temporary_cluster  # noqa: E402
+from pgrag.local_server import temporary_cluster  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -8,7 +8,7 @@ from pgrag import __version__
 from pgrag.cli_common import PgragGroup, echo_json, json_option, pass_app
 from pgrag.context import AppContext
 from pgrag.db import redact
-from pgrag.embedded import EmbeddedCluster
+from pgrag.local_server import EmbeddedCluster
 from pgrag.migrator import Migrator
 
 

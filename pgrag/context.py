@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from pgrag.embedded import EmbeddedCluster
+from pgrag.local_server import EmbeddedCluster
 
 
 @dataclass

@@ -66,7 +66,7 @@ def local_backend(backend: str | None = None) -> str:
 
 def model_cache_dir() -> Path:
     """Where derived model files (the ONNX graph) are cached: ``$PGRAG_HOME/models``."""
-    from pgrag.embedded import pgrag_home
+    from pgrag.local_server import pgrag_home
 
     return pgrag_home() / "models"
 

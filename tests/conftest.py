@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgrag.embedded import temporary_cluster
+from pgrag.local_server import temporary_cluster
 from pgrag.migrator import Migrator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
