@@ -7,14 +7,14 @@ import sys
 import click
 
 from pgrag.chunking import CHUNKERS
-from pgrag.cli_common import (
+from pgrag.cli.common import (
     echo_json,
     json_option,
     parse_json_object,
     pass_app,
     progress_option,
 )
-from pgrag.context import AppContext
+from pgrag.cli.state import AppContext
 from pgrag.db import DEFAULT_TENANT, connect
 from pgrag.embedders import PROVIDERS, get_embedder, read_embedding_config
 from pgrag.ingest import IngestOptions, IngestSummary, ingest_paths

@@ -10,14 +10,14 @@ from typing import Any, TypeVar
 
 import click
 
-from pgrag.cli_common import (
+from pgrag.cli.common import (
     echo_json,
     json_option,
     parse_json_object,
     pass_app,
     progress_option,
 )
-from pgrag.context import AppContext
+from pgrag.cli.state import AppContext
 from pgrag.db import DEFAULT_TENANT, connect
 from pgrag.documents import tenant_is_empty
 from pgrag.errors import NothingToDo

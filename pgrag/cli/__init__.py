@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from pgrag import __version__
-from pgrag.cli_common import PgragGroup, echo_json, json_option, pass_app
-from pgrag.context import AppContext
+from pgrag.cli.common import PgragGroup, echo_json, json_option, pass_app
+from pgrag.cli.state import AppContext
 from pgrag.db import redact
 from pgrag.local_server import EmbeddedCluster
 from pgrag.migrator import Migrator
@@ -141,17 +141,17 @@ def status(app: AppContext, as_json: bool) -> None:
 
 # -- commands defined in their own modules (one import and one add_command each) ----------------
 
-from pgrag.cli_search import ask, evaluate, search  # noqa: E402
+from pgrag.cli.search import ask, evaluate, search  # noqa: E402
 
 main.add_command(search)
 main.add_command(ask)
 main.add_command(evaluate)
 
-from pgrag.cli_bundle import sql_bundle  # noqa: E402
+from pgrag.cli.bundle import sql_bundle  # noqa: E402
 
 main.add_command(sql_bundle)
 
-from pgrag.cli_ingest import delete, embed, ingest  # noqa: E402
+from pgrag.cli.ingest import delete, embed, ingest  # noqa: E402
 
 main.add_command(ingest)
 main.add_command(delete)

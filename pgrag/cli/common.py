@@ -15,7 +15,7 @@ from typing import Any
 import click
 import psycopg
 
-from pgrag.context import AppContext
+from pgrag.cli.state import AppContext
 from pgrag.db import database_error_message, one_line
 from pgrag.errors import PgragError
 
