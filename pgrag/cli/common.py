@@ -1,4 +1,4 @@
-"""Pieces every ``pgrag`` command module shares: error handling, --json, the app context.
+"""Pieces every ``pgrag`` command module shares: error handling, --json, the CLI state.
 
 Every failure ends as one line on stderr and a documented exit status (docs/cli.md):
 0 success, 1 an error (pgrag's own, a database error mapped by SQLSTATE, or an unexpected
@@ -15,8 +15,8 @@ from typing import Any
 import click
 import psycopg
 
-from pgrag.cli.state import AppContext
-from pgrag.db import database_error_message, one_line
+from pgrag.cli.state import CliState
+from pgrag.db import DEFAULT_TENANT, database_error_message, one_line
 from pgrag.errors import PgragError
 
 DEBUG_ENV = "PGRAG_DEBUG"
@@ -108,7 +108,7 @@ def echo_json(data: Any) -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-pass_app = click.make_pass_decorator(AppContext)
+pass_state = click.make_pass_decorator(CliState)
 
 
 def parse_json_object(value: str | None, option: str = "--metadata") -> dict[str, Any] | None:
@@ -133,3 +133,13 @@ progress_option = click.option(
     help="Report progress on stderr: a live bar on a terminal, else one line every 10 s "
     "(env PGRAG_PROGRESS_INTERVAL). Default: on, except with --json.",
 )
+
+
+def tenant_option(default: str | None = DEFAULT_TENANT, help_text: str | None = None) -> Any:
+    return click.option(
+        "--tenant",
+        envvar="PGRAG_TENANT",
+        default=default,
+        show_default=default is not None,
+        help=help_text or "Search as this tenant (env PGRAG_TENANT).",
+    )
