@@ -35,7 +35,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from pgrag import evaluate as ev
+from pgrag import eval as ev
 from pgrag.db import connect
 from pgrag.search import query_embedder
 

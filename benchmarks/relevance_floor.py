@@ -33,7 +33,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from pgrag import evaluate as ev
+from pgrag import eval as ev
 from pgrag.db import connect
 from pgrag.extract import extract_path
 from pgrag.ingest import ingest_documents

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from pgrag.cli import main
 from pgrag.errors import ConfigError
-from pgrag.evaluate import (
+from pgrag.eval import (
     BeirDataset,
     document_ranking,
     load_beir,

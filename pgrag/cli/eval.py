@@ -63,7 +63,7 @@ def evaluate(
     into its own tenant (later runs skip unchanged documents); latency is the p50/p95 of one
     search call returning 10 rows, query embedding excluded.
     """
-    from pgrag import evaluate as ev
+    from pgrag import eval as ev
     from pgrag.progress import Progress, ProgressMode
 
     dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
