@@ -49,6 +49,10 @@ class ExtractionError(PgragError):
     """A document could not be read or yielded no text."""
 
 
+class MissingExtra(PgragError):
+    """An optional part of pgrag is not installed; the message names the pip extra."""
+
+
 class NothingToDo(PgragError):
     """The command found nothing to work on: no matching files, no documents, unknown tenant."""
 

@@ -66,6 +66,7 @@ def evaluate(
     from pgrag import eval as ev
     from pgrag.progress import Progress, ProgressMode
 
+    ev.trec_eval()  # the eval extra: before any work, say how to install it when it is missing
     dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
     parsed = [ev.parse_mode(spec) for spec in (modes or ev.DEFAULT_EVAL_MODES)]
     tenant = tenant or f"beir-{dataset.name}"
