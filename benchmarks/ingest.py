@@ -44,7 +44,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
-import pgrag.ingest as ingest_mod
+import pgrag.ingest.run as ingest_mod
 from pgrag.chunking import default_sizes, make_chunker, token_counter
 from pgrag.db import connect
 from pgrag.embedders import LocalEmbedder

@@ -25,7 +25,7 @@ from test_extract import (
     make_scanned_pdf,
 )
 
-import pgrag.ingest
+import pgrag.ingest.run
 from pgrag.cli import main
 from pgrag.db import connect
 from pgrag.embedders import LocalEmbedder
@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def shared_model(monkeypatch: pytest.MonkeyPatch, local_embedder: LocalEmbedder) -> LocalEmbedder:
     """Let the CLI use the session's already loaded real model instead of loading another."""
-    monkeypatch.setattr(pgrag.ingest, "get_embedder", lambda *a, **k: local_embedder)
+    monkeypatch.setattr(pgrag.ingest.run, "get_embedder", lambda *a, **k: local_embedder)
     return local_embedder
 
 
@@ -237,7 +237,7 @@ def test_kill_9_mid_ingest_then_rerun_equals_a_clean_run(
             )
         )
     script = (
-        "import sys, pgrag.ingest as m\n"
+        "import sys, pgrag.ingest.run as m\n"
         "m.BATCH_CHUNKS = 4; m.GROUP_DOCS = 4\n"  # many small commits, so a kill lands mid-run
         "m.ingest_paths(sys.argv[1], [sys.argv[2]])\n"
     )
