@@ -237,9 +237,9 @@ def test_kill_9_mid_ingest_then_rerun_equals_a_clean_run(
             )
         )
     script = (
-        "import sys, pgrag.ingest.run as m\n"
+        "import sys, pgrag.ingest, pgrag.ingest.run as m\n"
         "m.BATCH_CHUNKS = 4; m.GROUP_DOCS = 4\n"  # many small commits, so a kill lands mid-run
-        "m.ingest_paths(sys.argv[1], [sys.argv[2]])\n"
+        "pgrag.ingest.ingest_paths(sys.argv[1], [sys.argv[2]])\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-c", script, db, str(corpus)], env=env, cwd=REPO)
