@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import psycopg
 
 from pgrag.errors import ConfigError, EmbeddingConfigError, EmbeddingError, NotInstalled
 from pgrag.openai_errors import describe_openai_error
@@ -360,11 +361,11 @@ def get_embedder(
     raise ConfigError(f"unknown embedder {provider!r}: choose one of {', '.join(PROVIDERS)}.")
 
 
-def read_embedding_config(conn: Any) -> tuple[int, str | None, str | None]:
+def read_embedding_config(conn: psycopg.Connection[Any]) -> tuple[int, str | None, str | None]:
     """(dims, model, provider) recorded in ``pgrag.embedding_config``."""
     try:
         row = conn.execute("select dims, model, provider from pgrag.embedding_config").fetchone()
-    except Exception as exc:  # undefined table: pgrag is not installed there
+    except psycopg.errors.UndefinedTable as exc:  # pgrag is not installed there
         if not conn.autocommit:
             conn.rollback()
         raise NotInstalled(
@@ -375,7 +376,7 @@ def read_embedding_config(conn: Any) -> tuple[int, str | None, str | None]:
     return int(row[0]), row[1], row[2]
 
 
-def embedder_for_database(conn: Any) -> Embedder:
+def embedder_for_database(conn: psycopg.Connection[Any]) -> Embedder:
     """The embedder of the provider and model recorded in the database (local if none yet)."""
     dims, model, provider = read_embedding_config(conn)
     if not conn.autocommit:

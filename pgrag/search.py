@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from pgrag.db import set_request_tenant
 from pgrag.embedders import Embedder, LocalEmbedder
-from pgrag.errors import ConfigError
+from pgrag.errors import ConfigError, from_database_error
 
 API_SCHEMA = "public"
 """Schema of the client-facing functions (what PostgREST exposes and psql calls unqualified)."""
@@ -176,10 +176,11 @@ def _call(
             return cur.fetchall()
     except psycopg.Error as exc:
         # 22023: an argument outside the range the SQL function documents (the SQL checks it
-        # and its message names the argument and the range).
-        if exc.sqlstate == "22023" and exc.diag.message_primary:
-            raise ConfigError(f"{exc.diag.message_primary}.") from exc
-        raise
+        # and its message names the argument and the range): errors.SQLSTATE_ERRORS.
+        error = from_database_error(exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def _without_none(args: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
-from pgrag.errors import EmbeddingConfigError, PgragError
+from pgrag.errors import EmbeddingConfigError, from_database_error
 from pgrag.ingest.workers import Worker
 
 STAGE_COLUMNS = (
@@ -129,18 +129,11 @@ class Loader(Worker):
                         self.model,
                     ),
                 )
-            except psycopg.Error as exc:
-                if exc.sqlstate == "PR001":
-                    raise PgragError(
-                        "a document changed in the database while it was being ingested "
-                        "(another ingest of the same source?): run pgrag ingest again."
-                    ) from exc
-                if exc.sqlstate == "PR002":
-                    raise EmbeddingConfigError(
-                        "another ingest recorded a different embedding model meanwhile; "
-                        "mixing models is refused."
-                    ) from exc
-                raise
+            except psycopg.Error as exc:  # PR001, PR002: errors.SQLSTATE_ERRORS
+                error = from_database_error(exc)
+                if error is None:
+                    raise
+                raise error from exc
             if not self.model_recorded:
                 self.conn.execute(
                     "update pgrag.embedding_config set model = %s, provider = %s "
