@@ -216,12 +216,13 @@ class OpenAIEmbedder:
         self.max_batch_inputs = max_batch_inputs
         self.max_batch_tokens = max_batch_tokens
         native = OPENAI_NATIVE_DIMS.get(self.model_name)
-        self._dims = dims or native
-        if self._dims is None:
+        chosen = dims or native
+        if chosen is None:
             raise ConfigError(
                 f"the dimension of model {self.model_name} is unknown: pass --dims at migrate "
                 "time or set EMBEDDING_DIMENSION."
             )
+        self._dims: int = chosen
         # Ask for shorter vectors only when the model makes longer ones natively.
         self._request_dims = self._dims if native is not None and self._dims != native else None
         self.calls = 0  # HTTP requests that succeeded
@@ -229,7 +230,7 @@ class OpenAIEmbedder:
 
     @property
     def dims(self) -> int:
-        return int(self._dims)  # type: ignore[arg-type]
+        return self._dims
 
     @property
     def max_tokens(self) -> int:
@@ -287,7 +288,8 @@ class OpenAIEmbedder:
             out[start:end] = self._request(list(texts[start:end]))
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return out / norms
+        normalised: np.ndarray = out / norms
+        return normalised
 
     def _request(self, batch: list[str]) -> np.ndarray:
         import openai

@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgrag.db import set_request_tenant
-from pgrag.embedders import Embedder, LocalEmbedder
+from pgrag.embedders import Embedder, embedder_for_database
 from pgrag.errors import ConfigError, from_database_error
 
 API_SCHEMA = "public"
@@ -28,6 +28,7 @@ API_SCHEMA = "public"
 Mode = Literal["hybrid", "vector", "keyword"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
 Fusion = Literal["rrf", "weighted"]
+FUSIONS: tuple[Fusion, ...] = ("rrf", "weighted")
 
 
 @dataclass(frozen=True)
@@ -144,13 +145,7 @@ class Context:
 
 def query_embedder(conn: psycopg.Connection[Any]) -> Embedder:
     """The embedder of the model recorded in the database (so queries match stored vectors)."""
-    from pgrag import embedders
-
-    for_database = getattr(embedders, "embedder_for_database", None)
-    if for_database is not None:
-        embedder: Embedder = for_database(conn)
-        return embedder
-    return LocalEmbedder()
+    return embedder_for_database(conn)
 
 
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:

@@ -250,3 +250,15 @@ def test_blank_query_is_refused_before_touching_the_database(command: str) -> No
 
     assert result.exit_code == 2
     assert "must not be empty" in result.output
+
+
+def test_click_strings_become_the_literal_types_at_the_boundary() -> None:
+    import click
+
+    from pgrag.cli.common import literal
+    from pgrag.search import FUSIONS, MODES
+
+    assert [literal(m, MODES) for m in ("hybrid", "vector", "keyword")] == list(MODES)
+    assert literal("rrf", FUSIONS) == "rrf"
+    with pytest.raises(click.BadParameter, match="'fuzzy' is not one of rrf, weighted"):
+        literal("fuzzy", FUSIONS)

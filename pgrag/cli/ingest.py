@@ -225,9 +225,15 @@ def delete(
         raise ConfigError("name what to delete: a path or URL, --id ID or --glob PATTERN.")
     uris, patterns = path_criteria(sources)
     patterns += [glob_to_like(g) for g in globs]
-    criteria = {"document_ids": document_ids, "source_uris": uris, "patterns": patterns}
     with connect(state.dsn(), autocommit=True) as conn:
-        found = delete_documents(conn, tenant, dry_run=True, **criteria)  # type: ignore[arg-type]
+        found = delete_documents(
+            conn,
+            tenant,
+            document_ids=document_ids,
+            source_uris=uris,
+            patterns=patterns,
+            dry_run=True,
+        )
         if not found:
             why = tenant_is_empty(conn, tenant)
             raise NothingToDo(why or f"no document of tenant {tenant!r} matches: nothing deleted.")

@@ -12,6 +12,7 @@ import click
 from pgrag.cli.common import (
     echo_json,
     json_option,
+    literal,
     parse_json_object,
     pass_state,
     tenant_option,
@@ -21,6 +22,8 @@ from pgrag.db import connect
 from pgrag.documents import tenant_is_empty
 from pgrag.errors import NothingToDo
 from pgrag.search import (
+    FUSIONS,
+    MODES,
     Context,
     ContextOptions,
     SearchFilters,
@@ -152,7 +155,7 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.argument("query", callback=_not_blank)
 @click.option(
     "--mode",
-    type=click.Choice(["hybrid", "vector", "keyword"]),
+    type=click.Choice(MODES),
     default="hybrid",
     show_default=True,
     help="hybrid fuses BM25 and vector search; vector or keyword run one arm.",
@@ -173,7 +176,7 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option(
     "--fusion",
-    type=click.Choice(["rrf", "weighted"]),
+    type=click.Choice(FUSIONS),
     default=None,
     help="How hybrid search fuses its arms: weighted scores (the default; keyword 1, "
     "vector 0.8) or reciprocal rank fusion (k 60).",
@@ -196,7 +199,7 @@ def search(
     limit: int,
     window: int,
     mmr_lambda: float | None,
-    fusion: str,
+    fusion: str | None,
     min_score: float | None,
     language: str | None,
     show_explain: bool,
@@ -210,9 +213,9 @@ def search(
 ) -> None:
     """Search the ingested documents for QUERY and show the best chunks with their sources."""
     options = SearchOptions(
-        mode=mode,  # type: ignore[arg-type]
+        mode=literal(mode, MODES),
         limit=limit,
-        fusion=fusion,  # type: ignore[arg-type]
+        fusion=None if fusion is None else literal(fusion, FUSIONS),
         window=window,
         mmr_lambda=mmr_lambda,
         min_score=min_score,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
@@ -22,6 +22,9 @@ from pgrag.eval.dataset import BeirDataset
 from pgrag.eval.metrics import metrics
 from pgrag.progress import ProgressMode
 from pgrag.search import SearchHit, SearchOptions, search
+
+if TYPE_CHECKING:
+    from pgrag.ingest import IngestSummary
 
 # Named modes: each is one SearchOptions preset (limit is set by the evaluator).
 EVAL_MODES: dict[str, SearchOptions] = {
@@ -159,7 +162,7 @@ def ingest_dataset(
     tenant: str,
     embedder: Embedder,
     progress: bool | ProgressMode,
-) -> Any:
+) -> IngestSummary:
     """Load the corpus into ``tenant`` through the ingestion API (unchanged docs are skipped)."""
     from pgrag.extract import ExtractedDocument
     from pgrag.ingest import ingest_documents

@@ -10,6 +10,7 @@ connection.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -18,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
 from pgrag.errors import EmbeddingConfigError, from_database_error
+from pgrag.ingest.plan import Doc
 from pgrag.ingest.workers import Worker
 
 STAGE_COLUMNS = (
@@ -70,7 +72,12 @@ class Loader(Worker):
     """Owns the loading connection: COPYs batches to staging and swaps documents in."""
 
     def __init__(
-        self, dsn: str, tenant: str, model: str, provider: str, on_commit: Any = None
+        self,
+        dsn: str,
+        tenant: str,
+        model: str,
+        provider: str,
+        on_commit: Callable[[list[Doc]], None] | None = None,
     ) -> None:
         super().__init__("pgrag-loader")
         self.on_commit = on_commit
@@ -104,7 +111,7 @@ class Loader(Worker):
                 (message, self.tenant, doc_id),
             )
 
-    def _do_commit(self, payload: tuple[list[tuple[Any, ...]], list[Any]]) -> None:
+    def _do_commit(self, payload: tuple[list[tuple[Any, ...]], list[Doc]]) -> None:
         docs, done = payload
         self._commit(docs)
         if self.on_commit is not None:

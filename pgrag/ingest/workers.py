@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from pgrag.chunking import Chunk
 from pgrag.embedders import Embedder
 from pgrag.errors import PgragError
@@ -156,10 +158,8 @@ class EmbeddingStage(Worker):
             )
         self.loader.put("stage", rows)
 
-    def _embed(self, texts: list[str]) -> Any:
+    def _embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``; the local model works in slices so Ctrl-C stops it within ~1 s."""
-        import numpy as np
-
         embedder = self.embedder
         step = LOCAL_EMBED_SLICE if embedder.provider == "local" else max(len(texts), 1)
         parts = []
