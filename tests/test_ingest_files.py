@@ -14,9 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import create_database, drop_database
-from pytest_httpserver import HTTPServer
-from test_extract import (
+from plugins.sample_files import (
     HTML,
     MARKDOWN,
     make_corrupt_pdf,
@@ -24,12 +22,14 @@ from test_extract import (
     make_report_pdf,
     make_scanned_pdf,
 )
+from pytest_httpserver import HTTPServer
 
 import pgrag.ingest.run
 from pgrag.cli import main
 from pgrag.db import connect
 from pgrag.embedders import LocalEmbedder
 from pgrag.ingest import ingest_paths
+from pgrag.testing import create_database, drop_database
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,15 +16,13 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from psycopg import sql
-from test_tenancy import (  # fixtures and helpers shared with the table-level tests
+from plugins.tenancy import (
     API_ROLES,
     Loaded,
     claims_for,
-    ensure_authenticator,
-    load_two_tenants,
     request,
 )
+from psycopg import sql
 
 from pgrag.db import connect
 from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
@@ -37,12 +35,6 @@ API_FUNCTIONS = (
     "build_context",
 )
 QUERY = "vacation policy paid leave"
-
-
-@pytest.fixture
-def two_tenants(db: str, local_embedder: Any, pg_admin_dsn: str, template_db: str) -> Loaded:
-    ensure_authenticator(pg_admin_dsn)
-    return load_two_tenants(db, local_embedder)
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from psycopg import sql
-from test_tenancy import (
+from plugins.tenancy import (
     AUTHENTICATOR,
     Loaded,
     api_dsn,
@@ -35,6 +34,7 @@ from test_tenancy import (
     load_two_tenants,
     request,
 )
+from psycopg import sql
 
 from pgrag.db import connect
 from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
