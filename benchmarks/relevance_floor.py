@@ -33,6 +33,8 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from common import database_url
+
 from pgrag import eval as ev
 from pgrag.db import connect
 from pgrag.extract import extract_path
@@ -143,12 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     dataset = ev.load_beir(args.data)
-    if args.dsn:
-        dsn = args.dsn
-    else:
-        from pgrag.local_server import EmbeddedCluster
-
-        dsn = EmbeddedCluster().start()
+    dsn = database_url(args.dsn)
     with connect(dsn) as conn:
         embedder = query_embedder(conn)
     samples = [

