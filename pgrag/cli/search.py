@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from pgrag.cli.common import (
+    F,
     echo_json,
     json_option,
     literal,
@@ -36,8 +36,6 @@ from pgrag.search import search as run_search
 
 NOTHING_FOUND = "No relevant information found."
 DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def filter_options(func: F) -> F:
