@@ -26,9 +26,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 pytest_plugins = [
     "plugins.databases",
+    "plugins.dev_tools",
     "plugins.embedder",
     "plugins.sample_files",
     "plugins.search_corpus",
+    # Servers beyond the embedded one (PostgreSQL 15 + PL/Python, Citus, hot standby).
+    "plugins.servers",
     "plugins.tenancy",
 ]
 

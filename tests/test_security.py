@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from plugins.dev_tools import dev_tool
 from plugins.tenancy import (
     API_ROLES,
     Loaded,
@@ -597,21 +598,16 @@ ACCEPTED_PGSPOT: set[tuple[str, str]] = set()
 
 
 def test_pgspot_reports_nothing_unjustified_on_the_installed_sql(tmp_path: Path) -> None:
-    pgspot = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "pgspot"
-    if not pgspot.exists():
-        import shutil
-
-        found = shutil.which("pgspot")
-        if not found:
-            pytest.skip("pgspot is not installed")
-        pgspot = Path(found)
+    pgspot = dev_tool("pgspot")
+    if pgspot is None:
+        pytest.skip("pgspot is not installed")
     unexplained = []
     for f in discover():
         # Exactly what the migrator runs: the pinned search_path, then the rendered file.
         path = tmp_path / f.name.replace("/", "-")
         path.write_text(f"{SECURE_SEARCH_PATH_SQL};\n{f.render('public')}")
         out = subprocess.run(
-            [str(pgspot), "--ignore", "PS002", str(path)], capture_output=True, text=True
+            [pgspot, "--ignore", "PS002", str(path)], capture_output=True, text=True
         ).stdout
         for code in re.findall(r"^(PS\d{3}):", out, re.M):
             if (f.name, code) not in ACCEPTED_PGSPOT:

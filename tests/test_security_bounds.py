@@ -249,6 +249,20 @@ def test_windows_read_only_rows_that_exist(corpus: Corpus) -> None:
     assert "n.chunk_index >= hc.chunk_index" in dict(sources)["windows"]
 
 
+def test_the_temp_file_measurement_sees_a_spilling_sort(corpus: Corpus) -> None:
+    # The instrument behind every "no temp files" assertion here: it must see a real spill.
+    with api_connection(corpus.db) as conn:
+        files, used = temp_usage(conn)
+        with replay(conn, "authenticated"):
+            conn.execute("set local work_mem = '64kB'")
+            conn.execute(
+                "select count(*) from (select g from generate_series(1, 200000) g "
+                "order by g desc offset 0) s"
+            ).fetchone()
+        files_after, used_after = temp_usage(conn)
+    assert files_after > files and used_after - used > 1_000_000
+
+
 def test_the_widest_window_over_a_whole_document_is_fast_and_writes_no_temp_files(
     corpus: Corpus,
 ) -> None:

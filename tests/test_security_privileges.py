@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from plugins.dev_tools import dev_tool
 from plugins.tenancy import (
     AUTHENTICATOR,
     Loaded,
@@ -650,13 +651,13 @@ ACCEPTED_RAW_PGSPOT = {
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_pgspot_on_both_tiers_as_written(path: Path, tmp_path: Path) -> None:
-    pgspot = ROOT / ".venv" / "bin" / "pgspot"
-    if not pgspot.exists():
+    pgspot = dev_tool("pgspot")
+    if pgspot is None:
         pytest.skip("pgspot is not installed")
     rendered = tmp_path / path.name
     rendered.write_text(path.read_text().replace("@extschema:vector@", "public"))
     out = subprocess.run(
-        [str(pgspot), "--ignore", "PS002", str(rendered)], capture_output=True, text=True
+        [pgspot, "--ignore", "PS002", str(rendered)], capture_output=True, text=True
     ).stdout
     found = set(re.findall(r"^(PS\d{3}):", out, re.M))
     accepted = (
