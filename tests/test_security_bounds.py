@@ -29,17 +29,17 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import create_database, drop_database
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plugins.tenancy import api_dsn, claims_for, ensure_authenticator
 from psycopg import sql
-from test_tenancy import api_dsn, claims_for, ensure_authenticator
 
 from pgrag.db import connect
 from pgrag.errors import ConfigError
 from pgrag.extract import extract_path
 from pgrag.ingest import IngestOptions, ingest_documents
 from pgrag.search import SearchOptions, search
+from pgrag.testing import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parents[1]
 ACME_PUBLIC = ("docs/sql-api.md", "docs/install.md")

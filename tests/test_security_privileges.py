@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import dev_tool
-from psycopg import sql
-from test_tenancy import (
+from plugins.dev_tools import dev_tool
+from plugins.tenancy import (
     AUTHENTICATOR,
     Loaded,
     api_dsn,
@@ -36,6 +35,7 @@ from test_tenancy import (
     load_two_tenants,
     request,
 )
+from psycopg import sql
 
 from pgrag.db import connect
 from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir

@@ -28,15 +28,14 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import create_database, drop_database
-from test_bundle import psql
-from test_migrate import schema_dump
+from plugins.databases import psql, schema_dump
 
 from pgrag.bundle import bundle_sql
 from pgrag.chunking import Chunk, make_chunker, token_counter
 from pgrag.db import connect
 from pgrag.extract import extract_path
 from pgrag.migrator import Migrator
+from pgrag.testing import create_database, drop_database
 
 RELEASES = sorted((Path(__file__).parent / "fixtures" / "releases").glob("*.sql.gz"))
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
