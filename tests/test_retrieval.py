@@ -15,12 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import create_database, drop_database
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
+from pgrag.testing import create_database, drop_database
 
 TENANT = "acme"
 OTHER = "globex"

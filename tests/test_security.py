@@ -16,17 +16,16 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from psycopg import sql
-from test_tenancy import (  # fixtures and helpers shared with the table-level tests
+from plugins.dev_tools import INLINED_FUNCTIONS, dev_tool, pgspot_codes
+from plugins.tenancy import (
     API_ROLES,
     Loaded,
     claims_for,
-    ensure_authenticator,
-    load_two_tenants,
     request,
 )
+from psycopg import sql
 
-from pgrag.db import connect
+from pgrag.db import connect, vector_schema
 from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
 
 API_FUNCTIONS = (
@@ -37,12 +36,6 @@ API_FUNCTIONS = (
     "build_context",
 )
 QUERY = "vacation policy paid leave"
-
-
-@pytest.fixture
-def two_tenants(db: str, local_embedder: Any, pg_admin_dsn: str, template_db: str) -> Loaded:
-    ensure_authenticator(pg_admin_dsn)
-    return load_two_tenants(db, local_embedder)
 
 
 @pytest.fixture(scope="module")
@@ -156,9 +149,7 @@ def test_postgrest_rpc_with_a_json_body_works_as_supabase_js_sends_it(
         {"query_text": QUERY, "query_embedding": query_embedding.tolist(), "match_count": 3}
     )
     with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
-        vschema = conn.execute(
-            "select extnamespace::regnamespace::text from pg_extension where extname = 'vector'"
-        ).fetchone()
+        vschema = vector_schema(conn)
         assert vschema is not None
         rows = conn.execute(
             sql.SQL(
@@ -168,7 +159,7 @@ def test_postgrest_rpc_with_a_json_body_works_as_supabase_js_sends_it(
                 '"query_text" := (select query_text from pgrst_args), '
                 '"query_embedding" := (select query_embedding from pgrst_args), '
                 '"match_count" := (select match_count from pgrst_args)) as pgrst_call'
-            ).format(sql.Identifier(vschema[0])),
+            ).format(sql.Identifier(vschema)),
             (body,),
         ).fetchall()
     assert len(rows) == 3
@@ -393,21 +384,19 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
     db = two_tenants.db
     with connect(db) as admin:
         admin.execute(HIJACK_SQL)
-        vschema = admin.execute(
-            "select extnamespace::regnamespace::text from pg_extension where extname = 'vector'"
-        ).fetchone()
+        vschema = vector_schema(admin)
         assert vschema is not None
         admin.execute(
             sql.SQL(
                 "create function evil.vec_dist(v1 {0}.vector, v2 {0}.vector) returns float8 "
                 "language plpgsql as $$ begin insert into evil.log values ('<=>'); return 0; end $$"
-            ).format(sql.Identifier(vschema[0]))
+            ).format(sql.Identifier(vschema))
         )
         admin.execute(
             sql.SQL(
                 "create operator evil.<=> (leftarg = {0}.vector, rightarg = {0}.vector, "
                 "function = evil.vec_dist)"
-            ).format(sql.Identifier(vschema[0]))
+            ).format(sql.Identifier(vschema))
         )
         admin.commit()
 
@@ -415,7 +404,7 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         # evil before pg_catalog: unqualified names in the caller's own SQL would resolve there.
         conn.execute(
             sql.SQL("set local search_path = evil, public, {}, pg_catalog").format(
-                sql.Identifier(vschema[0])
+                sql.Identifier(vschema)
             )
         )
         assert conn.execute("select 'a' = 'b'").fetchone() == (True,)  # the trap is armed
@@ -577,27 +566,6 @@ def test_audit_no_security_definer_function_in_the_database(db: str) -> None:
     assert rows == []
 
 
-# Functions the planner must inline into their callers, which a SET clause (a pinned
-# search_path) would prevent: each qualifies every name and operator in its body instead (pgspot
-# checks that; the Makefile exempts exactly these from PS005), and has no setting at all.
-INLINED_FUNCTIONS = (
-    "pgrag.ready_chunks(bigint[],jsonb,text[],timestamp with time zone,timestamp with time zone,"
-    "boolean)",
-)
-
-
-def pgspot_codes(output: str) -> set[str]:
-    """The finding codes in pgspot's output, but for PS005 (no explicit search_path) on one of
-    INLINED_FUNCTIONS: their bodies are still checked for unqualified names (PS001, PS016...)."""
-    inlined = {signature.split("(")[0] for signature in INLINED_FUNCTIONS}
-    codes = set()
-    for line in output.splitlines():
-        m = re.match(r"(PS\d{3}): (.*)$", line)
-        if m and not (m[1] == "PS005" and m[2].split(": ")[-1].split("(")[0] in inlined):
-            codes.add(m[1])
-    return codes
-
-
 def test_audit_every_function_pins_its_search_path(db: str) -> None:
     with connect(db) as conn:
         rows = conn.execute(
@@ -642,21 +610,16 @@ ACCEPTED_PGSPOT: set[tuple[str, str]] = set()
 
 
 def test_pgspot_reports_nothing_unjustified_on_the_installed_sql(tmp_path: Path) -> None:
-    pgspot = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "pgspot"
-    if not pgspot.exists():
-        import shutil
-
-        found = shutil.which("pgspot")
-        if not found:
-            pytest.skip("pgspot is not installed")
-        pgspot = Path(found)
+    pgspot = dev_tool("pgspot")
+    if pgspot is None:
+        pytest.skip("pgspot is not installed")
     unexplained = []
     for f in discover():
         # Exactly what the migrator runs: the pinned search_path, then the rendered file.
         path = tmp_path / f.name.replace("/", "-")
         path.write_text(f"{SECURE_SEARCH_PATH_SQL};\n{f.render('public')}")
         out = subprocess.run(
-            [str(pgspot), "--ignore", "PS002", str(path)], capture_output=True, text=True
+            [pgspot, "--ignore", "PS002", str(path)], capture_output=True, text=True
         ).stdout
         for code in sorted(pgspot_codes(out)):
             if (f.name, code) not in ACCEPTED_PGSPOT:

@@ -29,17 +29,17 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import create_database, drop_database
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plugins.tenancy import api_dsn, claims_for, ensure_authenticator
 from psycopg import sql
-from test_tenancy import api_dsn, claims_for, ensure_authenticator
 
 from pgrag.db import connect
 from pgrag.errors import ConfigError
 from pgrag.extract import extract_path
 from pgrag.ingest import IngestOptions, ingest_documents
 from pgrag.search import SearchOptions, search
+from pgrag.testing import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parents[1]
 ACME_PUBLIC = ("docs/sql-api.md", "docs/install.md")
@@ -247,6 +247,20 @@ def test_windows_read_only_rows_that_exist(corpus: Corpus) -> None:
     for name, body in sources:
         assert "generate_series" not in body, name
     assert "n.chunk_index >= hc.chunk_index" in dict(sources)["windows"]
+
+
+def test_the_temp_file_measurement_sees_a_spilling_sort(corpus: Corpus) -> None:
+    # The instrument behind every "no temp files" assertion here: it must see a real spill.
+    with api_connection(corpus.db) as conn:
+        files, used = temp_usage(conn)
+        with replay(conn, "authenticated"):
+            conn.execute("set local work_mem = '64kB'")
+            conn.execute(
+                "select count(*) from (select g from generate_series(1, 200000) g "
+                "order by g desc offset 0) s"
+            ).fetchone()
+        files_after, used_after = temp_usage(conn)
+    assert files_after > files and used_after - used > 1_000_000
 
 
 def test_the_widest_window_over_a_whole_document_is_fast_and_writes_no_temp_files(

@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from psycopg import sql
-from test_security import pgspot_codes
-from test_tenancy import (
+from plugins.dev_tools import dev_tool, pgspot_codes
+from plugins.tenancy import (
     AUTHENTICATOR,
     Loaded,
     api_dsn,
@@ -36,6 +35,7 @@ from test_tenancy import (
     load_two_tenants,
     request,
 )
+from psycopg import sql
 
 from pgrag.db import connect
 from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
@@ -653,13 +653,13 @@ ACCEPTED_RAW_PGSPOT = {
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_pgspot_on_both_tiers_as_written(path: Path, tmp_path: Path) -> None:
-    pgspot = ROOT / ".venv" / "bin" / "pgspot"
-    if not pgspot.exists():
+    pgspot = dev_tool("pgspot")
+    if pgspot is None:
         pytest.skip("pgspot is not installed")
     rendered = tmp_path / path.name
     rendered.write_text(path.read_text().replace("@extschema:vector@", "public"))
     out = subprocess.run(
-        [str(pgspot), "--ignore", "PS002", str(rendered)], capture_output=True, text=True
+        [pgspot, "--ignore", "PS002", str(rendered)], capture_output=True, text=True
     ).stdout
     found = pgspot_codes(out)
     accepted = (

@@ -1,0 +1,182 @@
+"""Fixtures for real servers beyond the embedded one, started and stopped by the tests on loopback.
+
+Registered from ``tests/conftest.py``; the machinery is in ``plugins/pgservers.py``.
+
+* ``pg15_plpython`` (session): Debian PostgreSQL 15 with PL/Python and pgvector 0.8.6 available,
+  a :class:`~plugins.pgservers.Pg15Server` (superuser DSN, version, bin dir, server Python, and
+  ``venv``: the :class:`~plugins.pgservers.PlPythonVenv` on PL/Python's ``sys.path``).
+* ``plpython_venv`` (session): that venv, made with ``/usr/bin/python3.11 -m venv`` with
+  ``plpython_requirements`` installed (a session fixture returning ``[]``; override it in a
+  conftest to preinstall, or call ``venv.install([...])`` later: new connections see it).
+* ``citus_cluster`` (session): a :class:`~plugins.pgservers.CitusCluster`, coordinator + two
+  workers with ``citus`` and ``vector`` created in database ``postgres``. The first use on a
+  machine builds Citus (3-5 minutes): mark tests that use it ``slow``.
+* ``replication_primary`` (session): the DSN of a dedicated embedded PostgreSQL 18 primary.
+  It is not the session's ``pg_admin_dsn``: that one may be an external server or a container
+  (another major version, settings the suite cannot change), and a base backup of the shared
+  cluster would force checkpoints under every concurrently running test (``hot_standby`` does
+  work on ``pg_admin_dsn`` when that is the embedded cluster: checked once). The embedded
+  cluster's defaults already stream (``wal_level=replica``, ``max_wal_senders=10``, trust
+  ``replication`` lines in pg_hba from initdb), so nothing needs changing on it.
+* ``hot_standby`` (per test): a factory, ``hot_standby(primary_dsn) -> Standby`` (``.dsn``,
+  ``.wait_for_replay(timeout)``), stopped and removed after the test.
+
+As root on Debian bookworm the fixtures install what is missing, once per machine: apt
+packages (PostgreSQL 15, its headers, PL/Python, Citus's build dependencies) and pgvector and
+Citus built in /var/cache/pgrag-test-build (about 30 s and 3-6 minutes on 2 cores). A fixture
+that cannot get its server (something missing while not root or with ``PGRAG_TEST_NO_INSTALL``
+set, no apt-get, a failed install or build) skips the test with the reason, also printed as a
+``[servers]`` line; the terminal summary lists how long each install, build and start took.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from pgrag.testing import temporary_cluster
+from plugins.pgservers import (
+    CITUS_PACKAGES,
+    PLPYTHON_PACKAGES,
+    CitusCluster,
+    Pg15Server,
+    PlPythonVenv,
+    ServerUnavailable,
+    Standby,
+    Steps,
+    ensure_citus,
+    ensure_pg15,
+    ensure_pgvector,
+    make_plpython_venv,
+    start_citus_cluster,
+    start_hot_standby,
+    start_pg15_plpython,
+)
+
+STEPS = pytest.StashKey[Steps]()
+
+
+def _sayer(config: pytest.Config) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        text = f"[servers] {line}"
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            print(text, file=sys.stderr)
+            return
+        capman = config.pluginmanager.get_plugin("capturemanager")
+        shown = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+        with shown:
+            if reporter._tw.width_of_current_line:  # after progress dots: a line of its own
+                reporter.write("\n")
+            reporter.write_line(text)
+
+    return say
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[STEPS] = Steps(say=_sayer(config))
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    steps = config.stash.get(STEPS, None)
+    if steps is None or not steps.times:
+        return
+    terminalreporter.section("server fixtures: seconds per step")
+    for name, took in steps.times:
+        terminalreporter.write_line(f"{took:8.1f}  {name}")
+
+
+@pytest.fixture(scope="session")
+def server_steps(pytestconfig: pytest.Config) -> Steps:
+    """Progress lines and step times of the server fixtures."""
+    return pytestconfig.stash[STEPS]
+
+
+@contextlib.contextmanager
+def _or_skip(steps: Steps, what: str) -> Iterator[None]:
+    try:
+        yield
+    except ServerUnavailable as exc:
+        steps.say(f"SKIPPING tests that need {what}: {exc}")
+        pytest.skip(f"{what}: {exc}")
+
+
+@pytest.fixture(scope="session")
+def pg15_plpython_installed(server_steps: Steps) -> None:
+    """Debian PostgreSQL 15, PL/Python, python3.11-venv and pgvector 0.8.6 are installed."""
+    with _or_skip(server_steps, "PostgreSQL 15 with PL/Python and pgvector"):
+        with server_steps.step("PostgreSQL 15 + PL/Python packages (apt)"):
+            ensure_pg15(server_steps, PLPYTHON_PACKAGES)
+        with server_steps.step("pgvector for PostgreSQL 15"):
+            ensure_pgvector(server_steps)
+
+
+@pytest.fixture(scope="session")
+def plpython_requirements() -> list[str]:
+    """pip requirements preinstalled in ``plpython_venv`` (override in a conftest)."""
+    return []
+
+
+@pytest.fixture(scope="session")
+def plpython_venv(
+    pg15_plpython_installed: None, plpython_requirements: list[str], server_steps: Steps
+) -> Iterator[PlPythonVenv]:
+    """A venv of /usr/bin/python3.11 whose site-packages PL/Python imports from."""
+    with _or_skip(server_steps, "a venv for PL/Python"):
+        venv = make_plpython_venv(requirements=plpython_requirements, steps=server_steps)
+    yield venv
+    shutil.rmtree(venv.path.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg15_plpython(plpython_venv: PlPythonVenv, server_steps: Steps) -> Iterator[Pg15Server]:
+    """A throwaway Debian PostgreSQL 15 cluster with PL/Python reading ``plpython_venv``."""
+    server = start_pg15_plpython(plpython_venv, server_steps)
+    yield server
+    server.cluster.remove()
+
+
+@pytest.fixture(scope="session")
+def citus_cluster(server_steps: Steps) -> Iterator[CitusCluster]:
+    """Citus 13.2.2 coordinator + 2 workers with pgvector (builds Citus once per machine)."""
+    with _or_skip(server_steps, "a Citus cluster"):
+        with server_steps.step("PostgreSQL 15 + Citus build packages (apt)"):
+            ensure_pg15(server_steps, CITUS_PACKAGES)
+        with server_steps.step("pgvector for PostgreSQL 15"):
+            ensure_pgvector(server_steps)
+        with server_steps.step("Citus for PostgreSQL 15"):
+            ensure_citus(server_steps)
+    cluster = start_citus_cluster(server_steps)
+    yield cluster
+    cluster.remove()
+
+
+@pytest.fixture(scope="session")
+def replication_primary(server_steps: Steps) -> Iterator[str]:
+    """Superuser DSN of a dedicated embedded PostgreSQL 18 cluster to replicate from."""
+    with contextlib.ExitStack() as stack:
+        with server_steps.step("start a primary (embedded PostgreSQL 18)"):
+            url = stack.enter_context(temporary_cluster("pgrag-primary-"))
+        yield url
+
+
+@pytest.fixture
+def hot_standby(server_steps: Steps) -> Iterator[Callable[[str], Standby]]:
+    """``hot_standby(primary_dsn)`` starts a streaming hot standby; all removed after the test."""
+    made: list[Standby] = []
+
+    def start(primary_dsn: str) -> Standby:
+        with _or_skip(server_steps, "a hot standby"):
+            standby = start_hot_standby(primary_dsn, server_steps)
+        made.append(standby)
+        return standby
+
+    yield start
+    for standby in made:
+        standby.remove()
