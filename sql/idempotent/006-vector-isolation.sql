@@ -69,11 +69,16 @@ begin
         return false;
     end if;
     execute pg_catalog.format('drop index %s', v_index);
+    -- Rows a bulk load kept out of the shared graph (incremental/013-bulk-loading.sql) go into
+    -- it now (row by row): the shared graph must hold every row of a tenant without its own.
+    update pgrag.chunks as c
+       set in_shared_graph = true
+     where c.tenant_id = tenant and not c.in_shared_graph;
     return true;
 end
 $$;
 comment on function pgrag.share_tenant(text) is
-'Drops the tenant''s own HNSW graph made by pgrag.isolate_tenant (true when there was one): its searches go back to the shared graph.';
+'Drops the tenant''s own HNSW graph made by pgrag.isolate_tenant (true when there was one) and puts its rows a bulk load kept out of the shared graph into it: its searches go back to the shared graph.';
 
 -- (unreleased one-argument form, replaced by the form with a tenant list)
 drop function if exists pgrag.isolate_tenants(bigint);

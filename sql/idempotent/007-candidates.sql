@@ -15,6 +15,18 @@
 -- select, not strict, not volatile, no security definer and no SET clause: so this is the one
 -- pgrag function that does not pin search_path. Every name and operator in its body is
 -- schema-qualified instead (pgspot checks it; the Makefile exempts this function from PS005).
+-- Earlier versions returned no in_shared_graph; CREATE OR REPLACE cannot add a result column.
+do $$
+begin
+    if exists (select from pg_catalog.pg_proc as p
+               where p.oid operator(pg_catalog.=) pg_catalog.to_regprocedure(
+                         'pgrag.ready_chunks(bigint[], jsonb, text[], timestamptz, timestamptz, boolean)')
+                 and not ('in_shared_graph' operator(pg_catalog.=) any (p.proargnames))) then
+        drop function pgrag.ready_chunks(bigint[], jsonb, text[], timestamptz, timestamptz, boolean);
+    end if;
+end
+$$;
+
 create or replace function pgrag.ready_chunks(
     document_ids bigint[] default null,
     metadata_filter jsonb default null,
@@ -26,7 +38,8 @@ create or replace function pgrag.ready_chunks(
 returns table (
     tenant_id text, chunk_id bigint, document_id bigint, chunk_index integer, content text,
     page integer, heading_path text[], embedding @extschema:vector@.vector, fts tsvector,
-    is_public boolean, document_is_public boolean, title text, source_uri text, source_type text
+    is_public boolean, document_is_public boolean, title text, source_uri text, source_type text,
+    in_shared_graph boolean
 )
 language sql
 stable
@@ -34,7 +47,8 @@ parallel safe
 security invoker
 as $$
     select c.tenant_id, c.id, c.document_id, c.chunk_index, c.content, c.page, c.heading_path,
-           c.embedding, c.fts, c.is_public, d.is_public, d.title, d.source_uri, d.source_type
+           c.embedding, c.fts, c.is_public, d.is_public, d.title, d.source_uri, d.source_type,
+           c.in_shared_graph
     from pgrag.chunks as c
     join pgrag.documents as d on d.tenant_id operator(pg_catalog.=) c.tenant_id
                              and d.id operator(pg_catalog.=) c.document_id
@@ -56,7 +70,7 @@ as $$
            or d.created_at operator(pg_catalog.<) ready_chunks.created_before)
 $$;
 comment on function pgrag.ready_chunks(bigint[], jsonb, text[], timestamptz, timestamptz, boolean) is
-'Chunks of ready documents passing the filters (document_ids; metadata_filter: jsonb containment over document || chunk metadata; source_types; created_after/before: the document''s created_at; embedded_only: chunks with an embedding), with their document''s title, source_uri, source_type and is_public. Null filters pass everything. Inlined by the planner into the calling query (no SET clause, every name qualified), so the caller''s conditions and these filters reach the index scans. Runs as the caller: row-level security applies.';
+'Chunks of ready documents passing the filters (document_ids; metadata_filter: jsonb containment over document || chunk metadata; source_types; created_after/before: the document''s created_at; embedded_only: chunks with an embedding), with their document''s title, source_uri, source_type and is_public, and whether the chunk is in the shared HNSW graph. Null filters pass everything. Inlined by the planner into the calling query (no SET clause, every name qualified), so the caller''s conditions and these filters reach the index scans. Runs as the caller: row-level security applies.';
 
 create or replace function pgrag.tenant_chunk_count(tenant text)
 returns bigint
@@ -109,6 +123,8 @@ declare
     v_public boolean := false;
     v_own_index boolean := false;
     v_scoped boolean;
+    v_walks text[];
+    v_other text;
     v_sql text;
 begin
     perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true);
@@ -135,6 +151,14 @@ begin
     -- A tenant isolated by pgrag.isolate_tenant has an HNSW graph of its own chunks alone.
     v_own_index := not v_exact and v_tenant is not null
         and pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_tenant))) is not null;
+    -- Rows a bulk load kept out of the shared graph (pgrag.bulk_replace_document_chunks) are in
+    -- the tenant's own graph once pgrag.finish_bulk_load built it; until then, in no graph: scan
+    -- the tenant exactly (one probe of chunks_outside_shared_graph tells).
+    if not v_exact and not v_own_index and v_tenant is not null
+       and exists (select 1 from pgrag.chunks as c
+                   where c.tenant_id = v_tenant and not c.in_shared_graph) then
+        v_exact := true;
+    end if;
     v_scoped := v_tenant is not null or v_filtered or v_public;
 
     if not v_exact then
@@ -169,13 +193,48 @@ begin
                                     40), v_k), 1000)::text, true);
         -- Under a filter the relaxed order is only roughly by distance: take 4 x match_count
         -- rows (at least 40), re-sort them by exact distance, keep match_count.
-        -- The tenant (or is_public) condition matches the predicate of the partial index to
-        -- walk: the tenant's own (as a literal, so the planner can prove it), the public one.
-        v_sql := pg_catalog.format($q$
+        -- Each walk's condition matches the predicate of the partial index to walk: the
+        -- tenant's own (the tenant as a literal, so the planner can prove it), the public one,
+        -- or the shared one (in_shared_graph).
+        v_walks := array[case when v_own_index
+                              then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L', v_tenant)
+                              when v_tenant is not null
+                              then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L and c.in_shared_graph', v_tenant)
+                              when v_public then 'c.is_public'
+                              else 'c.in_shared_graph' end];
+        -- Without a tenant (service_role, the owner: every tenant), the rows outside the shared
+        -- graph too: each such tenant's own graph, or an exact scan of those rows while it has
+        -- none (a bulk load not finished). Found by a loose scan of chunks_outside_shared_graph.
+        if v_tenant is null and not v_public then
+            for v_other in
+                with recursive t(tenant_id) as (
+                    select pg_catalog.min(c.tenant_id) from pgrag.chunks as c where not c.in_shared_graph
+                    union all
+                    select (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
+                            where not c.in_shared_graph and c.tenant_id > t.tenant_id)
+                    from t where t.tenant_id is not null
+                )
+                select t.tenant_id from t where t.tenant_id is not null
+            loop
+                v_walks := v_walks operator(pg_catalog.||) pg_catalog.format(
+                    case when pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_other))) is not null
+                         then 'c.tenant_id operator(pg_catalog.=) %L'
+                         else 'c.tenant_id operator(pg_catalog.=) %L and not c.in_shared_graph' end,
+                    v_other);
+            end loop;
+        end if;
+        -- One subquery per walk; a row two walks find (a tenant's row from before it was
+        -- isolated is in both graphs) counts once.
+        select pg_catalog.format($q$
         select (pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id))[1 : $1],
                (pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id))[1 : $1],
                (pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id))[1 : $1]
         from (
+            select u.tenant_id, u.chunk_id, pg_catalog.min(u.distance) as distance
+            from (%s) as u
+            group by u.tenant_id, u.chunk_id
+        ) as h$q$,
+            pg_catalog.string_agg(pg_catalog.format($q$(
             select c.tenant_id, c.chunk_id,
                    c.embedding operator(@extschema:vector@.<=>) $2 as distance
             from pgrag.ready_chunks(metadata_filter => $3, source_types => $4,
@@ -183,12 +242,9 @@ begin
                                     embedded_only => true) as c
             where %s
             order by c.embedding operator(@extschema:vector@.<=>) $2
-            limit $7
-        ) as h$q$,
-            case when v_tenant is not null
-                 then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L', v_tenant)
-                 when v_public then 'c.is_public'
-                 else 'true' end);
+            limit $7)$q$, w.cond), ' union all ' order by w.ord))
+        into v_sql
+        from pg_catalog.unnest(v_walks) with ordinality as w(cond, ord);
         execute v_sql
         into v_tenants, v_ids, v_dists
         using v_k, query_embedding, metadata_filter, source_types, created_after,

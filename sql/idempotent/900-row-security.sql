@@ -12,8 +12,8 @@
 -- pgrag.current_tenant_id() reads the tenant from there. The roles:
 --   authenticated  reads and writes only the rows of its tenant; INSERT and UPDATE are checked
 --                  (WITH CHECK), so no row can be written into, or moved to, another tenant.
---                  It writes every column except ids (identity), generated columns and
---                  is_public: no borrowed ids, no publishing to anon.
+--                  It writes every column except ids (identity), generated columns,
+--                  is_public and in_shared_graph: no borrowed ids, no publishing to anon.
 --   anon           reads only documents marked is_public and the rows of tables with a
 --                  document_id (chunks) that belong to such a document; no rows of other tenant
 --                  tables (BM25 postings and statistics); writes nothing.
@@ -83,13 +83,15 @@ begin
         execute pg_catalog.format('grant select, insert, update, delete on pgrag.%I to service_role', t.relname);
         -- authenticated writes its rows column by column: never an identity (ids come from the
         -- sequences, so no tenant can create a row under another tenant's id, even with
-        -- OVERRIDING SYSTEM VALUE), a generated column, or is_public (publishing to anon is for
-        -- service_role and the owner; docs/security.md, "Writes").
+        -- OVERRIDING SYSTEM VALUE), a generated column, is_public (publishing to anon is for
+        -- service_role and the owner; docs/security.md, "Writes") or in_shared_graph (kept by
+        -- a trigger; only the owner's bulk load leaves rows out of the shared graph).
         select pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' order by a.attnum)
           into cols
           from pg_catalog.pg_attribute as a
          where a.attrelid = t.oid and a.attnum > 0 and not a.attisdropped
-           and a.attidentity = '' and a.attgenerated = '' and a.attname <> 'is_public';
+           and a.attidentity = '' and a.attgenerated = ''
+           and a.attname not in ('is_public', 'in_shared_graph');
         execute pg_catalog.format('grant select, delete on pgrag.%I to authenticated', t.relname);
         execute pg_catalog.format('grant insert (%2$s), update (%2$s) on pgrag.%1$I to authenticated',
                                   t.relname, cols);

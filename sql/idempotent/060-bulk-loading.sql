@@ -1,0 +1,120 @@
+-- Bulk loading: a tenant's large (first) load without per-row maintenance of the shared HNSW graph.
+-- Contract. Provides: pgrag.bulk_replace_document_chunks (the swap of 004-loading.sql, with the
+--   chunks it writes kept out of the shared graph) and pgrag.finish_bulk_load (builds the
+--   tenant's own graph over them); the trigger chunks_in_shared_graph and its function, which
+--   keep chunks.in_shared_graph (incremental/013-bulk-loading.sql). Relies on:
+--   pgrag.replace_document_chunks (004-loading.sql), pgrag.isolate_tenant and
+--   pgrag.tenant_index_name (006-vector-isolation.sql). Callers: the owner of pgrag.chunks
+--   (pgrag ingest for a large first load, or any SQL loader connected as the owner); the
+--   trigger fires for every writer.
+--
+-- How a bulk load runs (docs/ingest.md, "Large first loads"):
+--   1. any number of transactions, each: stage chunks (e.g. COPY into a temp table), then
+--      pgrag.bulk_replace_document_chunks(stage, tenant, ...), exactly like
+--      pgrag.replace_document_chunks: documents become ready and keyword-searchable at commit;
+--   2. pgrag.finish_bulk_load(tenant): one CREATE INDEX builds the tenant's own HNSW graph over
+--      all its rows (pgrag.isolate_tenant).
+-- Between 1 and 2 (or if a load dies before 2) the tenant's vector search scans its rows exactly
+-- (pgrag.vector_candidates finds them through chunks_outside_shared_graph): the same results,
+-- slower; the next pgrag ingest of the tenant (or pgrag.isolate_tenants) builds the graph.
+
+create or replace function pgrag.chunk_in_shared_graph()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    -- Out of the shared graph only when the owner's bulk load of this tenant writes the row
+    -- (pgrag.bulk_replace_document_chunks sets pgrag.bulk_load_tenant for its transaction): no
+    -- other writer can leave a row out of the graphs its tenant's searches walk.
+    new.in_shared_graph := not (
+        pg_catalog.current_setting('pgrag.bulk_load_tenant', true) operator(pg_catalog.=) new.tenant_id
+        and pg_catalog.pg_has_role(
+            (select c.relowner from pg_catalog.pg_class as c
+             where c.oid operator(pg_catalog.=) 'pgrag.chunks'::pg_catalog.regclass), 'USAGE'));
+    return new;
+end
+$$;
+comment on function pgrag.chunk_in_shared_graph() is
+'Trigger function (before insert or update of tenant_id, in_shared_graph on pgrag.chunks, per row): in_shared_graph is false only for rows the owner''s bulk load of their tenant writes (pgrag.bulk_replace_document_chunks), true for every other write, whatever the writer gave.';
+
+create or replace trigger chunks_in_shared_graph
+    before insert or update of tenant_id, in_shared_graph on pgrag.chunks
+    for each row execute function pgrag.chunk_in_shared_graph();
+
+create or replace function pgrag.bulk_replace_document_chunks(
+    stage regclass,
+    tenant text,
+    document_ids bigint[],
+    titles text[],
+    source_types text[],
+    content_sha256s text[],
+    metadatas jsonb[],
+    chunk_counts integer[],
+    embedding_model text
+)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if tenant is null or tenant operator(pg_catalog.~) '^[[:space:]]*$' then
+        raise exception 'tenant must be a non-blank tenant id'
+            using errcode = '22023';
+    end if;
+    -- The rows it writes are in no graph until pgrag.finish_bulk_load builds the tenant's own
+    -- (CREATE INDEX): only the owner of pgrag.chunks may build it.
+    if not pg_catalog.pg_has_role(
+            (select c.relowner from pg_catalog.pg_class as c
+             where c.oid = 'pgrag.chunks'::pg_catalog.regclass), 'USAGE') then
+        raise exception 'pgrag.bulk_replace_document_chunks: only the owner of pgrag.chunks may bulk load'
+            using errcode = '42501',
+                  hint = 'load with pgrag.replace_document_chunks, or connect as the role that ran pgrag migrate.';
+    end if;
+    perform pg_catalog.set_config('pgrag.bulk_load_tenant', tenant, true);
+    perform pgrag.replace_document_chunks(stage, tenant, document_ids, titles, source_types,
+                                          content_sha256s, metadatas, chunk_counts, embedding_model);
+    perform pg_catalog.set_config('pgrag.bulk_load_tenant', '', true);
+end
+$$;
+comment on function pgrag.bulk_replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
+'pgrag.replace_document_chunks (same arguments, same checks and errors) for a tenant''s large load: the chunks it writes stay out of the shared HNSW graph (chunks.in_shared_graph false), so no graph is maintained row by row; pgrag.finish_bulk_load then builds the tenant''s own graph over them. Until then the tenant''s vector search scans its rows exactly (same results). Owner of pgrag.chunks only (42501 otherwise); 22023 for a blank tenant.';
+
+create or replace function pgrag.finish_bulk_load(tenant text)
+returns regclass
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_index regclass := pg_catalog.to_regclass(
+        pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(tenant)));
+    v_rows bigint;
+    v_mem bigint;
+begin
+    if tenant is null or tenant operator(pg_catalog.~) '^[[:space:]]*$' then
+        raise exception 'tenant must be a non-blank tenant id'
+            using errcode = '22023';
+    end if;
+    if v_index is not null
+       or not exists (select 1 from pgrag.chunks as c
+                      where c.tenant_id = tenant and not c.in_shared_graph) then
+        return v_index;
+    end if;
+    -- One graph build over the tenant's rows: enough memory for it to fit (pgvector builds
+    -- several times faster in memory), never less than the session has, at most 1 GB.
+    v_rows := pgrag.tenant_chunk_count(tenant);
+    v_mem := least(greatest(
+        pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
+        v_rows * ((select e.dims from pgrag.embedding_config as e) * 4 + 1024)),
+        1073741824);
+    perform pg_catalog.set_config('maintenance_work_mem', (v_mem / 1024)::text || 'kB', true);
+    return pgrag.isolate_tenant(tenant);
+end
+$$;
+comment on function pgrag.finish_bulk_load(text) is
+'Ends a bulk load of tenant: when some of its chunks are outside the shared graph and it has no graph of its own, builds that graph (pgrag.isolate_tenant, with maintenance_work_mem raised for the build, at most 1 GB); returns the tenant''s own index (null when it needs none). Owner of pgrag.chunks only (CREATE INDEX); blocks writes to pgrag.chunks while the index builds.';
