@@ -9,6 +9,7 @@ import click
 from pgrag.cli.common import echo_json, json_option, pass_state, progress_option, tenant_option
 from pgrag.cli.state import CliState
 from pgrag.db import connect
+from pgrag.query_cache import QueryEmbeddings
 from pgrag.search import query_embedder
 
 
@@ -61,7 +62,8 @@ def evaluate(
 
     DATASET_DIR holds corpus.jsonl, queries.jsonl and qrels/test.tsv. The corpus is ingested
     into its own tenant (later runs skip unchanged documents); latency is the p50/p95 of one
-    search call returning 10 rows, query embedding excluded.
+    search call returning 10 rows, query embedding excluded. Query embeddings come from the
+    query-embedding cache when an earlier run embedded them.
     """
     from pgrag import eval as ev
     from pgrag.progress import Progress, ProgressMode
@@ -76,9 +78,11 @@ def evaluate(
         embedder = query_embedder(conn)
     if not no_ingest:
         ev.ingest_dataset(dsn, dataset, tenant=tenant, embedder=embedder, progress=mode)
-    embeddings = ev.embed_queries(embedder, dataset)
     results: dict[str, ev.ModeResult] = {}
     with connect(dsn) as conn:
+        queries = QueryEmbeddings(conn, tenant, embedder)
+        embeddings = ev.embed_queries(embedder, dataset, queries)
+        queries.record_usage()
         for name, options in parsed:
             total = 2 * len(dataset.queries)
             with Progress(f"eval {name}", total, mode, unit="searches") as bar:
