@@ -82,7 +82,11 @@ class QueryEmbeddings:
         found = self._cache_call(
             "select pgrag.query_cache_get(%s, %s)", (self.embedder.model_name, text)
         )
-        return None if found is None else np.asarray(found, dtype=np.float32)
+        if found is None:
+            return None
+        # pgvector's loader gives a Vector (pgvector >= 0.4) or an array (earlier versions).
+        values = found.to_numpy() if hasattr(found, "to_numpy") else found
+        return np.asarray(values, dtype=np.float32)
 
     def _store(self, text: str, vector: np.ndarray) -> None:
         self._cache_call(

@@ -161,7 +161,13 @@ class Reembedder:
 
     def batch(self, summary: ReembedSummary) -> int:
         """Claim, embed, store and record one batch in one transaction; chunks stored (0: none
-        could be claimed)."""
+        could be claimed). ``ModelSwitchError`` when the re-embed ended meanwhile."""
+        try:
+            return self._batch(summary)
+        except psycopg.Error as exc:
+            raise _error(exc) from exc
+
+    def _batch(self, summary: ReembedSummary) -> int:
         e = self.embedder
         with self.conn.transaction():
             rows = self.conn.execute(
@@ -218,7 +224,7 @@ class Reembedder:
         """Work until no chunk waits, then switch (unless ``switch`` is false)."""
         while True:
             try:
-                n = self.batch(summary)
+                n = self._batch(summary)
                 if n:
                     if on_batch is not None:
                         on_batch(n)

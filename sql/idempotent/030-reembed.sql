@@ -85,6 +85,9 @@ begin
             using errcode = '22023';
     end if;
     perform pgrag.check_argument('dims', reembed_start.dims, 1, 2000);
+    -- Starts queue on the configuration row: a second process starting the same re-embed
+    -- waits for the first and joins it.
+    select c.* into v_config from pgrag.embedding_config as c for update;
     select r.* into v_job from pgrag.reembeds as r where r.status = 'running' for update;
     if found then
         if v_job.model = reembed_start.model and v_job.provider = reembed_start.provider
@@ -97,7 +100,6 @@ begin
             using errcode = 'PR202',
                   hint = 'let it finish (pgrag reembed with the same --model joins it), or cancel it (pgrag reembed --cancel).';
     end if;
-    select c.* into v_config from pgrag.embedding_config as c for update;
     if v_config.model = reembed_start.model and v_config.provider = reembed_start.provider
        and v_config.dims = reembed_start.dims then
         raise exception 'this database already holds embeddings of %:% (% dimensions): nothing to re-embed',
