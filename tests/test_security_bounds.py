@@ -57,7 +57,7 @@ DOCUMENTED_SQLSTATES = {"22023"}
 # 22023 they may refuse another tenant's rows (42501: bm25_apply, before taking a lock) or a
 # chunk indexed twice (23505: bm25_apply, the caller's own rows only), as docs/security.md says.
 # Any other volatile function an API role can execute fails test_only_known_writers_are_executable.
-KNOWN_WRITERS = {"pgrag.bm25_apply", "pgrag.delete_documents"}
+KNOWN_WRITERS = {"pgrag.bm25_apply", "pgrag.delete_documents", "public.log_search"}
 WRITER_SQLSTATES = {"pgrag.bm25_apply": {"42501", "23505"}}
 # Functions whose direct calls are checked only by their callers (none: every executable function
 # checks its own arguments).

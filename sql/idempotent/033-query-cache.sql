@@ -5,16 +5,22 @@
 --   pgrag.query_embeddings and pgrag.normalize_query (issue 14, incremental/008), pgrag.settings
 --   (incremental/012), pgrag.current_tenant_id and the argument checks (001-helpers.sql).
 
+-- PL/pgSQL, so that this file installs before the cache itself exists (its names are resolved
+-- when called): the client functions then fail with undefined_table or undefined_function,
+-- which the CLI takes as "no cache installed".
 create or replace function pgrag.query_cache_key(query_text text)
 returns text
-language sql
+language plpgsql
 immutable
 strict
 parallel safe
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
-    select pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(pgrag.normalize_query(query_text), 'UTF8')), 'hex')
+begin
+    return pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
+        pgrag.normalize_query(query_text), 'UTF8')), 'hex');
+end
 $$;
 comment on function pgrag.query_cache_key(text) is
 'Key of a query in the query-embedding cache: the SHA-256 (hex) of pgrag.normalize_query(query_text).';
