@@ -54,8 +54,6 @@ create table pgrag.settings (
     singleton boolean primary key default true check (singleton),
     search_log boolean not null default false,
     search_log_query_text boolean not null default false,
-    query_cache_max_entries integer not null default 10000
-        check (query_cache_max_entries between 0 and 10000000),
     updated_at timestamptz not null default now()
 );
 alter table pgrag.settings enable row level security;
@@ -63,7 +61,6 @@ comment on table pgrag.settings is
 'Operator settings (one row), changed with UPDATE by the owner; readable, never writable, by the API roles.';
 comment on column pgrag.settings.search_log is 'Record searches in pgrag.search_log (public.log_search); off by default.';
 comment on column pgrag.settings.search_log_query_text is 'Also record the query text in pgrag.search_log; off by default (without it no query text is stored).';
-comment on column pgrag.settings.query_cache_max_entries is 'Query embeddings the cache keeps per tenant and model; the least recently used go first. 0 turns caching off.';
 insert into pgrag.settings default values;
 
 create table pgrag.search_log (
