@@ -21,7 +21,7 @@ import psycopg
 
 from pgrag.db import connect, one_line
 from pgrag.embedders import Embedder
-from pgrag.errors import EmbeddingConfigError, ModelSwitchError, PgragError, from_database_error
+from pgrag.errors import EmbeddingConfigError, ModelSwitchError, from_database_error
 from pgrag.progress import Progress, ProgressMode
 from pgrag.usage import Usage, record_usage, warn
 
@@ -77,14 +77,13 @@ class ReembedSummary:
         return data
 
 
-def _error(exc: psycopg.Error) -> PgragError:
-    """The pgrag error a re-embed SQL error means (PR202/PR203 and 22023 carry their message)."""
+def _raise_mapped(exc: psycopg.Error) -> None:
+    """Raise the pgrag error a re-embed SQL error means (PR201-PR203 and 22023 carry the
+    server's message), if it means one; other database errors stay themselves (the CLI
+    explains them by SQLSTATE)."""
     mapped = from_database_error(exc)
     if mapped is not None:
-        return mapped
-    hint = one_line(exc.diag.message_hint or "")
-    message = one_line(exc.diag.message_primary or str(exc))
-    return ModelSwitchError(f"{message}{'. ' + hint if hint else ''}")
+        raise mapped from exc
 
 
 def reembed_status(conn: psycopg.Connection[Any]) -> ReembedStatus | None:
@@ -145,7 +144,8 @@ class Reembedder:
                     (e.model_name, e.provider, e.dims),
                 ).fetchone()
         except psycopg.Error as exc:
-            raise _error(exc) from exc
+            _raise_mapped(exc)
+            raise
         assert row is not None
         reembed_id, started, from_model, from_provider, from_dims = row
         return ReembedSummary(
@@ -165,7 +165,8 @@ class Reembedder:
         try:
             return self._batch(summary)
         except psycopg.Error as exc:
-            raise _error(exc) from exc
+            _raise_mapped(exc)
+            raise
 
     def _batch(self, summary: ReembedSummary) -> int:
         e = self.embedder
@@ -231,7 +232,10 @@ class Reembedder:
                     continue
                 status = reembed_status(self.conn)
                 if status is None or status.reembed_id != summary.reembed_id:
-                    raise ModelSwitchError("the re-embed this run worked on is gone.")
+                    raise ModelSwitchError(
+                        "the re-embed this run worked on is gone (another re-embed started "
+                        "since?): see pgrag reembed --status."
+                    )
                 if status.status != "running":
                     summary.switched = status.status == "switched"
                     summary.cancelled = status.status == "cancelled"
@@ -251,7 +255,8 @@ class Reembedder:
                         summary.cancelled = status.status == "cancelled"
                         summary.chunk_count = status.chunk_count
                         return summary
-                raise _error(exc) from exc
+                _raise_mapped(exc)
+                raise
             if switched:
                 summary.switched = summary.switched_here = True
                 summary.chunk_count = count
