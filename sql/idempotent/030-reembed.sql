@@ -85,8 +85,10 @@ begin
             using errcode = '22023';
     end if;
     perform pgrag.check_argument('dims', reembed_start.dims, 1, 2000);
-    -- Starts queue on the configuration row: a second process starting the same re-embed
-    -- waits for the first and joins it.
+    -- Start, switch and cancel run one at a time (a transaction-level advisory lock, taken
+    -- first by each: they lock the same rows in different orders). A second process starting
+    -- the same re-embed waits for the first and joins it.
+    perform pg_catalog.pg_advisory_xact_lock(123589602928386);  -- 0x7067726167_02: "pgrag", 2
     select c.* into v_config from pgrag.embedding_config as c for update;
     select r.* into v_job from pgrag.reembeds as r where r.status = 'running' for update;
     if found then
@@ -269,6 +271,7 @@ declare
     v_comments text[] := '{}';
     v_name text;
 begin
+    perform pg_catalog.pg_advisory_xact_lock(123589602928386);  -- one of start, switch, cancel
     select r.* into v_job from pgrag.reembeds as r where r.status = 'running' for update;
     if not found then
         raise exception 'no re-embed is running'
@@ -394,6 +397,7 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+    perform pg_catalog.pg_advisory_xact_lock(123589602928386);  -- one of start, switch, cancel
     update pgrag.reembeds as r
        set status = 'cancelled', finished_at = pg_catalog.clock_timestamp()
      where r.status = 'running';

@@ -51,9 +51,16 @@ class FakeEmbeddings:
     def base_url(self) -> str:
         return self.server.url_for("/v1")
 
-    def texts(self) -> list[str]:
+    def texts(self, model: str | None = None) -> list[str]:
+        """The texts embedded (of requests for ``model`` only, when given: the server is the
+        session's, so a request a killed client of an earlier test left behind may arrive)."""
         with self.lock:
-            return [t for body in self.bodies for t in body["input"]]
+            return [
+                t
+                for body in self.bodies
+                if model is None or body.get("model") == model
+                for t in body["input"]
+            ]
 
     def handle(self, request: Request) -> Response:
         body = json.loads(request.data)

@@ -195,13 +195,17 @@ def tenant_tables(db: str, readable_by: str | None = None) -> list[str]:
 
 
 def usage_and_search_log_rows(db: str) -> None:
-    """A row of usage and of the search log for each tenant (written as the owner)."""
+    """A row of usage and of the search log for each tenant (written as the owner), and of the
+    query-embedding cache where it is installed (issue 14)."""
     with connect(db) as conn:
+        cache = conn.execute("select to_regclass('pgrag.query_embeddings')").fetchone()
         conn.execute("update pgrag.settings set search_log = true")
         for tenant in TENANTS:
             conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
             conn.execute("select pgrag.record_usage('query', 'local', 'm', 7)")
             conn.execute("select public.log_search('hybrid', 5, 1, 0.5)")
+            if cache and cache[0]:
+                conn.execute("select pgrag.query_cache_put('m', 'vacation', '[1,2,3]')")
         conn.execute("update pgrag.settings set search_log = false")
         conn.commit()
 
