@@ -50,19 +50,21 @@ import re
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -85,6 +87,8 @@ SUPABASE = "supabase guide RRF"
 TS_RANK = "pg ts_rank OR"
 OVERHEAD = "request overhead"
 WITH_INGEST = "pgrag hybrid_search + ingest"
+EXTENDED = "pgrag hybrid_search, -M extended"
+POOLED = "pgrag hybrid_search via PgBouncer, pool {}{}"
 
 
 # -- the database: corpus, tenants, queries, the login role ------------------------------------
@@ -410,6 +414,7 @@ def run_pgbench(
     duration: float,
     workdir: Path,
     watch: dict[str, int] | None = None,
+    protocol: str = "prepared",
 ) -> dict[str, Any]:
     run_dir = Path(tempfile.mkdtemp(prefix="pgbench-", dir=workdir))
     script_file = run_dir / "request.sql"
@@ -418,7 +423,7 @@ def run_pgbench(
     cmd = [
         str(pgbench),
         "--no-vacuum",
-        "--protocol=prepared",
+        f"--protocol={protocol}",
         f"--client={clients}",
         f"--jobs={min(clients, os.cpu_count() or 1)}",
         f"--time={max(1, round(duration))}",
@@ -444,7 +449,7 @@ def run_pgbench(
     out = done.stdout
     tps = re.search(r"^tps = ([\d.]+) \(without initial connection time\)", out, re.M)
     failed = re.search(r"^number of failed transactions: (\d+)", out, re.M)
-    aborted = len(re.findall(r"client \d+ aborted", done.stderr))
+    aborted = len(re.findall(r"client \d+ (?:script \d+ )?aborted", done.stderr))
     statements: dict[str, float] = {}
     in_report = False
     for line in out.splitlines():
@@ -459,10 +464,15 @@ def run_pgbench(
     cpu = sampler.summary()
     pgbench_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     cpu["pgbench_cores_used"] = round(pgbench_s / max(duration, 1e-9), 2)
+    qps = round(float(tps.group(1)), 1) if tps and latencies else None
+    if qps and cpu.get("server_cores_used"):
+        # what one request costs the server, whatever else the shared machine runs
+        cpu["server_cpu_ms_per_query"] = round(1000.0 * cpu["server_cores_used"] / qps, 1)
     result = {
         "clients": clients,
+        "protocol": protocol,
         "transactions": len(latencies),
-        "queries_per_s": round(float(tps.group(1)), 1) if tps else None,
+        "queries_per_s": qps,
         "p50_ms": round(percentile(latencies, 50), 2),
         "p95_ms": round(percentile(latencies, 95), 2),
         "p99_ms": round(percentile(latencies, 99), 2),
@@ -481,14 +491,91 @@ def run_pgbench(
 def show(name: str, r: dict[str, Any]) -> None:
     cpu = r["cpu"]
     extra = f" ingest {cpu['ingest_cores_used']:.2f}" if "ingest_cores_used" in cpu else ""
+    extra += (
+        f"; {cpu['server_cpu_ms_per_query']} cpu-ms/q" if "server_cpu_ms_per_query" in cpu else ""
+    )
     print(
-        f"    {name:32s} c={r['clients']:<3d} {r['queries_per_s'] or 0:8.1f} q/s"
+        f"    {name:44s} c={r['clients']:<3d} {r['queries_per_s'] or 0:8.1f} q/s"
         f"  p50 {r['p50_ms']:8.2f}  p95 {r['p95_ms']:8.2f}  p99 {r['p99_ms']:8.2f} ms"
         f"  errors {r['failed_transactions'] + r['aborted_clients']}"
         f"  cpu {cpu['machine_busy_pct']}% (server {cpu.get('server_cores_used', '?')}"
         f" pgbench {cpu['pgbench_cores_used']:.2f}{extra} cores)",
         flush=True,
     )
+
+
+# -- a pooler in front of the server ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def pgbouncer(admin: str, dsn: str, pool_size: int, reset: bool) -> Iterator[str]:
+    """PgBouncer in transaction mode with ``pool_size`` server connections; yields a DSN through
+    it. ``reset``: the reset docs/security.md asks for (DISCARD ALL after every transaction),
+    else PgBouncer's default for transaction mode (no reset)."""
+    exe = pgbouncer_exe()
+    assert exe is not None
+    params = conninfo_to_dict(admin)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        port = str(conn.execute("select current_setting('port')").fetchone()[0])  # type: ignore[index]
+    host = str(params.get("host") or "127.0.0.1")
+    # its own folder under the temp dir (PgBouncer runs as another user when we are root)
+    folder = Path(tempfile.mkdtemp(prefix="pgrag-pgbouncer-"))
+    listen = free_port()
+    values = {
+        "listen_addr": "127.0.0.1",
+        "listen_port": str(listen),
+        "unix_socket_dir": "",
+        "auth_type": "trust",
+        "auth_file": f"{folder}/userlist.txt",
+        "pool_mode": "transaction",
+        "default_pool_size": str(pool_size),
+        "max_client_conn": "500",
+        "server_reset_query": "DISCARD ALL",
+        "server_reset_query_always": "1" if reset else "0",
+        "logfile": f"{folder}/pgbouncer.log",
+        "pidfile": f"{folder}/pgbouncer.pid",
+    }
+    config = f"[databases]\n* = host={host} port={port}\n\n[pgbouncer]\n"
+    config += "".join(f"{k} = {v}\n" for k, v in values.items())
+    (folder / "pgbouncer.ini").write_text(config)
+    (folder / "userlist.txt").write_text(f'"{AUTHENTICATOR}" ""\n')
+    command = [exe, str(folder / "pgbouncer.ini")]
+    if os.geteuid() == 0:  # PgBouncer refuses root: run it as the server's user (socket access)
+        import pwd
+
+        owner = pwd.getpwuid(os.stat(host).st_uid).pw_name if host.startswith("/") else "nobody"
+        for path in (folder, folder / "pgbouncer.ini", folder / "userlist.txt"):
+            shutil.chown(path, owner)
+        command[1:1] = ["-u", owner]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"pgbouncer exited: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", listen)) == 0:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("pgbouncer did not start listening")
+            time.sleep(0.1)
+        yield make_conninfo(dsn, host="127.0.0.1", port=listen)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def pgbouncer_exe() -> str | None:
+    """PgBouncer (Debian's package puts it in /usr/sbin, often not on PATH), or None."""
+    found = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    return found if Path(found).exists() else None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 # -- the concurrent ingest -------------------------------------------------------------------------
@@ -589,6 +676,13 @@ def main() -> None:
     parser.add_argument("--base-docs", type=int, default=1000, help="as benchmarks/latency.py")
     parser.add_argument(
         "--ingest-docs", type=int, default=3000, help="abstracts offered to the concurrent ingest"
+    )
+    parser.add_argument(
+        "--pgbouncer-pools",
+        type=int,
+        nargs="*",
+        default=[2, 4, 8],
+        help="at the largest client count, also through PgBouncer with these pool sizes",
     )
     parser.add_argument("--no-peers", action="store_true", help="skip the Supabase/ts_rank runs")
     parser.add_argument("--no-ingest", action="store_true", help="skip the runs with an ingest")
@@ -693,6 +787,30 @@ def main() -> None:
             r = run_pgbench(pgbench, dsn, admin, script[OVERHEAD], 1, args.duration / 2, workdir)
             runs[OVERHEAD] = {"1": r}
             show(OVERHEAD, r)
+            top = max(args.clients)
+            if args.pgbouncer_pools and pgbouncer_exe():
+                # PgBouncer < 1.21 keeps no prepared statements in transaction mode: the
+                # extended protocol (unnamed statements), directly and through the pool.
+                # Each pool with the reset docs/security.md asks for, and the largest without.
+                pooled = [(p, True) for p in args.pgbouncer_pools]
+                pooled.append((max(args.pgbouncer_pools), False))
+                for pool, reset in [(0, False), *pooled]:
+                    label = ", DISCARD ALL" if reset else ", no reset"
+                    name = EXTENDED if pool == 0 else POOLED.format(pool, label)
+                    with contextlib.ExitStack() as stack:
+                        target = (
+                            dsn
+                            if pool == 0
+                            else stack.enter_context(pgbouncer(admin, dsn, pool, reset))
+                        )
+                        r = run_pgbench(
+                            pgbench, target, admin, script[PGRAG], top, args.duration, workdir,
+                            protocol="extended",
+                        )  # fmt: skip
+                    runs[name] = {str(top): r}
+                    show(name, r)
+            elif args.pgbouncer_pools:
+                print("    (no pgbouncer on this machine: pooled runs skipped)", flush=True)
             if not args.no_ingest:
                 folder = ingest_folder(ingest_texts)
                 log = workdir / f"ingest-{size}.log"
