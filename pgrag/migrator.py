@@ -123,22 +123,33 @@ def quote_ident(name: str) -> str:
 
 
 def discover(root: Path | None = None) -> list[MigrationFile]:
-    """All migration files, incremental first, each tier in numeric order; names are checked."""
+    """All migration files, incremental first, each tier in numeric order; names are checked.
+
+    Incremental files are numbered 001, 002, ... without gaps. Idempotent files may leave gaps
+    (privileges sit in a late band, ``900-...``), but no two share a number.
+    """
     root = root or sql_dir()
     files: list[MigrationFile] = []
     for kind in KINDS:
         folder = root / kind
         paths = sorted(p for p in folder.iterdir() if p.suffix == ".sql") if folder.is_dir() else []
+        previous = 0
         for expected, path in enumerate(paths, start=1):
             if not FILE_NAME.match(path.name):
                 raise MigrationError(
                     f"bad migration file name {kind}/{path.name}: use NNN-lowercase-name.sql"
                 )
-            if int(path.name[:3]) != expected:
+            number = int(path.name[:3])
+            if kind == "incremental" and number != expected:
                 raise MigrationError(
                     f"migration numbering gap in {kind}/: expected {expected:03d}, "
                     f"found {path.name}"
                 )
+            if number == previous:
+                raise MigrationError(
+                    f"two migration files numbered {number:03d} in {kind}/: renumber {path.name}"
+                )
+            previous = number
             files.append(MigrationFile(kind, path))
     return files
 

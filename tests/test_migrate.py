@@ -254,12 +254,48 @@ def test_changing_dimension_of_installed_database_is_refused(db: str) -> None:
         Migrator(db).migrate(1536)
 
 
-def test_migration_file_names_follow_the_rule_without_gaps() -> None:
+def test_migration_file_names_follow_the_rule() -> None:
     for kind in KINDS:
         names = sorted(p.name for p in (sql_dir() / kind).glob("*.sql"))
         assert names, f"no {kind} migrations"
         assert all(FILE_NAME.match(n) for n in names), names
-        assert [int(n[:3]) for n in names] == list(range(1, len(names) + 1))
+        numbers = [int(n[:3]) for n in names]
+        if kind == "incremental":  # applied once each, in order: no gaps
+            assert numbers == list(range(1, len(names) + 1))
+        else:  # re-applied whole: gaps allowed (privileges in the 900 band), no repeats
+            assert numbers == sorted(set(numbers))
+    # The privileges band comes last in the idempotent tier.
+    idempotent = [f.path.name for f in discover() if f.kind == "idempotent"]
+    late = [n for n in idempotent if n >= "900"]
+    assert late and idempotent[-len(late) :] == late
+
+
+def test_each_idempotent_file_states_its_contract_and_each_tier_its_rules() -> None:
+    for f in discover():
+        if f.kind == "idempotent":
+            head = f.text.split("\n\n", 1)[0]
+            assert "Contract. Provides:" in head and "Relies on:" in head, f.name
+    for kind in KINDS:
+        assert (sql_dir() / kind / "README.md").is_file(), kind
+
+
+def test_incremental_numbering_gap_is_rejected(sql_copy: Path) -> None:
+    count = len(list((sql_copy / "incremental").glob("*.sql")))
+    (sql_copy / "incremental" / f"{count + 2:03d}-skipped-one.sql").write_text("select 1;")
+
+    with pytest.raises(
+        MigrationError, match=f"numbering gap in incremental/: expected {count + 1:03d}"
+    ):
+        discover(sql_copy)
+
+
+def test_idempotent_tier_may_leave_gaps_but_not_repeat_a_number(sql_copy: Path) -> None:
+    (sql_copy / "idempotent" / "800-late.sql").write_text("select 1;")
+    assert "idempotent/800-late.sql" in [f.name for f in discover(sql_copy)]
+
+    (sql_copy / "idempotent" / "800-also-late.sql").write_text("select 1;")
+    with pytest.raises(MigrationError, match="two migration files numbered 800 in idempotent/"):
+        discover(sql_copy)
 
 
 def test_bad_file_name_is_rejected(sql_copy: Path) -> None:

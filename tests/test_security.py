@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from plugins.dev_tools import dev_tool
+from plugins.dev_tools import INLINED_FUNCTIONS, dev_tool, pgspot_codes
 from plugins.tenancy import (
     API_ROLES,
     Loaded,
@@ -412,6 +412,18 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         results = call_all(conn, query_embedding)
         windowed = windows(conn, sorted(c for t in two_tenants.chunks.values() for c in t))
         tenant = conn.execute("select pgrag.current_tenant_id()").fetchone()
+        # pgrag.ready_chunks pins no search_path (it must be inlined): called directly, with
+        # every filter set, it must not reach the caller's operators either.
+        ready = {
+            r[0]
+            for r in conn.execute(
+                "select chunk_id from pgrag.ready_chunks("
+                "document_ids => (select array_agg(id) from pgrag.documents), "
+                "metadata_filter => '{}', "
+                "source_types => array['pdf', 'markdown', 'html', 'text', 'url'], "
+                "created_after => '-infinity', created_before => 'infinity')"
+            )
+        }
         logged = [r[0] for r in conn.execute("select what from evil.log")]
     assert logged == []
     assert tenant == ("acme",)
@@ -419,13 +431,14 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         assert results[name], name
         assert results[name] <= set(two_tenants.chunks["acme"]), name
     assert windowed == set(two_tenants.chunks["acme"])
+    assert ready == set(two_tenants.chunks["acme"])
 
 
 # -- audit -----------------------------------------------------------------------------------------
 
 # Every privilege held on pgrag's objects by a role other than the owner: (object, grantee,
 # privilege). A change here is a security decision; update the list together with
-# sql/idempotent/003-policies.sql and docs/security.md.
+# sql/idempotent/9NN-*.sql (the privileges band) and docs/security.md.
 TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
@@ -433,6 +446,7 @@ TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "doc
 PGRAG_FUNCTIONS = (
     "check_argument",
     "check_length",
+    "check_filters",
     "check_query_embedding",
     "chunk_fts",
     "current_tenant_id()",
@@ -441,6 +455,7 @@ PGRAG_FUNCTIONS = (
     "keyword_candidates",
     "keyword_query",
     "mmr_order",
+    "ready_chunks",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",
     "text_search_config",
@@ -563,7 +578,8 @@ def test_audit_every_function_pins_its_search_path(db: str) -> None:
     unpinned = [
         name for name, config in rows if "search_path=pg_catalog, pg_temp" not in (config or [])
     ]
-    assert unpinned == []
+    assert unpinned == list(INLINED_FUNCTIONS)
+    assert [config for name, config in rows if name in INLINED_FUNCTIONS] == [None]
 
 
 def test_each_api_function_has_one_signature_for_postgrest(db: str) -> None:
@@ -582,7 +598,7 @@ def test_policies_file_grants_every_public_function_the_sql_creates() -> None:
         created |= set(
             re.findall(r"create\s+(?:or\s+replace\s+)?function\s+public\.(\w+)", path.read_text())
         )
-    policies = (sql_dir() / "idempotent" / "003-policies.sql").read_text()
+    policies = (sql_dir() / "idempotent" / "910-function-privileges.sql").read_text()
     api_block = policies.split("p.pronamespace = 'public'::regnamespace")[1]
     listed = set(re.findall(r"'(\w+)'", api_block.split("proname = any (array[")[1].split("])")[0]))
     assert created == listed == set(API_FUNCTIONS)
@@ -605,7 +621,7 @@ def test_pgspot_reports_nothing_unjustified_on_the_installed_sql(tmp_path: Path)
         out = subprocess.run(
             [pgspot, "--ignore", "PS002", str(path)], capture_output=True, text=True
         ).stdout
-        for code in re.findall(r"^(PS\d{3}):", out, re.M):
+        for code in sorted(pgspot_codes(out)):
             if (f.name, code) not in ACCEPTED_PGSPOT:
                 unexplained.append((f.name, code, out))
     assert unexplained == []

@@ -414,12 +414,13 @@ def test_statement_timeouts_for_api_roles_in_this_database(empty_db: str) -> Non
 def _apply_policies(db: str, **settings: str) -> None:
     from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover
 
-    policies = next(f for f in discover() if f.name == "idempotent/003-policies.sql")
+    late_band = [f for f in discover() if f.kind == "idempotent" and f.path.name >= "900"]
     with connect(db) as conn:
         for name, value in settings.items():
             conn.execute("select set_config(%s, %s, true)", (f"pgrag.{name}", value))
         conn.execute(SECURE_SEARCH_PATH_SQL)
-        conn.execute(policies.render("public").encode())
+        for f in late_band:
+            conn.execute(f.render("public").encode())
         conn.commit()
 
 
