@@ -25,7 +25,8 @@ from plugins.tenancy import claims_for, ensure_authenticator, request
 from psycopg.conninfo import conninfo_to_dict
 
 from pgrag.cli import main
-from pgrag.db import connect
+from pgrag.db import connect, wait_for_replay
+from pgrag.errors import ReplicaLagging
 from pgrag.ingest import IngestOptions, ingest_paths
 from pgrag.migrator import Migrator
 from pgrag.testing import create_database, drop_database, dsn_for
@@ -337,6 +338,32 @@ def test_eval_ingests_through_the_dsn_and_searches_the_read_dsn(
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["hybrid"]["ndcg@10"] == 1.0
+
+
+def test_waiting_for_replay_is_a_no_op_when_the_read_server_is_not_a_standby(
+    primary_db: str,
+) -> None:
+    with connect(primary_db, autocommit=True) as writer, connect(primary_db) as reader:
+        assert wait_for_replay(writer, reader, timeout=0.1) is None
+
+
+def test_a_replica_that_does_not_replay_is_a_one_line_error_after_the_timeout(
+    primary_db: str,
+    replication_primary: str,
+    hot_standby: Callable[[str], Standby],
+) -> None:
+    replica = replica_of(primary_db, hot_standby, replication_primary)
+    with psycopg.connect(replica, autocommit=True) as conn:
+        conn.execute("select pg_wal_replay_pause()")
+    with connect(primary_db, autocommit=True) as writer, connect(replica) as reader:
+        writer.execute("create table replay_probe (id int)")  # WAL the standby will not replay
+        with pytest.raises(ReplicaLagging, match=r"replayed WAL up to .* after 1 s, short of"):
+            wait_for_replay(writer, reader, timeout=1)
+    with psycopg.connect(replica, autocommit=True) as conn:
+        conn.execute("select pg_wal_replay_resume()")
+    with connect(primary_db, autocommit=True) as writer, connect(replica) as reader:
+        assert wait_for_replay(writer, reader, timeout=30) is not None
+        writer.execute("drop table replay_probe")
 
 
 @pytest.mark.parametrize("how", ["option", "env"])
