@@ -21,16 +21,21 @@ neighbouring runs on this shared machine:
 * ``supabase guide RRF`` and ``pg ts_rank OR``: the peer SQL of ``benchmarks/beir.py`` (imported),
   run in the same request pattern, so row-level security applies to them as to an RPC function;
 * ``request overhead`` (1 client): the same transaction with ``select 1`` instead of a search;
+* at the largest client count, the pgrag script with ``-M extended`` directly and through
+  PgBouncer in transaction mode (pools of --pgbouncer-pools server connections with the reset
+  docs/security.md asks for, DISCARD ALL after every transaction, and the largest pool without);
 * ``pgrag hybrid_search + ingest``: the pgrag script again while ``pgrag ingest`` loads SciFact
-  abstracts (not in the corpus) into another tenant, embedding them with the local model.
+  abstracts (not in the corpus) into another tenant, embedding them with the local model (the
+  ingest is measured alone first).
 
 Per run: queries/s, p50/p95/p99 of the per-transaction latencies (``pgbench --log``), failed
 transactions and aborted clients (must be 0), the mean of each statement (``pgbench -r``: the
 lookup is negligible), and what the CPUs did (``/proc/stat`` sampled every 0.5 s: machine busy,
-runnable processes, CPU seconds of the server's backends, of pgbench and of the ingest; wait events
-of the active backends from ``pg_stat_activity``). Output ``benchmarks/results/load.json``.
+runnable processes, CPU seconds of the server's processes, of pgbench and of the ingest, and the
+server's CPU per query; wait events of the active backends from ``pg_stat_activity``). Output
+``benchmarks/results/load.json``; docs/scaling.md reads it.
 
-    .venv/bin/python benchmarks/load.py                              # 10k and 100k, ~20 minutes
+    .venv/bin/python benchmarks/load.py                              # 10k and 100k, ~40 minutes
     .venv/bin/python benchmarks/load.py --sizes 10000 --duration 5 --clients 1 4   # a quick look
 
 ``--admin-dsn`` runs on an existing server (superuser; pgbench connects as a role it creates);
