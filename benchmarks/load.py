@@ -180,16 +180,7 @@ def prepare_database(
             )
             cur.executemany(
                 "insert into loadbench.tenants values (%s, %s, %s)",
-                [
-                    (
-                        t + 1,
-                        f"t{t}",
-                        json.dumps(
-                            {"sub": f"user-of-t{t}", "role": "authenticated", "tenant_id": f"t{t}"}
-                        ),
-                    )
-                    for t in range(tenants)
-                ],
+                [(t + 1, f"t{t}", jwt_claims(conn, f"t{t}")) for t in range(tenants)],
             )
         conn.execute("analyze loadbench.queries")
         conn.execute("analyze loadbench.tenants")
@@ -205,6 +196,20 @@ def prepare_database(
         )
         conn.execute("checkpoint")
     return dsn, info
+
+
+def jwt_claims(conn: psycopg.Connection[Any], tenant: str) -> str:
+    """The claims of a JWT for ``tenant``: the tenant where the database's ``pgrag.tenant_claim``
+    reads it (``pgrag.set_request_tenant`` puts it there), PostgREST's role and a subject."""
+    with conn.transaction():
+        conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
+        row = conn.execute(
+            "select (current_setting('request.jwt.claims')::jsonb"
+            " || jsonb_build_object('role', 'authenticated', 'sub', %s::text))::text",
+            (f"user-of-{tenant}",),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 def role_settings(dsn: str, role: str) -> list[tuple[str, str]]:

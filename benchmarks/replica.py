@@ -41,13 +41,12 @@ import latency  # noqa: E402  (SciFact texts, as the other benchmarks read them)
 from common import latency_summary, percentile  # noqa: E402
 from plugins.pgservers import start_hot_standby  # noqa: E402
 
-from pgrag.db import connect  # noqa: E402
+from pgrag.db import connect, set_request_tenant  # noqa: E402
 from pgrag.ingest import ingest_paths  # noqa: E402
 from pgrag.testing import dsn_for, fresh_database, temporary_cluster  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "replica.json"
 TENANT = "lag-probe"
-CLAIMS = json.dumps({"role": "authenticated", "tenant_id": TENANT})
 
 
 def probe(primary: psycopg.Connection[Any], standby: psycopg.Connection[Any], n: int) -> float:
@@ -67,8 +66,8 @@ def probe(primary: psycopg.Connection[Any], standby: psycopg.Connection[Any], n:
     committed = time.perf_counter()
     while True:
         with standby.transaction():
+            set_request_tenant(standby, TENANT)  # the claims, then the role, as a request
             standby.execute("set local role authenticated")
-            standby.execute("select set_config('request.jwt.claims', %s, true)", (CLAIMS,))
             found = standby.execute(
                 "select 1 from public.keyword_search(%s, 1)", (word,)
             ).fetchone()
