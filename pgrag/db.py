@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import psycopg
@@ -118,8 +119,6 @@ def wait_for_replay(
     replicates otherwise): there is no position to wait for. Raises :class:`ReplicaLagging`
     after ``timeout`` seconds.
     """
-    import time
-
     row = reader.execute("select pg_catalog.pg_is_in_recovery()").fetchone()
     if not row or not row[0]:
         return None

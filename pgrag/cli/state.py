@@ -40,10 +40,6 @@ class CliState:
         """Whether reads go to another server than writes (--read-dsn given)."""
         return bool(self.read_dsn_option)
 
-    def read_dsn(self) -> str:
-        """Where searches read: --read-dsn, else the database of :meth:`dsn`."""
-        return self.read_dsn_option or self.dsn()
-
     def connect_read(self) -> psycopg.Connection[Any]:
         """A connection for reading (search, ask, eval's searches); errors name --read-dsn."""
         if self.read_dsn_option:
