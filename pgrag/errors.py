@@ -36,6 +36,10 @@ class DatabaseUnreachable(PgragError):
     """The database could not be reached."""
 
 
+class ReplicaLagging(PgragError):
+    """A read replica has not replayed writes that the command needs to read."""
+
+
 class PgvectorMissing(PgragError):
     """The server has no pgvector extension available."""
 

