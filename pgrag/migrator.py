@@ -42,7 +42,7 @@ from typing import Any, Literal, cast
 
 import psycopg
 
-from pgrag import __version__
+from pgrag import __version__, compat
 from pgrag.db import VECTOR_SCHEMA_SQL, connect
 from pgrag.errors import (
     ChecksumMismatch,
@@ -262,10 +262,26 @@ def _refuse_changed(row: str) -> str:
                              'installed this database)';"""
 
 
+def _file_text(f: MigrationFile) -> str:
+    """An SQL expression of ``f``'s text as this server runs it: a statement of
+    :data:`pgrag.compat.BEFORE_17` is replaced on servers older than PostgreSQL 17 (decided by the
+    server when the step runs, so one bundle serves every version)."""
+    text = f.text
+    expression = dollar_quote(text, "pgrag_sql")
+    for written, older in compat.rewrites(f.name, text):
+        expression = (
+            f"pg_catalog.replace({expression}, {literal(written)},\n"
+            f"        case when pg_catalog.current_setting('server_version_num')::integer"
+            f" < {compat.SET_EXPRESSION_MIN_VERSION}\n"
+            f"             then {literal(older)} else {literal(written)} end)"
+        )
+    return expression
+
+
 def _execute_file(f: MigrationFile) -> str:
     """PL/pgSQL running ``f`` (pgvector's schema in ``vs``) and recording it."""
     return f"""    -- {f.name}
-    execute pg_catalog.replace({dollar_quote(f.text, "pgrag_sql")},
+    execute pg_catalog.replace({_file_text(f)},
         {literal(VECTOR_SCHEMA_TOKEN)}, pg_catalog.quote_ident(vs));
     insert into pgrag.schema_migrations (name, kind, sha256, version)
     values ({literal(f.name)}, {literal(f.kind)}, {literal(f.sha256)}, {literal(__version__)})
