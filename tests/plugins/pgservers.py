@@ -673,6 +673,7 @@ class Pg15Server:
     python: Path  # the interpreter PL/Python embeds
     venv: PlPythonVenv  # on PL/Python's sys.path (PYTHONPATH in the server's environment)
     cluster: LocalCluster
+    pgrag_home: Path | None = None  # PGRAG_HOME of the server's environment (its user owns it)
 
     def create_database(self) -> str:
         """A new, uniquely named empty database; its DSN."""
@@ -687,10 +688,19 @@ def start_pg15_plpython(venv: PlPythonVenv, steps: Steps) -> Pg15Server:
     with steps.step("initdb PostgreSQL 15"):
         cluster = new_pg15_cluster("pgrag-pg15-", env=plpython_env(venv))
     try:
+        # pgrag's local state for code PL/Python runs (the model's cached ONNX graph): a folder
+        # of the cluster that the server's user owns, not that user's home.
+        home = cluster.base / "pgrag-home"
+        home.mkdir()
+        if cluster.owner:
+            shutil.chown(home, cluster.owner, pwd.getpwnam(cluster.owner).pw_gid)
+        cluster.env["PGRAG_HOME"] = str(home)
         with steps.step("start PostgreSQL 15"):
             cluster.start()
         dsn = cluster.dsn()
-        return Pg15Server(dsn, server_version(dsn), PG15_BIN, SERVER_PYTHON, venv, cluster)
+        return Pg15Server(
+            dsn, server_version(dsn), PG15_BIN, SERVER_PYTHON, venv, cluster, pgrag_home=home
+        )
     except BaseException:
         cluster.remove()
         raise
