@@ -73,7 +73,8 @@ def test_a_writers_hit_counts_and_a_search_read_does_not(
         conn.execute("select pgrag.query_cache_get(%s, 'q')", (MODEL,))
         conn.execute("select pgrag.query_cache_get(%s, 'q')", (MODEL,))
         (hits, created, used) = conn.execute(
-            "select hit_count, created_at, last_used_at from pgrag.query_embeddings"
+            "select hit_count, created_at, last_used_at from pgrag.query_embeddings "
+            "where query_sha256 = pgrag.query_cache_key('q')"
         ).fetchone()  # type: ignore[misc]
     assert hits == 2 and used >= created
 
@@ -81,7 +82,9 @@ def test_a_writers_hit_counts_and_a_search_read_does_not(
 def test_a_tenant_reads_only_its_own_entries(two_tenants: Loaded, vector: np.ndarray) -> None:
     put(two_tenants.db, "acme", "acme's secret question", vector)
     with request(two_tenants.db, "authenticated", claims_for("globex")) as conn:
-        assert conn.execute("select count(*) from pgrag.query_embeddings").fetchone() == (0,)
+        assert conn.execute(
+            "select count(*) from pgrag.query_embeddings where tenant_id <> 'globex'"
+        ).fetchone() == (0,)
         assert conn.execute(
             "select pgrag.cached_query_embedding('acme''s secret question')"
         ).fetchone() == (None,)
@@ -157,7 +160,8 @@ def test_prune_keeps_the_most_recent_entries_per_tenant_and_model(
             put(two_tenants.db, tenant, f"q{i}", vector)
     with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
         (removed,) = conn.execute("select pgrag.prune_query_cache(1)").fetchone()  # type: ignore[misc]
-    assert removed == 3  # acme's own: globex's rows are not the tenant's to see
+    # acme held the fixture's entry and 4 more: 4 go; globex's are not the tenant's to see
+    assert removed == 4
     with request(two_tenants.db, "service_role") as conn:
         (removed,) = conn.execute("select pgrag.prune_query_cache(2)").fetchone()  # type: ignore[misc]
         left = dict(
@@ -165,7 +169,7 @@ def test_prune_keeps_the_most_recent_entries_per_tenant_and_model(
                 "select tenant_id, count(*) from pgrag.query_embeddings group by 1"
             ).fetchall()
         )
-    assert removed == 2 and left == {"acme": 1, "globex": 2}
+    assert removed == 3 and left == {"acme": 1, "globex": 2}
 
 
 @pytest.mark.parametrize(

