@@ -16,7 +16,9 @@ and decides for itself whether to run:
    incremental file that changed, and a database installed with another dimension;
 3. one step per incremental file: skipped when recorded, applied and recorded otherwise;
 4. ``idempotent``: the whole tier, when one of its files is not ``applied``; then
-   ``pg_notify('pgrst', 'reload schema')``.
+   ``pg_notify('pgrst', 'reload schema')``. A file of :data:`SERVER_DEPENDENT` is not
+   ``applied`` either when what it installed is not what this server would get now (the text
+   functions' PL/Python or stub variant, passed to the file as ``pgrag.text_search_variant``).
 
 What ``applied`` means is written once, in :func:`state_sql`: a file is *pending* (not
 recorded), *changed* (recorded with another SHA-256), *stale* (an idempotent file recorded

@@ -2,8 +2,8 @@
 
 ``sql/idempotent/051-text-search.sql`` defines ``pgrag.compute_query_embedding`` and
 ``pgrag.chunk_text`` as PL/Python (``plpython3u``) functions where the server offers it. Their
-bodies are two lines: import :mod:`pgrag.plpython.server` (the server's own Python finds it on
-its ``sys.path``) and call it with ``plpy`` and ``GD``. :mod:`pgrag.plpython.server` then uses
+bodies only import :mod:`pgrag.plpython.server` (the server's own Python finds it on its
+``sys.path``; SQLSTATE PR302 when it cannot) and call it with ``plpy`` and ``GD``. :mod:`pgrag.plpython.server` then uses
 the package's own embedder (:mod:`pgrag.embedders`, ONNX Runtime) and chunker
 (:mod:`pgrag.chunking`): there is no second implementation to drift.
 
