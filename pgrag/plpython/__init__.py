@@ -3,9 +3,9 @@
 ``sql/idempotent/051-text-search.sql`` defines ``pgrag.compute_query_embedding`` and
 ``pgrag.chunk_text`` as PL/Python (``plpython3u``) functions where the server offers it. Their
 bodies only import :mod:`pgrag.plpython.server` (the server's own Python finds it on its
-``sys.path``; SQLSTATE PR302 when it cannot) and call it with ``plpy`` and ``GD``. :mod:`pgrag.plpython.server` then uses
-the package's own embedder (:mod:`pgrag.embedders`, ONNX Runtime) and chunker
-(:mod:`pgrag.chunking`): there is no second implementation to drift.
+``sys.path``; SQLSTATE PR302 when it cannot) and call it with ``plpy`` and ``GD``.
+:mod:`pgrag.plpython.server` then uses the package's own embedder (:mod:`pgrag.embedders`,
+ONNX Runtime) and chunker (:mod:`pgrag.chunking`): there is no second implementation to drift.
 
 :mod:`pgrag.plpython.plpy_api` types the ``plpy`` module as PL/Python provides it, and
 :mod:`pgrag.plpython.plpy_stub` implements it over a psycopg connection, so the tests run every
