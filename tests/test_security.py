@@ -34,6 +34,7 @@ API_FUNCTIONS = (
     "hybrid_search",
     "chunk_windows",
     "build_context",
+    "hybrid_search_text",
     "log_search",
 )
 QUERY = "vacation policy paid leave"
@@ -440,9 +441,14 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 # Every privilege held on pgrag's objects by a role other than the owner: (object, grantee,
 # privilege). A change here is a security decision; update the list together with
 # sql/idempotent/9NN-*.sql (the privileges band) and docs/security.md.
-TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
-# Issue 14's query-embedding cache, a tenant table like those above, where it is installed.
-OPTIONAL_TENANT_TABLES = ("query_embeddings",)
+TENANT_TABLES = (
+    "bm25_lexicon",
+    "bm25_postings",
+    "chunks",
+    "corpus_stats",
+    "documents",
+    "query_embeddings",
+)
 # Tenant tables a tenant may not write freely (sql/idempotent/900-row-security.sql): its usage it
 # only reads, its search log it adds to (column by column), reads and deletes, the re-embed
 # queue is the owner's and service_role's alone.
@@ -453,17 +459,23 @@ OWNER_TENANT_TABLES = ("chunk_embeddings_next",)
 # execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
 # the writing roles only.
 PGRAG_FUNCTIONS = (
+    "cached_query_embedding(text)",
     "check_argument",
     "check_length",
     "check_filters",
     "check_query_embedding",
+    "check_query_text(text)",
     "chunk_fts",
+    "compute_query_embedding(text)",
     "current_tenant_id()",
+    "embed_query(text)",
     "fused_candidates",
     "identifier_terms",
     "keyword_candidates",
     "keyword_query",
     "mmr_order",
+    "normalize_query(text)",
+    "query_cache_key(text)",
     "ready_chunks",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",
@@ -471,17 +483,19 @@ PGRAG_FUNCTIONS = (
     "vector_candidates",
     "windows",
 )
-WRITER_FUNCTIONS = ("bm25_apply", "delete_documents", "text_search_config_allowed")
-
-
-def tenant_tables_present(conn: psycopg.Connection[Any]) -> tuple[str, ...]:
-    """TENANT_TABLES, and those of OPTIONAL_TENANT_TABLES this database has."""
-    optional = [
-        t
-        for t in OPTIONAL_TENANT_TABLES
-        if conn.execute("select to_regclass(%s)", (f"pgrag.{t}",)).fetchone() != (None,)
-    ]
-    return (*TENANT_TABLES, *optional)
+# Writers: the chunks triggers' helpers, delete_documents, the query-embedding cache's writers,
+# and chunk_text (chunking, for the roles that write documents).
+WRITER_FUNCTIONS = (
+    "bm25_apply",
+    "check_chunk_arguments",
+    "chunk_text",
+    "delete_documents",
+    "prune_query_cache",
+    "query_cache_get",
+    "query_cache_max_entries",
+    "query_cache_put",
+    "text_search_config_allowed",
+)
 
 
 def writable_columns(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> set[str]:
@@ -573,7 +587,7 @@ def _normalise(obj: str) -> str:
 def test_audit_every_grant_on_pgrag_objects_and_the_api(db: str) -> None:
     with connect(db) as conn:
         rows = conn.execute(AUDIT_SQL, (list(API_FUNCTIONS),)).fetchall()
-        tables = tenant_tables_present(conn)
+        tables = TENANT_TABLES
         expected = expected_grants(
             writable_columns(conn, tables),
             writable_columns(conn, APPEND_ONLY_TENANT_TABLES),

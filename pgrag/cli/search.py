@@ -18,7 +18,6 @@ from pgrag.cli.common import (
     tenant_option,
 )
 from pgrag.cli.state import CliState
-from pgrag.db import connect
 from pgrag.documents import tenant_is_empty
 from pgrag.errors import NothingToDo
 from pgrag.query_cache import QueryEmbeddings
@@ -229,12 +228,12 @@ def search(
         filters=make_filters(document_ids, metadata_json, source_types, after, before),
     )
     options.validate()
-    with connect(state.dsn()) as conn:
-        queries = QueryEmbeddings(conn, tenant)
+    with state.connect_read_and_write() as (conn, writer):
+        queries = QueryEmbeddings(writer, tenant)
         hits, latency_ms = search_text(conn, query, options, tenant=tenant, queries=queries)
         queries.record_usage()
         log_search(
-            conn,
+            writer,
             tenant,
             options.mode,
             latency_ms,
@@ -344,13 +343,13 @@ def ask(
         mmr_lambda=mmr_lambda,
         filters=make_filters(document_ids, metadata_json, source_types, after, before),
     )
-    with connect(state.dsn()) as conn:
-        queries = QueryEmbeddings(conn, tenant)
+    with state.connect_read_and_write() as (conn, writer):
+        queries = QueryEmbeddings(writer, tenant)
         ctx, latency_ms = context_text(conn, question, options, tenant=tenant, queries=queries)
         queries.record_usage()
         top = ctx.sources[0].get("score") if ctx.sources else None
         log_search(
-            conn,
+            writer,
             tenant,
             "context",
             latency_ms,

@@ -3,7 +3,7 @@
 --   reembed_cancel, reembed_status (the owner's: pgrag reembed, later pgrag worker), the helpers
 --   reembed_sync and lock_chunks_exclusively, and the deferred check that no transaction stores
 --   embeddings of a model the database no longer records (trigger documents_embedding_model).
---   Relies on: pgrag.reembeds and pgrag.chunk_embeddings_next (incremental/011),
+--   Relies on: pgrag.reembeds and pgrag.chunk_embeddings_next (incremental/009),
 --   pgrag.tenant_index_name (the isolated tenants' graphs), pgrag.check_argument.
 --
 -- How a switch stays online:

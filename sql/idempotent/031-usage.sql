@@ -2,7 +2,7 @@
 -- Contract. Provides: pgrag.record_usage (the one way usage is written: the ingester, the
 --   worker, pgrag reembed, the search commands and pgrag ask call it as the tenant) and
 --   pgrag.usage_costs (usage priced with pgrag.model_prices, for pgrag stats and operators).
---   Relies on: pgrag.token_usage and pgrag.model_prices (incremental/012),
+--   Relies on: pgrag.token_usage and pgrag.model_prices (incremental/010),
 --   pgrag.current_tenant_id and pgrag.check_argument (001-helpers.sql).
 
 create or replace function pgrag.record_usage(

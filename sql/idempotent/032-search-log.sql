@@ -2,7 +2,7 @@
 -- Contract. Provides: public.log_search (the API: authenticated and service_role call it after
 --   a search, as the CLI does when pgrag.settings.search_log is on) and the trigger
 --   search_log_settings, which applies the operator's settings to every row however it is
---   inserted. Relies on: pgrag.search_log and pgrag.settings (incremental/012),
+--   inserted. Relies on: pgrag.search_log and pgrag.settings (incremental/010),
 --   pgrag.current_tenant_id, pgrag.check_argument and pgrag.check_length (001-helpers.sql).
 --
 -- Why a separate call: the search functions are read-only (stable) so that they run on a hot
