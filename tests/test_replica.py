@@ -85,6 +85,13 @@ CALLS: list[tuple[str, str, Callable[[str, Any, list[int]], tuple[Any, ...]]]] =
         "select * from public.build_context(%s, %s, min_score => -1)",
         lambda q, e, ids: (q, e),
     ),
+    # The embedded server has no PL/Python: the text search answers from the query-embedding
+    # cache (filled on the primary for both tenants) and refuses anon with PR301.
+    (
+        "hybrid_search_text",
+        "select * from public.hybrid_search_text(%s, 5)",
+        lambda q, e, ids: (q,),
+    ),
 ]
 
 
@@ -108,6 +115,14 @@ def primary_db(replication_primary: str, local_embedder: Any) -> Iterator[str]:
         ).fetchall()
         conn.commit()
     assert len(published) == 1
+    # The tenants' query embeddings in the cache, as a client that embedded them would leave them.
+    for tenant in ("acme", "globex"):
+        with request(dsn, "authenticated", claims_for(tenant)) as conn:
+            for query, vector in zip(QUERIES, local_embedder.embed(list(QUERIES)), strict=True):
+                conn.execute(
+                    "select pgrag.query_cache_put(%s, %s, %s)",
+                    (local_embedder.model_name, query, vector),
+                )
     yield dsn
     drop_database(replication_primary, dsn)
 
@@ -124,9 +139,13 @@ def replica_of(primary_db: str, hot_standby: Callable[[str], Standby], primary: 
 
 
 def call_as(db: str, caller: str, statement: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """The rows of one call, or [("error", SQLSTATE)] when it is refused (compared alike)."""
     role, claims = CALLERS[caller]
-    with request(db, role, claims) as conn:
-        return conn.execute(statement, args).fetchall()
+    try:
+        with request(db, role, claims) as conn:
+            return conn.execute(statement, args).fetchall()
+    except psycopg.Error as exc:
+        return [("error", exc.sqlstate)]
 
 
 def every_call(db: str, embedder: Any) -> dict[tuple[str, str, str], list[tuple[Any, ...]]]:
@@ -164,6 +183,16 @@ def test_every_client_function_returns_on_the_standby_what_the_primary_returns(
         assert found and {r[-1] for r in found} == {caller}
     anon = on_primary[("anon", QUERIES[0], CALLS[0][1])]
     assert anon and all("getting-started" in r[4] for r in anon)
+    # No call was refused but anon's text search (no tenant, so no cache, and no PL/Python).
+    refused = {key for key, rows in on_primary.items() if rows and rows[0][0] == "error"}
+    assert refused == {("anon", q, CALLS[-1][1]) for q in QUERIES}
+    assert on_primary[("anon", QUERIES[0], CALLS[-1][1])] == [("error", "PR301")]
+    # The text search answers from the cached embedding exactly as hybrid_search does.
+    for caller in ("acme", "globex"):
+        assert (
+            on_primary[(caller, QUERIES[0], CALLS[-1][1])]
+            == on_primary[(caller, QUERIES[0], CALLS[2][1])]
+        )
 
 
 def test_the_replica_check_calls_every_function_the_api_roles_may_execute(primary_db: str) -> None:
@@ -193,8 +222,14 @@ def test_client_functions_run_in_a_read_only_transaction_on_the_primary(
         with request(primary_db, role, claims) as conn:
             conn.execute("set transaction read only")
             for name, statement, args in CALLS:
-                rows = conn.execute(statement, args(QUERIES[0], embedding, [1, 2])).fetchall()
-                assert rows is not None, (caller, name)
+                try:
+                    with conn.transaction():  # a savepoint: anon's refused text search
+                        rows = conn.execute(statement, args(QUERIES[0], embedding, [1, 2]))
+                        assert rows.fetchall() is not None, (caller, name)
+                except psycopg.errors.ReadOnlySqlTransaction:
+                    raise
+                except psycopg.Error as exc:
+                    assert (caller, name, exc.sqlstate) == ("anon", "hybrid_search_text", "PR301")
 
 
 # -- what a reader on the standby sees while the primary writes ---------------------------------
