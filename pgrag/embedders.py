@@ -358,7 +358,7 @@ PROVIDERS = ("local", "openai")
 def provider_for_model(model: str) -> str:
     """The provider that runs ``model`` when none is named: local for the bundled model
     (any of its names), else openai."""
-    return "local" if model in _LOCAL_ALIASES else "openai"
+    return "local" if model in LOCAL_MODEL_ALIASES else "openai"
 
 
 def get_embedder(

@@ -15,8 +15,8 @@ import psycopg
 
 from pgrag.db import READ_DSN_HINT, READ_DSN_SOURCES, connect
 from pgrag.errors import DatabaseUnreachable
-from pgrag.usage import warn
 from pgrag.local_server import EmbeddedCluster
+from pgrag.usage import warn
 
 
 @dataclass
