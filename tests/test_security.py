@@ -499,12 +499,14 @@ WRITER_FUNCTIONS = (
 
 
 def writable_columns(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> set[str]:
-    """Columns authenticated may write: all but identities, generated columns and is_public."""
+    """Columns authenticated may write: all but identities, generated columns, is_public and
+    in_shared_graph (kept by a trigger: only the owner's bulk load leaves the shared graph)."""
     rows = conn.execute(
         "select c.relname || '.' || a.attname from pg_class c join pg_attribute a "
         "on a.attrelid = c.oid where c.relnamespace = 'pgrag'::regnamespace "
         "and c.relname = any(%s) and a.attnum > 0 and not a.attisdropped "
-        "and a.attidentity = '' and a.attgenerated = '' and a.attname <> 'is_public'",
+        "and a.attidentity = '' and a.attgenerated = '' "
+        "and a.attname not in ('is_public', 'in_shared_graph')",
         (list(tables),),
     ).fetchall()
     return {r[0] for r in rows}
@@ -522,8 +524,10 @@ def expected_grants(
     for table in (*tables, *APPEND_ONLY_TENANT_TABLES):
         out |= {(f"table pgrag.{table}", "authenticated", p) for p in ("SELECT", "DELETE")}
     out |= {(f"table pgrag.{t}", "authenticated", "SELECT") for t in READ_ONLY_TENANT_TABLES}
-    # authenticated writes column by column: never an id or is_public.
-    assert not {c for c in columns | appended if c.endswith((".id", ".is_public"))}
+    # authenticated writes column by column: never an id, is_public or in_shared_graph.
+    assert not {
+        c for c in columns | appended if c.endswith((".id", ".is_public", ".in_shared_graph"))
+    }
     for column in columns:
         out |= {(f"column pgrag.{column}", "authenticated", p) for p in ("INSERT", "UPDATE")}
     out |= {(f"column pgrag.{column}", "authenticated", "INSERT") for column in appended}

@@ -6,6 +6,12 @@ When a document's last chunk is staged, one transaction (``pgrag.replace_documen
 replaces its chunks, sets it ``ready`` and clears its staging rows; several small documents
 share one such transaction. Readers never see half a document; staged rows die with the
 connection.
+
+A tenant's first load by the owner of ``pgrag.chunks`` takes the bulk path
+(``pgrag.bulk_load_applies``): the same swap through ``pgrag.bulk_replace_document_chunks``,
+which keeps the rows out of the shared HNSW graph, and at the end of the run
+``pgrag.finish_bulk_load`` builds the tenant's own graph once (docs/ingest.md, "Large first
+loads").
 """
 
 from __future__ import annotations
@@ -86,6 +92,9 @@ class Loader(Worker):
         self.conn = connect(dsn, autocommit=True)
         self.model_recorded = False
         create_stage_table(self.conn)
+        # Decided once, before the first swap: a first load of the tenant by the owner.
+        row = self.conn.execute("select pgrag.bulk_load_applies(%s)", (tenant,)).fetchone()
+        self.bulk = bool(row and row[0])
 
     def close(self) -> None:
         self.conn.close()
@@ -131,8 +140,17 @@ class Loader(Worker):
             set_request_tenant(self.conn, t)
             try:
                 self.conn.execute(
-                    "select pgrag.replace_document_chunks('pg_temp.pgrag_stage'::regclass, %s,"
-                    " %s::int8[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int4[], %s)",
+                    sql.SQL(
+                        "select {}('pg_temp.pgrag_stage'::regclass, %s, %s::int8[], %s::text[],"
+                        " %s::text[], %s::text[], %s::jsonb[], %s::int4[], %s)"
+                    ).format(
+                        sql.Identifier(
+                            "pgrag",
+                            "bulk_replace_document_chunks"
+                            if self.bulk
+                            else "replace_document_chunks",
+                        )
+                    ),
                     (
                         t,
                         [d[0] for d in docs],
@@ -169,10 +187,13 @@ class Loader(Worker):
 def isolate_large_tenant(dsn: str, tenant: str) -> bool:
     """Give ``tenant`` its own HNSW graph once it outgrows the exact path; True if done now.
 
-    ``pgrag.isolate_tenants`` decides (more than ``pgrag.exact_search_max_rows`` chunks and no
-    graph yet) and builds the index, so a neighbour's data never slows or skews this tenant's
-    vector search (docs/security.md, "Tenant isolation in the vector index"). Only the owner of
-    ``pgrag.chunks`` may build indexes: for any other role this is left to the operator.
+    First ``pgrag.finish_bulk_load`` ends a bulk load of the tenant (this run's, or one an
+    interrupted run left): its own graph built over all its rows, or a small load's rows put
+    into the shared graph; a no-op otherwise. Then ``pgrag.isolate_tenants`` decides (more than
+    ``pgrag.exact_search_max_rows`` chunks and no graph yet) and builds the index, so a
+    neighbour's data never slows or skews this tenant's vector search (docs/security.md,
+    "Tenant isolation in the vector index"). Only the owner of ``pgrag.chunks`` may build
+    indexes: for any other role this is left to the operator.
     """
     with connect(dsn, autocommit=True) as conn:
         owner = conn.execute(
@@ -181,6 +202,9 @@ def isolate_large_tenant(dsn: str, tenant: str) -> bool:
         ).fetchone()
         if not (owner and owner[0]):
             return False
+        built = conn.execute("select pgrag.finish_bulk_load(%s)", (tenant,)).fetchone()
+        if built and built[0] is not None:
+            return True
         return bool(
             conn.execute(
                 "select 1 from pgrag.isolate_tenants(tenants => array[%s]::text[])", (tenant,)

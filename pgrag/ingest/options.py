@@ -36,6 +36,7 @@ class IngestSummary:
     documents_failed: int = 0
     documents_removed: int = 0
     tenant_isolated: bool = False
+    bulk_load: bool = False
     chunks_written: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0

@@ -184,6 +184,7 @@ class IngestRun:
                 embedding.finish()  # everything embedded and handed to the loader
                 loader, self.loader = self.loader, None
                 loader.finish()  # everything committed
+                self.summary.bulk_load = loader.bulk
         except KeyboardInterrupt as exc:
             in_flight = len(self.in_flight)
             self._abort(exc)

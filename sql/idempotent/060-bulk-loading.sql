@@ -1,7 +1,8 @@
 -- Bulk loading: a tenant's large (first) load without per-row maintenance of the shared HNSW graph.
--- Contract. Provides: pgrag.bulk_replace_document_chunks (the swap of 004-loading.sql, with the
---   chunks it writes kept out of the shared graph) and pgrag.finish_bulk_load (builds the
---   tenant's own graph over them); the trigger chunks_in_shared_graph and its function, which
+-- Contract. Provides: pgrag.bulk_load_applies (may this load take the bulk path),
+--   pgrag.bulk_replace_document_chunks (the swap of 004-loading.sql, with the chunks it writes
+--   kept out of the shared graph) and pgrag.finish_bulk_load (builds the tenant's own graph over
+--   them, or puts a small load's rows into the shared graph); the trigger chunks_in_shared_graph and its function, which
 --   keep chunks.in_shared_graph (incremental/013-bulk-loading.sql). Relies on:
 --   pgrag.replace_document_chunks (004-loading.sql), pgrag.isolate_tenant and
 --   pgrag.tenant_index_name (006-vector-isolation.sql). Callers: the owner of pgrag.chunks
@@ -28,8 +29,10 @@ begin
     -- Out of the shared graph only when the owner's bulk load of this tenant writes the row
     -- (pgrag.bulk_replace_document_chunks sets pgrag.bulk_load_tenant for its transaction): no
     -- other writer can leave a row out of the graphs its tenant's searches walk.
+    -- (coalesce: the setting is null in a session that never set it.)
     new.in_shared_graph := not (
-        pg_catalog.current_setting('pgrag.bulk_load_tenant', true) operator(pg_catalog.=) new.tenant_id
+        coalesce(pg_catalog.current_setting('pgrag.bulk_load_tenant', true)
+                 operator(pg_catalog.=) new.tenant_id, false)
         and pg_catalog.pg_has_role(
             (select c.relowner from pg_catalog.pg_class as c
              where c.oid operator(pg_catalog.=) 'pgrag.chunks'::pg_catalog.regclass), 'USAGE'));
@@ -100,14 +103,24 @@ begin
         raise exception 'tenant must be a non-blank tenant id'
             using errcode = '22023';
     end if;
+    -- Nothing to do: a graph of its own already holds every row, or every row is in the shared one.
     if v_index is not null
        or not exists (select 1 from pgrag.chunks as c
                       where c.tenant_id = tenant and not c.in_shared_graph) then
-        return v_index;
+        return null;
+    end if;
+    v_rows := pgrag.tenant_chunk_count(tenant);
+    -- A small load (the exact path serves it: pgrag.exact_search_max_rows) needs no graph of
+    -- its own: its rows join the shared graph (row by row, as an ordinary load would have).
+    if v_rows <= coalesce(
+            nullif(pg_catalog.current_setting('pgrag.exact_search_max_rows', true), '')::bigint, 2000) then
+        update pgrag.chunks as c
+           set in_shared_graph = true
+         where c.tenant_id = tenant and not c.in_shared_graph;
+        return null;
     end if;
     -- One graph build over the tenant's rows: enough memory for it to fit (pgvector builds
     -- several times faster in memory), never less than the session has, at most 1 GB.
-    v_rows := pgrag.tenant_chunk_count(tenant);
     v_mem := least(greatest(
         pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
         v_rows * ((select e.dims from pgrag.embedding_config as e) * 4 + 1024)),
@@ -117,4 +130,22 @@ begin
 end
 $$;
 comment on function pgrag.finish_bulk_load(text) is
-'Ends a bulk load of tenant: when some of its chunks are outside the shared graph and it has no graph of its own, builds that graph (pgrag.isolate_tenant, with maintenance_work_mem raised for the build, at most 1 GB); returns the tenant''s own index (null when it needs none). Owner of pgrag.chunks only (CREATE INDEX); blocks writes to pgrag.chunks while the index builds.';
+'Ends a bulk load of tenant: when some of its chunks are outside the shared graph and it has no graph of its own, builds that graph (pgrag.isolate_tenant, with maintenance_work_mem raised for the build, at most 1 GB) or, when the tenant has no more than pgrag.exact_search_max_rows chunks (default 2000), puts them into the shared graph instead; returns the index it built (null when it built none). Safe to call at any time (no-op when nothing is outside the shared graph). Owner of pgrag.chunks only (CREATE INDEX); blocks writes to pgrag.chunks while the index builds.';
+
+create or replace function pgrag.bulk_load_applies(tenant text)
+returns boolean
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- The caller owns pgrag.chunks (it may build the index that ends the load) and the tenant
+    -- has no chunk yet: its first load, which pgrag.finish_bulk_load ends.
+    select pg_catalog.pg_has_role(
+               (select c.relowner from pg_catalog.pg_class as c
+                where c.oid operator(pg_catalog.=) 'pgrag.chunks'::pg_catalog.regclass), 'USAGE')
+       and not exists (select from pgrag.chunks as c
+                       where c.tenant_id operator(pg_catalog.=) bulk_load_applies.tenant)
+$$;
+comment on function pgrag.bulk_load_applies(text) is
+'True when a load of tenant may take the bulk path (pgrag.bulk_replace_document_chunks, then pgrag.finish_bulk_load): the caller owns pgrag.chunks and the tenant has no chunk yet (a first load). pgrag ingest asks it before loading.';

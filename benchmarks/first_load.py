@@ -1,0 +1,250 @@
+"""A tenant's large first load: the row-by-row path against the bulk path, in one run.
+
+Both load the same synthetic corpus (``latency.py``'s: SciFact abstracts with real MiniLM
+embeddings, rotated and jittered copies, ``CHUNKS_PER_DOC`` chunks per document) with
+precomputed embeddings, the way ``pgrag ingest`` loads: documents inserted, chunks COPYed
+(binary) into the session's staging table, then one swap per batch of documents, into a
+fresh database each:
+
+* ``row_by_row``: ``pgrag.replace_document_chunks`` per batch (every row enters the shared HNSW
+  graph as it is inserted), then ``pgrag.isolate_tenants`` (the tenant's own graph, as
+  ``pgrag ingest`` ends a load);
+* ``bulk``: ``pgrag.bulk_replace_document_chunks`` per batch (rows kept out of the shared
+  graph), then ``pgrag.finish_bulk_load`` (the tenant's own graph, built once).
+
+Rows/s counts the whole load (documents, COPY, swaps and the final index). Then the SciFact
+queries run as the tenant on both databases and their top 10 are compared (source_uri,
+chunk_index, score): with ``pgrag.exact_search_max_rows`` above the corpus (exact vector arm:
+must be identical, it checks the data), and as configured (each database's HNSW graph is its
+own build: approximate, so the overlap is reported).
+
+    python benchmarks/first_load.py [--size 100000] [--batch-docs 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import latency  # noqa: E402
+
+from pgrag.db import connect, set_request_tenant  # noqa: E402
+from pgrag.ingest.load import STAGE_COLUMNS, STAGE_TYPES, create_stage_table  # noqa: E402
+from pgrag.testing import drop_database, fresh_database, server  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "first_load.json"
+TENANT = "big"
+
+
+def load(
+    dsn: str, texts: list[str], vectors: np.ndarray, batch_docs: int, bulk: bool
+) -> dict[str, Any]:
+    """Load the corpus as one tenant; seconds per phase and rows/s."""
+    n = len(texts)
+    per = latency.CHUNKS_PER_DOC
+    ndocs = (n + per - 1) // per
+    swap = "bulk_replace_document_chunks" if bulk else "replace_document_chunks"
+    copy_s = swap_s = 0.0
+    copy_sql = "copy pgrag_stage ({}) from stdin (format binary)".format(", ".join(STAGE_COLUMNS))
+    with connect(dsn, autocommit=True) as conn:
+        create_stage_table(conn)
+        if bulk:
+            row = conn.execute("select pgrag.bulk_load_applies(%s)", (TENANT,)).fetchone()
+            assert row and row[0], "bulk_load_applies: expected a first load by the owner"
+        t0 = time.perf_counter()
+        for first in range(0, ndocs, batch_docs):
+            docs = range(first, min(first + batch_docs, ndocs))
+            t = time.perf_counter()
+            with conn.transaction():
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        "insert into pgrag.documents (tenant_id, title, source_type, source_uri,"
+                        " status) select %s, 'doc ' || g, 'text', 'synthetic:' || g, 'processing'"
+                        " from unnest(%s::int[]) as g order by g returning id",
+                        (TENANT, list(docs)),
+                    ).fetchall()
+                ]
+                counts = []
+                with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                    copy.set_types(STAGE_TYPES)
+                    for doc_id, d in zip(ids, docs, strict=True):
+                        rows = range(d * per, min(d * per + per, n))
+                        counts.append(len(rows))
+                        for i, c in enumerate(rows):
+                            digest = hashlib.sha256(texts[c].encode()).hexdigest()
+                            copy.write_row(
+                                (
+                                    doc_id,
+                                    i,
+                                    texts[c],
+                                    vectors[c],
+                                    None,
+                                    [],
+                                    "english",
+                                    100,
+                                    digest,
+                                    0,
+                                    Jsonb({}),
+                                )
+                            )
+            copy_s += time.perf_counter() - t
+            t = time.perf_counter()
+            with conn.transaction():
+                conn.execute(
+                    f"select pgrag.{swap}('pg_temp.pgrag_stage'::regclass, %s, %s::int8[],"
+                    " %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int4[], 'm')",
+                    (
+                        TENANT,
+                        ids,
+                        [f"doc {d}" for d in docs],
+                        ["text"] * len(ids),
+                        ["x"] * len(ids),
+                        [Jsonb({})] * len(ids),
+                        counts,
+                    ),
+                )
+            swap_s += time.perf_counter() - t
+        t = time.perf_counter()
+        if bulk:
+            conn.execute("select pgrag.finish_bulk_load(%s)", (TENANT,))
+        else:
+            conn.execute("select pgrag.isolate_tenants(tenants => array[%s])", (TENANT,))
+        index_s = time.perf_counter() - t
+        total = time.perf_counter() - t0
+        own = conn.execute(
+            "select to_regclass('pgrag.' || pgrag.tenant_index_name(%s)) is not null", (TENANT,)
+        ).fetchone()
+    return {
+        "rows": n,
+        "seconds_total": round(total, 1),
+        "seconds_documents_and_copy": round(copy_s, 1),
+        "seconds_swaps": round(swap_s, 1),
+        "seconds_final_index": round(index_s, 1),
+        "rows_per_s": round(n / total),
+        "rows_per_s_swaps_only": round(n / swap_s),
+        "own_graph": bool(own and own[0]),
+    }
+
+
+def top10(dsn: str, queries: list[str], qvecs: np.ndarray, exact: bool) -> list[list[Any]]:
+    calls = [
+        "select source_uri, chunk_index, score from public.hybrid_search(%s, %s, 10)",
+        "select source_uri, chunk_index, score from public.keyword_search(%s, 10)",
+        "select source_uri, chunk_index, similarity from public.vector_search(%s, 10)",
+    ]
+    out = []
+    with connect(dsn) as conn:
+        for text, vec in zip(queries, qvecs, strict=True):
+            for i, call in enumerate(calls):
+                with conn.transaction():
+                    if exact:
+                        conn.execute("set local pgrag.exact_search_max_rows = 100000000")
+                    set_request_tenant(conn, TENANT)
+                    args = [(text, vec), (text,), (vec,)][i]
+                    rows = conn.execute(call, args).fetchall()
+                out.append([(u, c, round(s, 9)) for u, c, s in rows])
+    return out
+
+
+def same_top10(x: list[Any], y: list[Any]) -> bool:
+    """The same ranking up to ties: the same scores in order, and the same results above the
+    last score (results tied at the cut may differ: neither path breaks ties, and the
+    synthetic corpus has many, copies with the same words)."""
+    if [r[2] for r in x] != [r[2] for r in y]:
+        return False
+    cut = x[-1][2] if x else None
+    return {r for r in x if r[2] != cut} == {r for r in y if r[2] != cut}
+
+
+def compare(a: list[list[Any]], b: list[list[Any]]) -> dict[str, Any]:
+    names = ["hybrid_search", "keyword_search", "vector_search"]
+    result: dict[str, Any] = {}
+    for j, name in enumerate(names):
+        pairs = list(zip(a[j::3], b[j::3], strict=True))
+        same = sum(same_top10(x, y) for x, y in pairs)
+        overlap = np.mean([len({r[:2] for r in x} & {r[:2] for r in y}) / 10 for x, y in pairs])
+        result[name] = {
+            "queries": len(pairs),
+            "same_top10_up_to_ties": same,
+            "mean_overlap_at_10": round(float(overlap), 4),
+        }
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", type=int, default=100_000, help="chunks loaded")
+    parser.add_argument("--batch-docs", type=int, default=500, help="documents per swap")
+    parser.add_argument("--queries", type=int, default=300, help="SciFact queries compared")
+    parser.add_argument("--base-docs", type=int, default=1000)
+    parser.add_argument("--admin-dsn", help="superuser DSN of a server with pgvector")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    texts, queries = latency.load_scifact()
+    texts = texts[: args.base_docs]
+    queries = queries[: args.queries]
+    vectors = latency.embed_cached("scifact-corpus", [t[: latency.EMBED_CHARS] for t in texts])
+    qvecs = latency.embed_cached("scifact-queries", queries)
+    s_texts, s_vecs = latency.synthetic(args.size, texts, vectors, np.random.default_rng(42))
+    result: dict[str, Any] = {
+        "command": "python benchmarks/first_load.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "size": args.size,
+        "batch_docs": args.batch_docs,
+        "chunks_per_doc": latency.CHUNKS_PER_DOC,
+    }
+    with server(args.admin_dsn, "pgrag-first-load-") as admin:
+        with psycopg.connect(admin) as conn:
+            row = conn.execute(
+                "select version(), (select extversion from pg_extension where extname = 'vector')"
+            ).fetchone()
+            result["server"] = list(row) if row else None
+        dsns = {}
+        for path in ("row_by_row", "bulk"):
+            dsns[path] = fresh_database(admin, f"first_load_{path}")
+            print(f"== {path}: loading {args.size} chunks", flush=True)
+            result[path] = load(dsns[path], s_texts, s_vecs, args.batch_docs, path == "bulk")
+            print(f"   {result[path]}", flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=2) + "\n")  # partial, rewritten below
+        result["speedup"] = round(
+            result["bulk"]["rows_per_s"] / result["row_by_row"]["rows_per_s"], 2
+        )
+        print(f"== bulk / row_by_row: {result['speedup']}x; comparing top 10", flush=True)
+        result["same_results_exact"] = compare(
+            top10(dsns["row_by_row"], queries, qvecs, True),
+            top10(dsns["bulk"], queries, qvecs, True),
+        )
+        result["same_results_default"] = compare(
+            top10(dsns["row_by_row"], queries, qvecs, False),
+            top10(dsns["bulk"], queries, qvecs, False),
+        )
+        print(json.dumps({k: result[k] for k in ("same_results_exact", "same_results_default")}))
+        for dsn in dsns.values():
+            drop_database(admin, dsn)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
