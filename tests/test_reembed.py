@@ -113,7 +113,7 @@ def assert_switched_schema(dsn: str) -> None:
         acme = conn.execute("select pgrag.tenant_index_name('acme')").fetchone()[0]
         assert set(graphs) == {"chunks_embedding_hnsw", "chunks_public_embedding_hnsw", acme}
         assert (
-            "(embedding vector_cosine_ops) WHERE (embedding IS NOT NULL)"
+            "(embedding vector_cosine_ops) WHERE ((embedding IS NOT NULL) AND in_shared_graph)"
             in graphs["chunks_embedding_hnsw"]
         )
         assert "(is_public AND (embedding IS NOT NULL))" in graphs["chunks_public_embedding_hnsw"]

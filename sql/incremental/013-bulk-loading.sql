@@ -34,7 +34,13 @@ comment on column pgrag.chunks.in_shared_graph is
 create index chunks_embedding_hnsw_shared on pgrag.chunks
     using hnsw (embedding @extschema:vector@.vector_cosine_ops)
     where embedding is not null and in_shared_graph;
+-- In the migration's transaction (no CONCURRENTLY there): writes already wait for the build
+-- above; the drop's lock lasts until commit, a moment after it.
+-- squawk-ignore require-concurrent-index-deletion
 drop index pgrag.chunks_embedding_hnsw;
+-- The shared graph keeps its name (pgrag.vector_candidates, the re-embed switch and the
+-- benchmarks name it); no client sees the temporary one.
+-- squawk-ignore renaming-object
 alter index pgrag.chunks_embedding_hnsw_shared rename to chunks_embedding_hnsw;
 
 -- The tenants of rows outside the shared graph (none yet).
