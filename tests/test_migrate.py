@@ -34,7 +34,8 @@ def test_fresh_install_creates_schema_with_chosen_dimension(empty_db: str) -> No
     assert dims == (768,)
     assert typ == ("vector(768)",)
     assert any(
-        "USING hnsw (embedding vector_cosine_ops) WHERE (embedding IS NOT NULL)" in i
+        "USING hnsw (embedding vector_cosine_ops) "
+        "WHERE ((embedding IS NOT NULL) AND in_shared_graph)" in i
         for i in indexes
     )
     assert any("USING gin (fts)" in i for i in indexes)
