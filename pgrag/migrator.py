@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from pgrag import __version__
+from pgrag import __version__, compat
 from pgrag.db import connect
 from pgrag.errors import ChecksumMismatch, ConfigError, MigrationError, PgvectorMissing
 
@@ -273,7 +273,9 @@ class Migrator:
                     )
                     conn.execute("create extension if not exists vector")
                     conn.execute(SECURE_SEARCH_PATH_SQL)
-                    conn.execute(f.render(_vector_schema(conn) or "public").encode())
+                    text = f.render(_vector_schema(conn) or "public")
+                    text = compat.for_server(f.name, text, conn.info.server_version)
+                    conn.execute(text.encode())
                     _record(conn, f)
                 result.applied.append(f.name)
             if idempotent_stale:
