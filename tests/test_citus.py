@@ -1,0 +1,405 @@
+"""pgrag on Citus: installed by ``pgrag migrate --citus``, the same answers as one server.
+
+The slow tests use the ``citus_cluster`` fixture (a coordinator and two workers of Debian's
+PostgreSQL 15 with Citus 13.2.2 and pgvector 0.8.6, on loopback ports) and, as the single
+server of the same major version, ``pg15_plpython``. Two tenants, chosen so that their shards
+live on different workers, are ingested into both with the real local model (embedded here, in
+the test process), in the same order, so ids match; every search function then must return the
+same rows with the same scores as the single server, for each tenant through row-level security
+(the PostgREST pattern: an API role and claims) and as the owner. The fast tests check that the
+Citus twins of sql/citus/002-functions.sql still hold the released bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from plugins.pgservers import CitusCluster, Pg15Server
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from pgrag import compat
+from pgrag.citus import migrate_citus
+from pgrag.db import connect
+from pgrag.ingest import ingest_paths
+from pgrag.migrator import Migrator
+
+REPO = Path(__file__).resolve().parents[1]
+TENANT_CANDIDATES = ("acme", "globex", "initech", "umbrella", "hooli", "wonka", "stark")
+AUTHENTICATOR = "pgrag_citus_authenticator"
+TENANT_SHARD = re.compile(r"pgrag\.(documents|chunks|bm25_postings|bm25_lexicon|corpus_stats)_\d+")
+QUERIES = (
+    "what happens when an ingest is killed?",
+    "hybrid search weights and fusion",
+    "row level security for tenants",
+)
+# Per tenant: what it ingests (different texts, so results of the two tenants differ).
+SOURCES = (REPO / "samples", REPO / "docs" / "supabase.md")
+
+CALLS = {
+    "vector_search": "select * from public.vector_search(%(e)s, 8)",
+    "keyword_search": "select * from public.keyword_search(%(q)s, 8)",
+    "hybrid_search": "select * from public.hybrid_search(%(q)s, %(e)s, 8)",
+    "hybrid_search rrf+mmr": (
+        "select * from public.hybrid_search(%(q)s, %(e)s, 6, fusion => 'rrf', mmr_lambda => 0.5)"
+    ),
+    "hybrid_search windows": (
+        "select * from public.hybrid_search(%(q)s, %(e)s, 5, window_size => 1)"
+    ),
+    "chunk_windows": (
+        "select * from public.chunk_windows("
+        "(select array_agg(chunk_id order by rank) from public.keyword_search(%(q)s, 4)), 1)"
+    ),
+    "build_context": "select * from public.build_context(%(q)s, %(e)s, 1200, 5, 0.0, 1)",
+}
+
+
+# --- fast: the Citus twins hold the released bodies ---------------------------------------------
+
+
+def _normalized(text: str) -> str:
+    """SQL without -- comments, whitespace collapsed."""
+    text = re.sub(r"--[^\n]*", "", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _function_body(text: str, name: str) -> str:
+    """The $$ body of ``create or replace function <name>(`` in ``text``."""
+    match = re.search(
+        r"^create or replace function " + re.escape(name) + r"\(.*?\nas \$\$\n(.*?)\n\$\$;",
+        text,
+        re.S | re.M,
+    )
+    assert match, f"{name} not found"
+    return match.group(1)
+
+
+def _released() -> str:
+    return "\n".join(p.read_text() for p in sorted((REPO / "sql" / "idempotent").glob("*.sql")))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["pgrag.windows", "public.vector_search", "public.keyword_search", "public.chunk_windows"],
+)
+def test_each_citus_twin_holds_the_released_body(name: str) -> None:
+    released = _function_body(_released(), name)
+    twin = _function_body(
+        (REPO / "sql" / "citus" / "002-functions.sql").read_text(),
+        "pgrag_citus." + name.split(".")[1],
+    )
+    checks, main = released.split(";", 1)
+    assert _normalized(checks).startswith("select ")
+    expected = (
+        "#variable_conflict use_column begin perform "
+        f"{_normalized(checks)[len('select ') :]}; return query {_normalized(main)}; end"
+    )
+    assert _normalized(twin) == expected
+
+
+def test_the_citus_set_request_tenant_differs_from_the_released_one_by_its_last_statement() -> None:
+    released = _normalized(_function_body(_released(), "pgrag.set_request_tenant"))
+    citus = _normalized(
+        _function_body(
+            (REPO / "sql" / "citus" / "002-functions.sql").read_text(), "pgrag.set_request_tenant"
+        )
+    )
+    assert released.endswith("; end")
+    assert citus == released[: -len("end")] + "perform pgrag.propagate_request_claims(); end"
+
+
+def test_servers_before_17_get_the_drop_and_add_form_of_the_fts_expression_change() -> None:
+    name = "incremental/007-identifier-lexemes.sql"
+    text = (REPO / "sql" / name).read_text()
+    assert compat.for_server(name, text, 180001) == text
+    older = compat.for_server(name, text, 150020)
+    assert "set expression" not in older
+    assert "drop column fts" in older and "create index chunks_fts_gin" in older
+    assert compat.for_server("incremental/001-core.sql", "x", 150020) == "x"
+
+
+# --- slow: a coordinator and two workers against one server --------------------------------------
+
+
+@dataclass
+class Installed:
+    citus: str  # the coordinator's superuser DSN (database postgres)
+    single: str  # superuser DSN of a database on the single PostgreSQL 15 server
+    tenants: tuple[str, str]
+    ports: dict[str, int]  # tenant -> port of the worker holding its shards
+    workers: dict[int, str]  # port -> worker DSN
+
+
+def _worker_port(conn: psycopg.Connection[Any], tenant: str) -> int:
+    row = conn.execute(
+        "select nodeport from citus_shards where table_name = 'pgrag.documents'::regclass "
+        "and shardid = get_shard_id_for_distribution_column('pgrag.documents', %s::text)",
+        (tenant,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _ensure_authenticator(dsn: str) -> None:
+    """A PostgREST-like login role, not a superuser, granted the three API roles."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if not conn.execute(
+            "select 1 from pg_roles where rolname = %s", (AUTHENTICATOR,)
+        ).fetchone():
+            conn.execute(
+                sql.SQL("create role {} login noinherit").format(sql.Identifier(AUTHENTICATOR))
+            )
+        conn.execute(
+            sql.SQL("grant anon, authenticated, service_role to {}").format(
+                sql.Identifier(AUTHENTICATOR)
+            )
+        )
+
+
+@pytest.fixture(scope="module")
+def installed(
+    citus_cluster: CitusCluster, pg15_plpython: Pg15Server, local_embedder: Any
+) -> Installed:
+    citus = citus_cluster.coordinator_dsn
+    single = pg15_plpython.create_database()
+    migrate_citus(citus)
+    Migrator(single).migrate()
+    with psycopg.connect(citus, autocommit=True) as conn:
+        ports = {t: _worker_port(conn, t) for t in TENANT_CANDIDATES}
+    first = TENANT_CANDIDATES[0]
+    second = next(t for t in TENANT_CANDIDATES if ports[t] != ports[first])
+    tenants = (first, second)
+    for dsn in (single, citus):
+        _ensure_authenticator(dsn)
+        for tenant, source in zip(tenants, SOURCES, strict=True):
+            summary = ingest_paths(dsn, [str(source)], tenant=tenant, embedder=local_embedder)
+            assert not summary.failures
+    workers = {w.port: w.dsn() for w in citus_cluster.workers}
+    return Installed(citus, single, tenants, {t: ports[t] for t in tenants}, workers)
+
+
+@contextmanager
+def as_api_role(
+    dsn: str, role: str, tenant: str | None, *, propagate: bool = True
+) -> Iterator[psycopg.Connection[Any]]:
+    """A PostgREST-style request: the authenticator switches to ``role`` with the claims; on
+    the coordinator the db-pre-request hook pgrag.propagate_request_claims() runs first."""
+    with connect(make_conninfo(dsn, user=AUTHENTICATOR)) as conn:
+        conn.execute(sql.SQL("set local role {}").format(sql.Identifier(role)))
+        claims = {"role": role, **({"tenant_id": tenant} if tenant else {})}
+        conn.execute("select set_config('request.jwt.claims', %s, true)", (json.dumps(claims),))
+        if propagate and conn.execute("select to_regnamespace('pgrag_citus')").fetchone() != (
+            None,
+        ):
+            conn.execute("select pgrag.propagate_request_claims()")
+        yield conn
+        conn.rollback()
+
+
+@contextmanager
+def as_owner(dsn: str, tenant: str) -> Iterator[psycopg.Connection[Any]]:
+    """The CLI's way: the database owner acting as ``tenant`` (pgrag.set_request_tenant)."""
+    with connect(dsn) as conn:
+        conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
+        yield conn
+        conn.rollback()
+
+
+def _same(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
+    """Rows equal; floats within 1e-12 (BM25 sums may add in another order)."""
+
+    def close(x: Any, y: Any) -> bool:
+        if isinstance(x, float) and isinstance(y, float):
+            return math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12)
+        if isinstance(x, list | tuple) and isinstance(y, list | tuple):
+            return len(x) == len(y) and all(close(i, j) for i, j in zip(x, y, strict=True))
+        if isinstance(x, dict) and isinstance(y, dict):
+            return x.keys() == y.keys() and all(close(x[k], y[k]) for k in x)
+        return bool(x == y)
+
+    return close(a, b)
+
+
+@pytest.mark.slow
+def test_tables_are_distributed_by_tenant_and_co_located(installed: Installed) -> None:
+    with psycopg.connect(installed.citus) as conn:
+        rows = dict(
+            conn.execute(
+                "select logicalrelid::regclass::text, partmethod::text || ':' || colocationid "
+                "from pg_dist_partition where logicalrelid::regclass::text like 'pgrag.%'"
+            ).fetchall()
+        )
+    tenant_tables = ["pgrag.documents", "pgrag.chunks", "pgrag.bm25_postings"]
+    tenant_tables += ["pgrag.bm25_lexicon", "pgrag.corpus_stats"]
+    assert {rows[t] for t in tenant_tables} == {rows["pgrag.documents"]}  # one co-location group
+    assert rows["pgrag.documents"].startswith("h:")  # hash-distributed
+    assert rows["pgrag.embedding_config"].startswith("n:")  # reference tables
+    assert rows["pgrag.text_search_configs"].startswith("n:")
+    assert "pgrag.schema_migrations" not in rows  # the coordinator's own
+
+
+@pytest.mark.slow
+def test_the_two_tenants_live_on_different_workers(installed: Installed) -> None:
+    a, b = installed.tenants
+    assert installed.ports[a] != installed.ports[b]
+    with psycopg.connect(installed.citus) as conn:
+        shard = {
+            t: conn.execute(
+                "select get_shard_id_for_distribution_column('pgrag.chunks', %s::text)", (t,)
+            ).fetchone()[0]  # type: ignore[index]
+            for t in (a, b)
+        }
+    for tenant in (a, b):
+        # the chunks, read on the worker itself, in the tenant's shard there
+        with psycopg.connect(installed.workers[installed.ports[tenant]]) as worker:
+            (n,) = worker.execute(
+                sql.SQL("select count(*) from pgrag.{} where tenant_id = %s").format(
+                    sql.Identifier(f"chunks_{shard[tenant]}")
+                ),
+                (tenant,),
+            ).fetchone()  # type: ignore[misc]
+            assert n > 0
+
+
+@pytest.mark.slow
+def test_every_search_function_returns_what_the_single_server_returns(
+    installed: Installed, local_embedder: Any
+) -> None:
+    compared = 0
+    for q in QUERIES:
+        e = local_embedder.embed([q])[0]
+        for name, call in CALLS.items():
+            for tenant in installed.tenants:
+                for how in ("authenticated", "owner"):
+                    got = {}
+                    for server in (installed.single, installed.citus):
+                        session = (
+                            as_api_role(server, "authenticated", tenant)
+                            if how == "authenticated"
+                            else as_owner(server, tenant)
+                        )
+                        with session as conn:
+                            got[server] = conn.execute(call, {"q": q, "e": e}).fetchall()
+                    single, citus = got[installed.single], got[installed.citus]
+                    assert single, f"{name} found nothing for {tenant} ({q!r})"
+                    assert _same(single, citus), f"{name} as {how} of {tenant} for {q!r}"
+                    compared += 1
+    assert compared == len(QUERIES) * len(CALLS) * 2 * 2
+
+
+@pytest.mark.slow
+def test_row_level_security_keeps_tenants_apart_on_the_workers(installed: Installed) -> None:
+    a, b = installed.tenants
+    tables = ["documents", "chunks", "bm25_postings", "bm25_lexicon", "corpus_stats"]
+    for server in (installed.single, installed.citus):
+        counts = {}
+        with psycopg.connect(server) as conn:
+            for t in tables:
+                counts[t] = dict(
+                    conn.execute(
+                        sql.SQL("select tenant_id, count(*) from pgrag.{} group by 1").format(
+                            sql.Identifier(t)
+                        )
+                    ).fetchall()
+                )
+        for tenant, other in ((a, b), (b, a)):
+            with as_api_role(server, "authenticated", tenant) as conn:
+                for t in tables:
+                    seen = dict(
+                        conn.execute(
+                            sql.SQL("select tenant_id, count(*) from pgrag.{} group by 1").format(
+                                sql.Identifier(t)
+                            )
+                        ).fetchall()
+                    )
+                    assert seen == {tenant: counts[t][tenant]}, (server, t)
+                    # asking for the other tenant by name finds nothing either
+                    (n,) = conn.execute(
+                        sql.SQL("select count(*) from pgrag.{} where tenant_id = %s").format(
+                            sql.Identifier(t)
+                        ),
+                        (other,),
+                    ).fetchone()  # type: ignore[misc]
+                    assert n == 0
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(
+                        "insert into pgrag.documents (tenant_id, source_type, source_uri) "
+                        "values (%s, 'text', 'forged')",
+                        (other,),
+                    )
+        with as_api_role(server, "anon", None) as conn:
+            (n,) = conn.execute("select count(*) from pgrag.chunks").fetchone()  # type: ignore[misc]
+            assert n == 0  # nothing is public
+    # Claims set with set_config() alone stay on the coordinator: the workers see no tenant and
+    # return nothing (closed, not open) until pgrag.propagate_request_claims() sets them again.
+    with as_api_role(installed.citus, "authenticated", a, propagate=False) as conn:
+        (n,) = conn.execute("select count(*) from pgrag.chunks").fetchone()  # type: ignore[misc]
+        assert n == 0
+
+
+@pytest.mark.slow
+def test_a_tenants_search_reaches_only_its_worker(
+    installed: Installed, local_embedder: Any
+) -> None:
+    e = local_embedder.embed([QUERIES[0]])[0]
+    for tenant in installed.tenants:
+        with as_api_role(installed.citus, "authenticated", tenant) as conn:
+            plan = "\n".join(
+                r[0]
+                for r in conn.execute(
+                    "explain select count(*) from pgrag.chunks where tenant_id = %s", (tenant,)
+                )
+            )
+            assert "Task Count: 1" in plan
+            # (port, command) of every command the coordinator sends
+            sent: list[tuple[int, str]] = []
+
+            def note(d: psycopg.errors.Diagnostic, sent: list[tuple[int, str]] = sent) -> None:
+                port = re.search(r"on server \S+@[^:\s]+:(\d+)", d.message_detail or "")
+                if port:
+                    sent.append((int(port.group(1)), d.message_primary or ""))
+
+            conn.add_notice_handler(note)
+            conn.execute("set local citus.log_remote_commands = on")
+            for name, call in CALLS.items():
+                sent.clear()
+                conn.execute(call, {"q": QUERIES[0], "e": e}).fetchall()
+                # Commands on shards of the tenant tables (reference tables such as
+                # embedding_config have a copy on every node, read from any of them).
+                ports = {port for port, command in sent if TENANT_SHARD.search(command)}
+                assert ports == {installed.ports[tenant]}, (tenant, name, sent)
+
+
+@pytest.mark.slow
+def test_isolating_a_tenant_builds_its_hnsw_graph_in_its_shard(installed: Installed) -> None:
+    tenant = installed.tenants[1]
+    with psycopg.connect(installed.citus, autocommit=True) as conn:
+        (index,) = conn.execute("select pgrag.isolate_tenant(%s)::text", (tenant,)).fetchone()  # type: ignore[misc]
+        (shard,) = conn.execute(
+            "select get_shard_id_for_distribution_column('pgrag.chunks', %s::text)", (tenant,)
+        ).fetchone()  # type: ignore[misc]
+    name = index.split(".")[1]
+    with psycopg.connect(installed.workers[installed.ports[tenant]]) as worker:
+        worker.execute("set citus.override_table_visibility = off")  # show the shards
+        found = worker.execute(
+            "select indexdef from pg_indexes where schemaname = 'pgrag' and tablename = %s "
+            "and indexname like %s",
+            (f"chunks_{shard}", f"{name}%"),
+        ).fetchall()
+    assert len(found) == 1 and "hnsw" in found[0][0] and repr(tenant) in found[0][0]
+    with psycopg.connect(installed.citus, autocommit=True) as conn:
+        assert conn.execute("select pgrag.share_tenant(%s)", (tenant,)).fetchone() == (True,)
+
+
+@pytest.mark.slow
+def test_migrate_citus_again_changes_nothing(installed: Installed) -> None:
+    assert migrate_citus(installed.citus).applied == []
