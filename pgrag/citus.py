@@ -7,10 +7,14 @@ transaction, recorded in ``pgrag.schema_migrations`` as ``citus/NNN-name.sql`` (
 (their idempotent tier re-creates the released forms of what the Citus tier replaces). What the
 tier does and why: docs/scaling.md and the files' own comments.
 
-On a database whose tables are already distributed, the other tiers run with
-``citus.enable_ddl_propagation = off``: their idempotent tier re-creates triggers, policies and
-the tenant column's default, which Citus refuses or forwards badly on distributed tables; the
-Citus tier, run right after with propagation on, brings the workers' copies up to date.
+On a database whose tables are already distributed, a new version's idempotent tier runs with
+``citus.enable_ddl_propagation = off``: it re-creates triggers, policies with subqueries and the
+tenant column's default, which Citus refuses on distributed tables (or forwards to the workers
+as the text of the whole file); the Citus tier, re-applied right after with propagation on,
+re-makes the policies and brings the workers' functions, triggers and grants up to date
+(``sql/citus/004-workers.sql``). A new version's incremental files (tables, columns, indexes)
+are refused there for now: their DDL must reach the shards, which is not automated yet
+(docs/scaling.md). Re-running with nothing new to apply is a no-op.
 """
 
 from __future__ import annotations
@@ -104,6 +108,16 @@ def migrate_citus(dsn: str, dims: int | None = None, *, dry_run: bool = False) -
     # holds one (a migration file is one query string).
     settings = ["citus.enable_unsafe_triggers=on", "citus.propagate_set_commands=none"]
     if distributed:
+        pending = Migrator(dsn).migrate(dims, dry_run=True).applied
+        incremental = [name for name in pending if name.startswith("incremental/")]
+        if incremental:
+            raise MigrationError(
+                "pgrag's tables are distributed over Citus and this version adds "
+                f"incremental migrations ({', '.join(incremental)}): applying those to a "
+                "distributed installation is not automated yet; see docs/scaling.md, "
+                "Limits and known differences."
+            )
+        # The idempotent tier on the coordinator alone; sql/citus/ carries it to the workers.
         settings.append("citus.enable_ddl_propagation=off")
     result = Migrator(_with_options(dsn, *settings)).migrate(dims, dry_run=dry_run)
     files = citus_files()

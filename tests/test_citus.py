@@ -30,6 +30,7 @@ from psycopg.conninfo import make_conninfo
 from pgrag import compat
 from pgrag.citus import migrate_citus
 from pgrag.db import connect
+from pgrag.errors import MigrationError
 from pgrag.ingest import ingest_paths
 from pgrag.migrator import Migrator
 
@@ -402,4 +403,67 @@ def test_isolating_a_tenant_builds_its_hnsw_graph_in_its_shard(installed: Instal
 
 @pytest.mark.slow
 def test_migrate_citus_again_changes_nothing(installed: Installed) -> None:
+    assert migrate_citus(installed.citus).applied == []
+
+
+@pytest.mark.slow
+def test_an_upgrade_of_the_idempotent_tier_reaches_the_workers(
+    installed: Installed, local_embedder: Any
+) -> None:
+    a, b = installed.tenants
+    worker = installed.workers[installed.ports[a]]
+    body = "select prosrc from pg_proc where oid = 'pgrag.tenant_index_name(text)'::regprocedure"
+    # A worker whose copy of a function is out of date, as after a release changed it.
+    with psycopg.connect(worker, autocommit=True) as conn:
+        conn.execute("set citus.enable_ddl_propagation = off")
+        conn.execute(
+            "create or replace function pgrag.tenant_index_name(tenant text) returns text "
+            "language sql immutable security invoker parallel safe "
+            "set search_path = pg_catalog, pg_temp as $$ select 'stale' $$"
+        )
+    with psycopg.connect(installed.citus, autocommit=True) as conn:
+        conn.execute(
+            "update pgrag.schema_migrations set sha256 = 'older' where kind = 'idempotent'"
+        )
+    applied = migrate_citus(installed.citus).applied
+    assert [n for n in applied if n.startswith("idempotent/")] == [
+        f.name for f in Migrator(installed.citus).files if f.kind == "idempotent"
+    ]
+    assert "citus/004-workers.sql" in applied
+    with psycopg.connect(installed.citus) as coordinator, psycopg.connect(worker) as conn:
+        assert conn.execute(body).fetchone() == coordinator.execute(body).fetchone()
+    # Searches, RLS and the BM25 triggers on the workers still agree with the single server.
+    extra = REPO / "samples" / "release-process.md"
+    for dsn in (installed.single, installed.citus):
+        summary = ingest_paths(dsn, [str(extra)], tenant=b, embedder=local_embedder)
+        assert summary.documents_new == 1
+    e = local_embedder.embed([QUERIES[0]])[0]
+    for tenant in installed.tenants:
+        for name in ("keyword_search", "hybrid_search", "build_context"):
+            got = []
+            for server in (installed.single, installed.citus):
+                with as_api_role(server, "authenticated", tenant) as conn:
+                    got.append(conn.execute(CALLS[name], {"q": QUERIES[0], "e": e}).fetchall())
+            assert _same(got[0], got[1]), (tenant, name)
+    with as_api_role(installed.citus, "authenticated", a) as conn:
+        seen = conn.execute("select distinct tenant_id from pgrag.documents").fetchall()
+        assert seen == [(a,)]
+    assert migrate_citus(installed.citus).applied == []
+
+
+@pytest.mark.slow
+def test_new_incremental_files_are_refused_on_distributed_tables(installed: Installed) -> None:
+    name = "incremental/007-identifier-lexemes.sql"
+    with psycopg.connect(installed.citus, autocommit=True) as conn:
+        row = conn.execute(
+            "delete from pgrag.schema_migrations where name = %s "
+            "returning name, kind, sha256, applied_at, version",
+            (name,),
+        ).fetchone()
+        assert row is not None
+        try:
+            with pytest.raises(MigrationError, match="not automated yet"):
+                migrate_citus(installed.citus)
+        finally:
+            conn.execute("insert into pgrag.schema_migrations values (%s, %s, %s, %s, %s)", row)
     assert migrate_citus(installed.citus).applied == []
