@@ -31,7 +31,8 @@ from pgrag import compat
 from pgrag.citus import migrate_citus
 from pgrag.db import connect
 from pgrag.errors import MigrationError
-from pgrag.ingest import ingest_paths
+from pgrag.extract import ExtractedDocument
+from pgrag.ingest import ingest_documents, ingest_paths
 from pgrag.migrator import Migrator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -404,6 +405,44 @@ def test_isolating_a_tenant_builds_its_hnsw_graph_in_its_shard(installed: Instal
 @pytest.mark.slow
 def test_migrate_citus_again_changes_nothing(installed: Installed) -> None:
     assert migrate_citus(installed.citus).applied == []
+
+
+@pytest.mark.slow
+def test_changing_and_deleting_documents_keeps_bm25_equal_to_the_single_server(
+    installed: Installed, local_embedder: Any
+) -> None:
+    a = installed.tenants[0]
+    changed = REPO / "samples" / "ingestion.md"
+    removed = REPO / "samples" / "getting-started.md"
+    text = changed.read_text() + "\n\nA killed ingest leaves no half document: run it again.\n"
+    doc = ExtractedDocument.from_text(str(changed), text, title="Ingestion", source_type="markdown")
+    stats = (
+        "select (select count(*) from pgrag.chunks where tenant_id = %(t)s), "
+        "(select count(*) from pgrag.bm25_postings where tenant_id = %(t)s), "
+        "(select sum(df) from pgrag.bm25_lexicon where tenant_id = %(t)s), "
+        "(select sum(chunk_count) from pgrag.corpus_stats where tenant_id = %(t)s), "
+        "(select sum(token_count) from pgrag.corpus_stats where tenant_id = %(t)s)"
+    )
+    seen = []
+    for dsn in (installed.single, installed.citus):
+        summary = ingest_documents(dsn, [doc], tenant=a, embedder=local_embedder)
+        assert summary.documents_changed == 1 and summary.chunks_reused > 0
+        with as_owner(dsn, a) as conn:
+            deleted = conn.execute(
+                "select * from pgrag.delete_documents(source_uris => %s)", ([str(removed)],)
+            ).fetchall()
+            assert len(deleted) == 1
+            conn.commit()
+        with psycopg.connect(dsn) as conn:
+            seen.append(conn.execute(stats, {"t": a}).fetchone())
+    assert seen[0] == seen[1]
+    e = local_embedder.embed([QUERIES[0]])[0]
+    for name in ("keyword_search", "hybrid_search"):
+        got = []
+        for server in (installed.single, installed.citus):
+            with as_api_role(server, "authenticated", a) as conn:
+                got.append(conn.execute(CALLS[name], {"q": QUERIES[0], "e": e}).fetchall())
+        assert _same(got[0], got[1]), name
 
 
 @pytest.mark.slow

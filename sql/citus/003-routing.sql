@@ -2,7 +2,8 @@
 -- Citus tier: applied by `pgrag migrate --citus` only, after sql/citus/002-functions.sql.
 --
 -- Citus sends a statement to the one shard group of a tenant ("Task Count: 1") when it can read
--- the tenant from the statement: tenant_id = a constant or a parameter (a PL/pgSQL variable).
+-- the tenant from the statement: tenant_id = a constant or a parameter (a PL/pgSQL variable),
+-- or = any (an array parameter).
 -- Most statements of the search functions filter that way already. The others join the chunks
 -- of a candidate list on (tenant_id, id), with the tenant coming from the list: Citus cannot
 -- prune those and runs them on every shard (32 tasks by default over the workers, each reading
@@ -34,6 +35,13 @@ begin
         select f.fn::regprocedure, f.edits
         from (values
             -- released PL/pgSQL functions
+            -- (the BM25 trigger's delete of postings runs on a worker, inside the delete of a
+            -- shard's chunks: only a statement routed to that shard group may run there)
+            ('pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector[])',
+             array[
+                 array[E'        where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id;\n',
+                       E'        where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id\n'
+                       || E'          and p.tenant_id = any (tenant_ids);  -- (pgrag citus)\n', '1']]),
             ('pgrag.keyword_candidates(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz)',
              array[
                  array[E'            join pgrag.chunks as c on c.tenant_id = u.t and c.id = u.id\n',
