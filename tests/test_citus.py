@@ -349,6 +349,38 @@ def test_row_level_security_keeps_tenants_apart_on_the_workers(installed: Instal
 
 
 @pytest.mark.slow
+def test_anon_finds_the_public_documents_of_every_tenant_as_on_one_server(
+    installed: Installed, local_embedder: Any
+) -> None:
+    publish = (
+        "update pgrag.documents set is_public = %s "
+        "where source_uri like '%%/samples/ingestion.md' or source_uri like '%%/supabase.md'"
+    )
+    for dsn in (installed.single, installed.citus):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute(publish, (True,)).rowcount == 1 + 1  # one per tenant
+    try:
+        for q in QUERIES[:1]:  # (each call reads every shard: about a second on the test cluster)
+            e = local_embedder.embed([q])[0]
+            for name in ("vector_search", "keyword_search", "hybrid_search", "build_context"):
+                got = []
+                for server in (installed.single, installed.citus):
+                    with as_api_role(server, "anon", None) as conn:
+                        got.append(conn.execute(CALLS[name], {"q": q, "e": e}).fetchall())
+                # (anon reads no BM25 statistics: its keyword arm finds nothing, on both)
+                assert (bool(got[0]) or name == "keyword_search") and _same(got[0], got[1]), (
+                    name,
+                    q,
+                )
+                if name != "build_context":
+                    assert {row[-1] for row in got[1]} <= set(installed.tenants)
+    finally:
+        for dsn in (installed.single, installed.citus):
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(publish, (False,))
+
+
+@pytest.mark.slow
 def test_a_tenants_search_reaches_only_its_worker(
     installed: Installed, local_embedder: Any
 ) -> None:
