@@ -20,6 +20,7 @@ are refused there for now: their DDL must reach the shards, which is not automat
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,9 @@ def citus_files(root: Path | None = None) -> list[CitusFile]:
 
 
 def _with_options(dsn: str, *settings: str) -> str:
-    """``dsn`` with ``-c name=value`` settings added to its ``options``."""
-    existing = conninfo_to_dict(dsn).get("options") or ""
+    """``dsn`` with ``-c name=value`` settings added to its ``options`` (or to ``PGOPTIONS``,
+    which libpq reads only when the connection string has no ``options``)."""
+    existing = conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
     extra = " ".join(f"-c {s}" for s in settings)
     return make_conninfo(dsn, options=f"{existing} {extra}".strip())
 

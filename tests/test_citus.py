@@ -129,6 +129,18 @@ def test_servers_before_17_get_the_drop_and_add_form_of_the_fts_expression_chang
     assert compat.for_server("incremental/001-core.sql", "x", 150020) == "x"
 
 
+def test_migrate_citus_keeps_the_users_pgoptions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from pgrag.citus import _with_options
+
+    monkeypatch.setenv("PGOPTIONS", "-c citus.shard_count=8")
+    options = conninfo_to_dict(_with_options("dbname=x", "citus.enable_unsafe_triggers=on"))
+    assert options["options"] == "-c citus.shard_count=8 -c citus.enable_unsafe_triggers=on"
+    given = _with_options("dbname=x options='-c work_mem=64MB'", "a.b=c")
+    assert conninfo_to_dict(given)["options"] == "-c work_mem=64MB -c a.b=c"
+
+
 # --- slow: a coordinator and two workers against one server --------------------------------------
 
 
