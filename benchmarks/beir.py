@@ -35,7 +35,9 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from pgrag import evaluate as ev
+from common import database_url
+
+from pgrag import eval as ev
 from pgrag.db import connect
 from pgrag.search import query_embedder
 
@@ -223,12 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dataset = ev.load_beir(args.data, limit_queries=args.limit_queries)
     tenant = args.tenant or f"beir-{dataset.name}"
-    if args.dsn:
-        dsn = args.dsn
-    else:
-        from pgrag.embedded import EmbeddedCluster
-
-        dsn = EmbeddedCluster().start()
+    dsn = database_url(args.dsn)
     with connect(dsn) as conn:
         embedder = query_embedder(conn)
     if not args.no_ingest:

@@ -47,9 +47,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import latency  # noqa: E402
-from common import drop_database, fresh_database, latency_summary  # noqa: E402
+from common import latency_summary  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
+from pgrag.testing import drop_database, fresh_database, server  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "bm25_pruning.json"
 STRATEGIES_SQL = ROOT / "benchmarks" / "sql" / "bm25_pruning.sql"
@@ -179,7 +180,7 @@ def main() -> None:
         "corpora": {},
     }
     corpora = ["copies", "mixed"] if args.corpus == "both" else [args.corpus]
-    with latency.cluster(args.admin_dsn) as admin:
+    with server(args.admin_dsn, "pgrag-latency-") as admin:
         for name in corpora:
             rng = np.random.default_rng(42)
             texts, vecs = latency.synthetic(args.size, base, vectors, rng)
@@ -219,7 +220,7 @@ def main() -> None:
                     flush=True,
                 )
             result["corpora"][name] = entry
-            drop_database(admin, database)
+            drop_database(admin, dsn)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwrote {args.out}")

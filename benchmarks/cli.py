@@ -34,8 +34,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from common import drop_database, fresh_database
-from psycopg.conninfo import make_conninfo
+from common import admin_url
+
+from pgrag.testing import drop_database, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "cli.json"
@@ -112,12 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
 
-    if args.dsn:
-        admin = make_conninfo(args.dsn, dbname="postgres")
-    else:
-        from pgrag.embedded import EmbeddedCluster
-
-        admin = make_conninfo(EmbeddedCluster().start(), dbname="postgres")
+    admin = admin_url(args.dsn)
     name = "pgrag_bench_cli"
     dsn = fresh_database(admin, name)
     env = {**os.environ, "PGRAG_DSN": dsn}
@@ -169,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             f"repeated {b:<22} p50 {v['p50_s'] * 1000:.1f} ms"
             f" after a {v['model_load_s']:.2f} s load"
         )
-    drop_database(admin, name)
+    drop_database(admin, dsn)
 
     result = {
         "benchmark": "cli",

@@ -1,33 +1,31 @@
-"""Helpers the benchmark scripts share (run them as ``python benchmarks/NAME.py``)."""
+"""Helpers the benchmark scripts share (run them as ``python benchmarks/NAME.py``).
+
+Databases are created, installed and dropped with :mod:`pgrag.testing`, the helpers the tests
+use; a throwaway server is ``pgrag.testing.server``.
+"""
 
 from __future__ import annotations
 
 import statistics
 
 import numpy as np
-import psycopg
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgrag.migrator import Migrator
+
+def database_url(dsn: str | None) -> str:
+    """``dsn`` (``--dsn`` / ``PGRAG_DSN``), else pgrag's embedded database, started on demand
+    (as the ``pgrag`` command does)."""
+    if dsn:
+        return dsn
+    from pgrag.local_server import EmbeddedCluster
+
+    return EmbeddedCluster().start()
 
 
-def drop_database(admin_dsn: str, name: str) -> None:
-    """Drop database ``name`` if it exists, disconnecting its sessions."""
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
-        )
-
-
-def fresh_database(admin_dsn: str, name: str, *, dims: int = 384) -> str:
-    """(Re)create database ``name``, install pgrag with ``dims``-dimension embeddings; its DSN."""
-    drop_database(admin_dsn, name)
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    dsn = make_conninfo(admin_dsn, dbname=name)
-    Migrator(dsn).migrate(dims)
-    return dsn
+def admin_url(dsn: str | None) -> str:
+    """The server of :func:`database_url`, connected to its ``postgres`` database (for creating
+    and dropping the benchmark's own databases)."""
+    return make_conninfo(database_url(dsn), dbname="postgres")
 
 
 def percentile(values: list[float], q: float) -> float:

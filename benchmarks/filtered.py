@@ -52,10 +52,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import psycopg
-from common import fresh_database, percentile
-from psycopg.conninfo import make_conninfo
+from common import admin_url, percentile
 
-from pgrag.db import connect
+from pgrag.db import connect, set_request_tenant
+from pgrag.testing import dsn_for, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact"
@@ -161,7 +161,7 @@ Query = Callable[[psycopg.Connection[Any], str, np.ndarray, str, int], list[int]
 def as_tenant(conn: psycopg.Connection[Any], tenant: str) -> None:
     """What PostgREST does for a request with a verified JWT of this tenant (the claims
     through pgrag.set_request_tenant, transaction-local; then the role)."""
-    conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
+    set_request_tenant(conn, tenant)
     conn.execute("set local role authenticated")
 
 
@@ -290,14 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
 
-    if args.dsn:
-        admin = args.dsn
-    else:
-        from pgrag.embedded import EmbeddedCluster
-
-        admin = EmbeddedCluster().start()
-    admin = make_conninfo(admin, dbname="postgres")
-    dsn = make_conninfo(admin, dbname=args.database)
+    admin = admin_url(args.dsn)
+    dsn = dsn_for(admin, args.database)
 
     doc_texts, query_texts = load_texts(args.data, args.centres, args.queries, args.seed)
     started = time.perf_counter()

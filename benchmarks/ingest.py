@@ -39,17 +39,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
-from common import drop_database, fresh_database
+from common import admin_url
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
-import pgrag.ingest as ingest_mod
+import pgrag.ingest.run as ingest_mod
 from pgrag.chunking import default_sizes, make_chunker, token_counter
 from pgrag.db import connect
 from pgrag.embedders import LocalEmbedder
 from pgrag.extract import ExtractedDocument, extract_path
 from pgrag.ingest import ingest_documents
+from pgrag.testing import drop_database, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
@@ -230,12 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
 
-    if args.dsn:
-        admin = make_conninfo(args.dsn, dbname="postgres")
-    else:
-        from pgrag.embedded import EmbeddedCluster
-
-        admin = make_conninfo(EmbeddedCluster().start(), dbname="postgres")
+    admin = admin_url(args.dsn)
 
     docs = load_corpus(args.data, args.limit)
     embedder = LocalEmbedder()
@@ -284,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rerun = ingest_documents(dsn, docs, tenant="bench", embedder=embedder)
     print(f"unchanged re-run:       {rerun.seconds:.2f} s, {rerun.chunks_embedded} embedded")
-    drop_database(admin, db)
+    drop_database(admin, dsn)
 
     # The same rows for every method: the pipeline's chunks and embeddings, repeated (under new
     # document ids) up to --load-rows so that one timing is long enough to mean something.
@@ -306,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 ldsn = fresh_database(admin, name)
                 rows = load_rows(ldsn, load_chunks, load_vectors, target)
                 best = min(best, time_load(ldsn, rows, method, target))
-                drop_database(admin, name)
+                drop_database(admin, ldsn)
             loads.setdefault(target, {})[method] = round(m / best)
             print(f"load {target:<13} {method:<12} {m / best:10,.0f} chunks/s ({m} rows)")
     for figures in loads.values():

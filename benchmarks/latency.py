@@ -34,22 +34,19 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg import sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common import fresh_database, latency_summary  # noqa: E402
+from common import latency_summary  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
-from pgrag.embedded import temporary_cluster  # noqa: E402
+from pgrag.testing import drop_database, fresh_database, server  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -109,15 +106,6 @@ def synthetic(
     first = np.arange(n) < len(texts)
     noisy[first] = vectors[base[first]]
     return out_texts, noisy.astype(np.float32)
-
-
-@contextmanager
-def cluster(admin_dsn: str | None) -> Iterator[str]:
-    if admin_dsn:
-        yield admin_dsn
-        return
-    with temporary_cluster("pgrag-latency-") as url:
-        yield url
 
 
 def load(dsn: str, texts: list[str], vectors: np.ndarray, tenants: int) -> dict[str, float]:
@@ -325,7 +313,7 @@ def main() -> None:
         "k": 10,
         "sizes": {},
     }
-    with cluster(args.admin_dsn) as admin:
+    with server(args.admin_dsn, "pgrag-latency-") as admin:
         with psycopg.connect(admin) as conn:
             row = conn.execute(
                 "select version(), (select extversion from pg_extension where extname = 'vector')"
@@ -339,22 +327,12 @@ def main() -> None:
             entry["load_single"] = load(dsn, s_texts, s_vecs, tenants=1)
             print(f"  single tenant loaded: {entry['load_single']}", flush=True)
             entry["single_tenant"] = bench_single(dsn, queries, qvecs, 10)
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("drop database {} with (force)").format(
-                        sql.Identifier(f"latency_single_{size}")
-                    )
-                )
+            drop_database(admin, dsn)
             dsn = fresh_database(admin, f"latency_tenants_{size}")
             entry["load_tenants"] = load(dsn, s_texts, s_vecs, tenants=TENANTS)
             print(f"  {TENANTS} tenants loaded: {entry['load_tenants']}", flush=True)
             entry["tenant_filtered_vector"] = bench_tenants(dsn, s_vecs, qvecs, 10, TENANTS)
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("drop database {} with (force)").format(
-                        sql.Identifier(f"latency_tenants_{size}")
-                    )
-                )
+            drop_database(admin, dsn)
             result["sizes"][str(size)] = entry
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=2) + "\n")

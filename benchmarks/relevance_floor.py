@@ -33,7 +33,9 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from pgrag import evaluate as ev
+from common import database_url
+
+from pgrag import eval as ev
 from pgrag.db import connect
 from pgrag.extract import extract_path
 from pgrag.ingest import ingest_documents
@@ -143,12 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     dataset = ev.load_beir(args.data)
-    if args.dsn:
-        dsn = args.dsn
-    else:
-        from pgrag.embedded import EmbeddedCluster
-
-        dsn = EmbeddedCluster().start()
+    dsn = database_url(args.dsn)
     with connect(dsn) as conn:
         embedder = query_embedder(conn)
     samples = [

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgrag.errors import PgragError
 from pgrag.openai_errors import describe_openai_error
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 DEFAULT_CHAT_MODEL = "gpt-4o-mini"
 
@@ -60,7 +63,7 @@ class ChatConfig:
         return self.base_url or "https://api.openai.com/v1"
 
 
-def grounded_messages(question: str, context: str) -> list[dict[str, str]]:
+def grounded_messages(question: str, context: str) -> list[ChatCompletionMessageParam]:
     """The chat messages: instructions, then the sources and the question."""
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
@@ -83,7 +86,7 @@ def answer(question: str, context: str, config: ChatConfig) -> str:
     try:
         response = client.chat.completions.create(
             model=config.model,
-            messages=grounded_messages(question, context),  # type: ignore[arg-type]
+            messages=grounded_messages(question, context),
             temperature=0,
         )
     except openai.APIError as exc:

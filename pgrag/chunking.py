@@ -453,7 +453,7 @@ def make_chunker(
 
 def token_counter(embedder: Any) -> TokenCounter:
     """The embedder's batch token counter (falls back to one call per text)."""
-    many = getattr(embedder, "count_tokens_many", None)
+    many: TokenCounter | None = getattr(embedder, "count_tokens_many", None)
     if many is not None:
         return many
     return lambda texts: [embedder.count_tokens(t) for t in texts]

@@ -1,19 +1,22 @@
-"""Released SQL that needs a rewrite on servers older than PostgreSQL 17.
+"""Released SQL that servers older than PostgreSQL 17 cannot run as written, and what they run.
 
 ``sql/incremental/007-identifier-lexemes.sql`` changes the expression of the generated column
 ``pgrag.chunks.fts`` with ``ALTER TABLE ... ALTER COLUMN ... SET EXPRESSION``, which PostgreSQL
-17 added: on 14-16 (Debian bookworm's 15, Citus clusters on 15 or 16) the whole file is a syntax
-error and ``pgrag migrate`` stops there. The file is released (its checksum is recorded and must
-not change), so the migrator runs it on those servers with that one statement replaced by its
-older equivalent: drop the column (its GIN index goes with it) and add it again with the new
-expression, then recreate the index under its old name. The file itself, its recorded checksum
-and what the other statements of the file do stay the same. What differs on 14-16: ``fts``
-becomes the last column of ``pgrag.chunks`` (every reader names its columns).
+17 added: on 14-16 (Debian bookworm's 15, Supabase projects on 15, Citus clusters on 15 or 16)
+the whole file would be a syntax error. The file is released (its checksum is recorded and must
+not change), so the install engine (:func:`pgrag.migrator.install_steps`) runs it there with
+that one statement replaced by its older equivalent: drop the column (its GIN index goes with it)
+and add it again with the new expression, then recreate the index under its old name. The
+replacement is made by the step itself, in SQL, from the server's ``server_version_num``, so
+``pgrag migrate``, the psql bundle and the Supabase files all do it. The file, its recorded
+checksum and what its other statements do stay the same. What differs on 14-16: ``fts`` becomes
+the last column of ``pgrag.chunks`` (every reader names its columns).
 """
 
 from __future__ import annotations
 
-SET_EXPRESSION_MIN_VERSION = 170000  # server_version_num of PostgreSQL 17
+# server_version_num from which every released statement runs as written.
+SERVER_VERSION_AS_WRITTEN = 170000
 
 _FTS_SET_EXPRESSION = (
     "alter table pgrag.chunks alter column fts set expression as "
@@ -26,15 +29,7 @@ _FTS_DROP_AND_ADD = (
     "create index chunks_fts_gin on pgrag.chunks using gin (fts);"
 )
 
-# (file name, statement as written, statement for servers before 17)
-_BEFORE_17 = (("incremental/007-identifier-lexemes.sql", _FTS_SET_EXPRESSION, _FTS_DROP_AND_ADD),)
-
-
-def for_server(name: str, sql: str, server_version_num: int) -> str:
-    """``sql`` of the migration file ``name`` as it runs on a server of that version."""
-    if server_version_num >= SET_EXPRESSION_MIN_VERSION:
-        return sql
-    for file_name, written, older in _BEFORE_17:
-        if name == file_name and written in sql:
-            sql = sql.replace(written, older)
-    return sql
+# Migration file name -> (statement as written, its form for servers before 17), in order.
+BEFORE_17: dict[str, tuple[tuple[str, str], ...]] = {
+    "incremental/007-identifier-lexemes.sql": ((_FTS_SET_EXPRESSION, _FTS_DROP_AND_ADD),),
+}

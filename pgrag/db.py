@@ -46,6 +46,20 @@ def connect(dsn: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Con
     return conn
 
 
+# The schema pgvector is installed in: public, ``extensions`` on Supabase, or wherever an
+# administrator put it. Every lookup (Python and the install SQL) uses this query.
+VECTOR_SCHEMA_SQL = (
+    "select n.nspname from pg_catalog.pg_extension as e "
+    "join pg_catalog.pg_namespace as n on n.oid = e.extnamespace where e.extname = 'vector'"
+)
+
+
+def vector_schema(conn: psycopg.Connection[Any]) -> str | None:
+    """The schema pgvector is installed in, or None when this database lacks the extension."""
+    row = conn.execute(VECTOR_SCHEMA_SQL).fetchone()
+    return str(row[0]) if row else None
+
+
 def register_vector_if_installed(conn: psycopg.Connection[Any]) -> bool:
     """Register pgvector's types on ``conn`` when the extension exists in its database.
 
@@ -58,12 +72,8 @@ def register_vector_if_installed(conn: psycopg.Connection[Any]) -> bool:
     from psycopg import sql
     from psycopg.types import TypeInfo
 
-    row = conn.execute(
-        "select n.nspname from pg_catalog.pg_extension e "
-        "join pg_catalog.pg_namespace n on n.oid = e.extnamespace where e.extname = 'vector'"
-    ).fetchone()
-    if row is not None:
-        schema = str(row[0])
+    schema = vector_schema(conn)
+    if schema is not None:
         for name, register in (
             ("vector", register_vector_info),
             ("halfvec", register_halfvec_info),
@@ -74,7 +84,7 @@ def register_vector_if_installed(conn: psycopg.Connection[Any]) -> bool:
                 register(conn, info)
     if not conn.autocommit:
         conn.rollback()
-    return row is not None
+    return schema is not None
 
 
 DEFAULT_TENANT = "default"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import psycopg
 
 from pgrag.errors import ConfigError, EmbeddingConfigError, EmbeddingError, NotInstalled
 from pgrag.openai_errors import describe_openai_error
@@ -66,7 +67,7 @@ def local_backend(backend: str | None = None) -> str:
 
 def model_cache_dir() -> Path:
     """Where derived model files (the ONNX graph) are cached: ``$PGRAG_HOME/models``."""
-    from pgrag.embedded import pgrag_home
+    from pgrag.local_server import pgrag_home
 
     return pgrag_home() / "models"
 
@@ -215,12 +216,13 @@ class OpenAIEmbedder:
         self.max_batch_inputs = max_batch_inputs
         self.max_batch_tokens = max_batch_tokens
         native = OPENAI_NATIVE_DIMS.get(self.model_name)
-        self._dims = dims or native
-        if self._dims is None:
+        chosen = dims or native
+        if chosen is None:
             raise ConfigError(
                 f"the dimension of model {self.model_name} is unknown: pass --dims at migrate "
                 "time or set EMBEDDING_DIMENSION."
             )
+        self._dims: int = chosen
         # Ask for shorter vectors only when the model makes longer ones natively.
         self._request_dims = self._dims if native is not None and self._dims != native else None
         self.calls = 0  # HTTP requests that succeeded
@@ -228,7 +230,7 @@ class OpenAIEmbedder:
 
     @property
     def dims(self) -> int:
-        return int(self._dims)  # type: ignore[arg-type]
+        return self._dims
 
     @property
     def max_tokens(self) -> int:
@@ -286,7 +288,8 @@ class OpenAIEmbedder:
             out[start:end] = self._request(list(texts[start:end]))
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return out / norms
+        normalised: np.ndarray = out / norms
+        return normalised
 
     def _request(self, batch: list[str]) -> np.ndarray:
         import openai
@@ -360,11 +363,11 @@ def get_embedder(
     raise ConfigError(f"unknown embedder {provider!r}: choose one of {', '.join(PROVIDERS)}.")
 
 
-def read_embedding_config(conn: Any) -> tuple[int, str | None, str | None]:
+def read_embedding_config(conn: psycopg.Connection[Any]) -> tuple[int, str | None, str | None]:
     """(dims, model, provider) recorded in ``pgrag.embedding_config``."""
     try:
         row = conn.execute("select dims, model, provider from pgrag.embedding_config").fetchone()
-    except Exception as exc:  # undefined table: pgrag is not installed there
+    except psycopg.errors.UndefinedTable as exc:  # pgrag is not installed there
         if not conn.autocommit:
             conn.rollback()
         raise NotInstalled(
@@ -375,7 +378,7 @@ def read_embedding_config(conn: Any) -> tuple[int, str | None, str | None]:
     return int(row[0]), row[1], row[2]
 
 
-def embedder_for_database(conn: Any) -> Embedder:
+def embedder_for_database(conn: psycopg.Connection[Any]) -> Embedder:
     """The embedder of the provider and model recorded in the database (local if none yet)."""
     dims, model, provider = read_embedding_config(conn)
     if not conn.autocommit:

@@ -1,6 +1,21 @@
-"""pgrag's exceptions: one root, each carrying a one-line, user-facing message."""
+"""pgrag's exceptions: one root, each carrying a one-line, user-facing message.
+
+``SQLSTATE_ERRORS`` is the one table of the SQLSTATEs pgrag's SQL raises on purpose and the
+exception each one means in Python (as ``psycopg.errors`` maps every SQLSTATE to a class);
+:func:`from_database_error` applies it. pgrag's SQL also raises two standard codes with their
+standard meaning, left as psycopg errors (the CLI prints them with
+``pgrag.db.database_error_message``): ``42501`` insufficient_privilege (another tenant's rows,
+a published document without the publishing privilege) and ``23514`` check_violation (a
+text-search configuration not allowed for stored chunks).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 class PgragError(Exception):
@@ -41,12 +56,20 @@ class EmbeddingConfigError(PgragError):
     """Embedding model or dimension does not match what the database holds."""
 
 
+class DocumentChanged(PgragError):
+    """A document changed in the database while this run was loading it (another ingest)."""
+
+
 class EmbeddingError(PgragError):
     """The embedding backend failed."""
 
 
 class ExtractionError(PgragError):
     """A document could not be read or yielded no text."""
+
+
+class MissingExtra(PgragError):
+    """An optional part of pgrag is not installed; the message names the pip extra."""
 
 
 class NothingToDo(PgragError):
@@ -59,3 +82,43 @@ class Interrupted(PgragError):
     """The user interrupted the command (Ctrl-C); the message says what was kept."""
 
     exit_code = 130
+
+
+# -- SQLSTATE -> exception ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SqlStateError:
+    """What one SQLSTATE raised by pgrag's SQL means: the exception and its message (None: the
+    server's primary message, which pgrag's SQL writes to be shown as it is)."""
+
+    error: type[PgragError]
+    message: str | None = None
+
+
+SQLSTATE_ERRORS: dict[str, SqlStateError] = {
+    # pgrag's own class PR, raised by pgrag.replace_document_chunks (the ingester's swap).
+    "PR001": SqlStateError(
+        DocumentChanged,
+        "a document changed in the database while it was being ingested "
+        "(another ingest of the same source?): run pgrag ingest again.",
+    ),
+    "PR002": SqlStateError(
+        EmbeddingConfigError,
+        "another ingest recorded a different embedding model meanwhile; mixing models is refused.",
+    ),
+    # invalid_parameter_value: pgrag's argument checks (pgrag.check_argument and its siblings);
+    # the message starts with the argument's name and gives its range.
+    "22023": SqlStateError(ConfigError),
+}
+
+
+def from_database_error(exc: psycopg.Error) -> PgragError | None:
+    """The pgrag exception ``exc`` means by its SQLSTATE (``SQLSTATE_ERRORS``), or None."""
+    meaning = SQLSTATE_ERRORS.get(exc.sqlstate or "")
+    if meaning is None:
+        return None
+    if meaning.message is not None:
+        return meaning.error(meaning.message)
+    primary = exc.diag.message_primary
+    return meaning.error(f"{primary}.") if primary else None

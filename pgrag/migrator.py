@@ -1,42 +1,88 @@
-"""Apply pgrag's versioned SQL: numbered, checksummed, one transaction each, serialized by a lock.
+"""pgrag's install engine: which SQL runs, in which transaction, how it is recorded.
 
 Two tiers live under ``sql/``:
 
 * ``incremental/NNN-name.sql`` — tables, columns, indexes. Applied once each, in order, each in
   its own transaction, and recorded with its SHA-256. Changing an applied file is an error.
 * ``idempotent/NNN-name.sql`` — functions, triggers, policies, grants (``CREATE OR REPLACE``).
-  Re-applied together, in one transaction, whenever any of them changed or any incremental
-  migration was applied.
+  Re-applied together, in one transaction, whenever the tier is not current (see below).
+
+Every way of installing pgrag runs the same **steps** (:func:`install_steps`), each one SQL
+statement — a ``DO`` block, hence one transaction — that looks at ``pgrag.schema_migrations``
+and decides for itself whether to run:
+
+1. ``settings``: ``set pgrag.embedding_dims = N`` (only when a dimension is asked for);
+2. ``preflight``: refuses, before anything is applied, a server without pgvector, an applied
+   incremental file that changed, and a database installed with another dimension;
+3. one step per incremental file: skipped when recorded, applied and recorded otherwise;
+4. ``idempotent``: the whole tier, when one of its files is not ``applied``; then
+   ``pg_notify('pgrst', 'reload schema')``;
+5. ``citus`` (``pgrag migrate --citus`` only, :mod:`pgrag.citus`): ``citus/NNN-name.sql``, what
+   a Citus coordinator needs on top (distribution by tenant; docs/scaling.md), applied as the
+   idempotent tier is, after it, when one of its files is not ``applied``. Its records (kind
+   ``idempotent``, names ``citus/...``) go whenever the idempotent tier is applied, so the Citus
+   tier follows every re-application of the tier it builds on.
+
+What ``applied`` means is written once, in :func:`state_sql`: a file is *pending* (not
+recorded), *changed* (recorded with another SHA-256), *stale* (an idempotent file recorded
+before the latest incremental file, or while one is pending: new tables need the tier's
+policies and grants), or *applied*. The steps, ``pgrag migrate --dry-run`` and ``pgrag
+status`` all run that query.
+
+``pgrag migrate`` (:class:`Migrator`) holds a session advisory lock, executes the steps one by
+one and reads the records to report what ran. ``pgrag sql-bundle`` (:mod:`pgrag.bundle`)
+writes the same steps into one file for ``psql -f``, or into Supabase migration files.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import psycopg
 
 from pgrag import __version__, compat
-from pgrag.db import connect
-from pgrag.errors import ChecksumMismatch, ConfigError, MigrationError, PgvectorMissing
+from pgrag.db import VECTOR_SCHEMA_SQL, connect
+from pgrag.errors import (
+    ChecksumMismatch,
+    ConfigError,
+    MigrationError,
+    PgragError,
+    PgvectorMissing,
+)
 
-Kind = Literal["incremental", "idempotent"]
-KINDS: tuple[Kind, ...] = ("incremental", "idempotent")
+Kind = Literal["incremental", "idempotent", "citus"]
+KINDS: tuple[Kind, ...] = ("incremental", "idempotent")  # the tiers every installation runs
 FILE_NAME = re.compile(r"^\d{3}-[a-z][a-z0-9_-]*\.sql$")
 DEFAULT_DIMS = 384
 MAX_DIMS = 2000  # pgvector's HNSW limit for the vector type
-# One advisory lock key for every pgrag migrator ("pgrag" in ASCII, then 1).
+# Where pgvector is created when the database lacks it; an installed pgvector is used anywhere.
+DEFAULT_VECTOR_SCHEMA = "public"
+# One advisory lock key for every pgrag installer ("pgrag" in ASCII, then 1).
 LOCK_KEY = 0x7067726167_01
 
 VECTOR_SCHEMA_TOKEN = "@extschema:vector@"
-# Each migration transaction resolves names in pg_catalog only: no caller schema can hijack DDL.
-SECURE_SEARCH_PATH_SQL = "select pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"
+# Each step resolves names in pg_catalog only: no caller schema can hijack the DDL.
+_SECURE_SEARCH_PATH = "pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"
+SECURE_SEARCH_PATH_SQL = f"select {_SECURE_SEARCH_PATH}"
 
-RELOAD_POSTGREST_SQL = "notify pgrst, 'reload schema';"
+# SQLSTATEs the steps raise (class PR: pgrag's own), and the error each becomes in Python.
+PGVECTOR_MISSING = "PR101"
+DIMENSION_MISMATCH = "PR102"
+CHANGED_MIGRATION = "PR103"
+_ERRORS: dict[str, type[PgragError]] = {
+    PGVECTOR_MISSING: PgvectorMissing,
+    DIMENSION_MISMATCH: ConfigError,
+    CHANGED_MIGRATION: ChecksumMismatch,
+}
+
+State = Literal["pending", "applied", "changed", "stale"]
 
 
 def sql_dir() -> Path:
@@ -62,6 +108,11 @@ class MigrationFile:
         return f"{self.kind}/{self.path.name}"
 
     @property
+    def recorded_kind(self) -> str:
+        """``kind`` as pgrag.schema_migrations records it (a Citus file as ``idempotent``)."""
+        return "incremental" if self.kind == "incremental" else "idempotent"
+
+    @property
     def text(self) -> str:
         return self.path.read_text(encoding="utf-8")
 
@@ -81,25 +132,362 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def discover(root: Path | None = None) -> list[MigrationFile]:
-    """All migration files, incremental first, each tier in numeric order; names are checked."""
+def discover(root: Path | None = None, *, citus: bool = False) -> list[MigrationFile]:
+    """All migration files, incremental first, each tier in numeric order; names are checked.
+
+    Incremental files are numbered 001, 002, ... without gaps. Idempotent files may leave gaps
+    (privileges sit in a late band, ``900-...``), but no two share a number. With ``citus``,
+    the files of ``citus/`` follow (numbered as the idempotent tier).
+    """
     root = root or sql_dir()
     files: list[MigrationFile] = []
-    for kind in KINDS:
+    kinds: tuple[Kind, ...] = (*KINDS, "citus") if citus else KINDS
+    for kind in kinds:
         folder = root / kind
         paths = sorted(p for p in folder.iterdir() if p.suffix == ".sql") if folder.is_dir() else []
+        previous = 0
         for expected, path in enumerate(paths, start=1):
             if not FILE_NAME.match(path.name):
                 raise MigrationError(
                     f"bad migration file name {kind}/{path.name}: use NNN-lowercase-name.sql"
                 )
-            if int(path.name[:3]) != expected:
+            number = int(path.name[:3])
+            if kind == "incremental" and number != expected:
                 raise MigrationError(
                     f"migration numbering gap in {kind}/: expected {expected:03d}, "
                     f"found {path.name}"
                 )
+            if number == previous:
+                raise MigrationError(
+                    f"two migration files numbered {number:03d} in {kind}/: renumber {path.name}"
+                )
+            previous = number
             files.append(MigrationFile(kind, path))
     return files
+
+
+def check_dims(dims: int | None) -> None:
+    """Refuse a dimension pgvector cannot index (before anything connects)."""
+    if dims is not None and not 1 <= dims <= MAX_DIMS:
+        raise ConfigError(
+            f"--dims {dims} is out of range: pgvector indexes vectors of 1 to {MAX_DIMS} "
+            "dimensions."
+        )
+
+
+# -- the SQL every installer runs ----------------------------------------------------------------
+
+
+def literal(text: str) -> str:
+    """``text`` as an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def dollar_quote(text: str, tag: str) -> str:
+    """``text`` dollar-quoted with a tag that does not occur in it."""
+    candidate, n = tag, 0
+    while f"${candidate}$" in text:
+        n += 1
+        candidate = f"{tag}{n}"
+    return f"${candidate}${text}${candidate}$"
+
+
+def state_sql(files: Sequence[MigrationFile]) -> str:
+    """The one definition of a file's state: a query with a row per file of ``files``.
+
+    Columns: ``ord`` (position in ``files``), ``name``, ``kind``, ``sha256`` (the file's),
+    ``recorded_sha256``, ``applied_at``, ``version`` (of the record, or null) and ``state``:
+
+    * ``pending``: not recorded;
+    * ``changed``: recorded with another SHA-256 (an error for an incremental file);
+    * ``stale``: an idempotent file recorded before the latest incremental file, or while an
+      incremental file of ``files`` is pending (the tier must be re-applied: a new table needs
+      its policies and grants, a new column the functions that read it);
+    * ``applied``: recorded as it is.
+
+    Reads ``pgrag.schema_migrations``, which must exist; run it with the pinned search_path.
+    """
+    values = ",\n        ".join(
+        f"({i}, {literal(f.name)}, {literal(f.kind)}, {literal(f.sha256)})"
+        for i, f in enumerate(files)
+    )
+    return f"""with want (ord, name, kind, sha256) as (
+    values
+        {values}
+), incremental as (
+    select (select pg_catalog.max(m.applied_at) from pgrag.schema_migrations as m
+            where m.kind = 'incremental') as latest,
+           exists (select from want as w
+                   where w.kind = 'incremental'
+                     and not exists (select from pgrag.schema_migrations as m
+                                     where m.name = w.name)) as pending
+)
+select w.ord, w.name, w.kind, w.sha256,
+       m.sha256 as recorded_sha256, m.applied_at, m.version,
+       case
+           when m.name is null then 'pending'
+           when m.sha256 <> w.sha256 then 'changed'
+           when w.kind in ('idempotent', 'citus')
+                and (m.applied_at < i.latest or i.pending) then 'stale'
+           else 'applied'
+       end as state
+from want as w
+cross join incremental as i
+left join pgrag.schema_migrations as m on m.name = w.name
+order by w.ord"""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One SQL statement of an installation: one transaction, deciding for itself to run."""
+
+    name: str
+    sql: str
+    files: tuple[MigrationFile, ...] = ()
+
+
+def _prologue() -> str:
+    return (
+        f"    perform {_SECURE_SEARCH_PATH};\n"
+        f"    perform pg_catalog.pg_advisory_xact_lock({LOCK_KEY});"
+    )
+
+
+def _states(files: Sequence[MigrationFile], indent: int) -> str:
+    """:func:`state_sql` as a parenthesised subquery for a block indented by ``indent``."""
+    query = textwrap.indent(state_sql(files), " " * (indent + 4))
+    return f"(\n{query}\n{' ' * indent})"
+
+
+def _do(body: str) -> str:
+    return f"do {dollar_quote(body, 'pgrag_step')};\n"
+
+
+def _refuse_changed(row: str) -> str:
+    """PL/pgSQL raising the changed-file error for record variable ``row`` (of state_sql)."""
+    return f"""raise exception 'pgrag: % changed after it was applied (recorded sha256 %, now %)',
+                {row}.name, pg_catalog.left({row}.recorded_sha256, 12),
+                pg_catalog.left({row}.sha256, 12)
+                using errcode = '{CHANGED_MIGRATION}',
+                      hint = 'released migrations must not be edited: restore the file and add a '
+                             'new migration instead (or install with the pgrag version that '
+                             'installed this database)';"""
+
+
+def _for_server(f: MigrationFile) -> str:
+    """SQL text of ``f`` as the server runs it: on servers before PostgreSQL 17 with the
+    statements of :data:`pgrag.compat.BEFORE_17` replaced (chosen in SQL, when the step runs)."""
+    text = dollar_quote(f.text, "pgrag_sql")
+    for written, older in compat.BEFORE_17.get(f.name, ()):
+        if written not in f.text:
+            raise MigrationError(
+                f"{f.name} no longer holds the statement pgrag/compat.py replaces on "
+                "PostgreSQL 14-16; released migrations must not be edited: restore the file."
+            )
+        text = f"""pg_catalog.replace({text},
+        {literal(written)},
+        case when pg_catalog.current_setting('server_version_num')::integer
+                  < {compat.SERVER_VERSION_AS_WRITTEN}
+             then {literal(older)}
+             else {literal(written)} end)"""
+    return text
+
+
+def _execute_file(f: MigrationFile) -> str:
+    """PL/pgSQL running ``f`` (pgvector's schema in ``vs``) and recording it."""
+    return f"""    -- {f.name}
+    execute pg_catalog.replace({_for_server(f)},
+        {literal(VECTOR_SCHEMA_TOKEN)}, pg_catalog.quote_ident(vs));
+    insert into pgrag.schema_migrations (name, kind, sha256, version)
+    values ({literal(f.name)}, {literal(f.recorded_kind)}, {literal(f.sha256)},
+            {literal(__version__)})
+    on conflict (name) do update
+        set sha256 = excluded.sha256, applied_at = pg_catalog.now(), version = excluded.version;"""
+
+
+def _preflight(files: Sequence[MigrationFile], dims: int | None) -> Step:
+    incremental = [f for f in files if f.kind == "incremental"]
+    asked = literal(str(dims)) if dims is not None else "null"
+    body = f"""
+declare
+    wanted text := coalesce(nullif(pg_catalog.current_setting('pgrag.embedding_dims', true), ''),
+                            {asked});
+    installed integer;
+    rec record;
+begin
+{_prologue()}
+    if not exists (select from pg_catalog.pg_available_extensions where name = 'vector') then
+        raise exception 'pgrag: the pgvector extension is not available on this PostgreSQL server'
+            using errcode = '{PGVECTOR_MISSING}',
+                  hint = 'install it (e.g. the postgresql-NN-pgvector package, or build it from '
+                         'github.com/pgvector/pgvector)';
+    end if;
+    if pg_catalog.to_regclass('pgrag.schema_migrations') is not null then
+        select * into rec
+        from {_states(incremental, 8)} as s
+        where s.state = 'changed'
+        order by s.ord
+        limit 1;
+        if found then
+            {_refuse_changed("rec")}
+        end if;
+    end if;
+    if pg_catalog.to_regclass('pgrag.embedding_config') is not null then
+        select c.dims into installed from pgrag.embedding_config as c;
+        if installed::text <> wanted then
+            raise exception 'pgrag: this database was installed with %-dimension embeddings, not %',
+                installed, wanted
+                using errcode = '{DIMENSION_MISMATCH}',
+                      hint = pg_catalog.format(
+                          'another dimension needs a new database (or drop schema pgrag and '
+                          're-ingest); to upgrade this one, ask for %s (pgrag migrate --dims %s, '
+                          'or set pgrag.embedding_dims = %s at the top of the bundle)',
+                          installed, installed, installed);
+        end if;
+    end if;
+end
+"""
+    return Step("preflight", "-- preflight: pgvector, changed files, dimension\n" + _do(body))
+
+
+def _incremental_step(f: MigrationFile, dims: int | None, vector_schema: str) -> Step:
+    body = f"""
+declare
+    vs name;
+    rec record;
+begin
+{_prologue()}
+    if pg_catalog.to_regclass('pgrag.schema_migrations') is not null then
+        select * into rec from {_states([f], 8)} as s;
+        if rec.state = 'applied' then
+            raise notice 'pgrag: % is already applied', rec.name;
+            return;
+        elsif rec.state = 'changed' then
+            {_refuse_changed("rec")}
+        end if;
+    end if;
+    -- Read by the first migration only (the dimension of a new database).
+    perform pg_catalog.set_config(
+        'pgrag.embedding_dims',
+        coalesce(nullif(pg_catalog.current_setting('pgrag.embedding_dims', true), ''),
+                 {literal(str(dims or DEFAULT_DIMS))}),
+        true);
+    vs := ({VECTOR_SCHEMA_SQL});
+    if vs is null then
+        execute pg_catalog.format('create extension vector schema %I', {literal(vector_schema)});
+        vs := {literal(vector_schema)};
+    end if;
+{_execute_file(f)}
+    raise notice 'pgrag: applied %', {literal(f.name)};
+end
+"""
+    return Step(f.name, f"-- {f.name} (sha256 {f.sha256})\n" + _do(body), (f,))
+
+
+def _idempotent_step(files: Sequence[MigrationFile]) -> Step:
+    tier = [f for f in files if f.kind == "idempotent"]
+    names = ", ".join(literal(f.name) for f in tier)
+    steps = "\n".join(_execute_file(f) for f in tier)
+    body = f"""
+declare
+    vs name;
+begin
+{_prologue()}
+    if not exists (select from {_states(files, 4)} as s
+                   where s.kind = 'idempotent' and s.state <> 'applied') then
+        raise notice 'pgrag: functions, policies and grants are up to date';
+        return;
+    end if;
+    vs := ({VECTOR_SCHEMA_SQL});
+{steps}
+    -- The tier is recorded as a whole: records of idempotent files this version lacks go (and
+    -- those of the Citus tier, which must follow it: pgrag migrate --citus applies it next).
+    delete from pgrag.schema_migrations as m
+    where m.kind = 'idempotent' and m.name <> all (array[{names}]);
+    perform pg_catalog.pg_notify('pgrst', 'reload schema');
+    raise notice 'pgrag: applied functions, policies and grants ({len(tier)} files)';
+end
+"""
+    listing = ", ".join(f.name for f in tier)
+    return Step("idempotent", f"-- idempotent tier: {listing}\n" + _do(body), tuple(tier))
+
+
+def _citus_step(files: Sequence[MigrationFile]) -> Step:
+    tier = [f for f in files if f.kind == "citus"]
+    names = ", ".join(literal(f.name) for f in tier)
+    steps = "\n".join(_execute_file(f) for f in tier)
+    body = f"""
+declare
+    vs name;
+begin
+{_prologue()}
+    if not exists (select from {_states(files, 4)} as s
+                   where s.kind = 'citus' and s.state <> 'applied') then
+        raise notice 'pgrag: the Citus tier is up to date';
+        return;
+    end if;
+    vs := ({VECTOR_SCHEMA_SQL});
+{steps}
+    delete from pgrag.schema_migrations as m
+    where m.name like 'citus/%' and m.name <> all (array[{names}]);
+    perform pg_catalog.pg_notify('pgrst', 'reload schema');
+    raise notice 'pgrag: applied the Citus tier ({len(tier)} files)';
+end
+"""
+    listing = ", ".join(f.name for f in tier)
+    return Step("citus", f"-- Citus tier: {listing}\n" + _do(body), tuple(tier))
+
+
+@dataclass(frozen=True)
+class InstallSteps:
+    """The steps of one installation (see the module docstring), by role."""
+
+    settings: Step | None
+    preflight: Step
+    incremental: list[Step]
+    idempotent: Step
+    citus: Step | None = None
+
+    @property
+    def checks(self) -> list[Step]:
+        """The steps that change nothing in the database: settings and preflight."""
+        return [self.preflight] if self.settings is None else [self.settings, self.preflight]
+
+    @property
+    def work(self) -> list[Step]:
+        """The steps that apply files, in order."""
+        return [*self.incremental, self.idempotent, *([self.citus] if self.citus else [])]
+
+
+def install_steps(
+    files: Sequence[MigrationFile],
+    dims: int | None = None,
+    vector_schema: str = DEFAULT_VECTOR_SCHEMA,
+) -> InstallSteps:
+    """The statements that install or upgrade pgrag: ``checks`` then ``work``, in that order.
+
+    ``dims`` is the dimension asked for: a new database gets it (default 384), an installed one
+    with another is refused; None asks for nothing. ``vector_schema`` is where pgvector is
+    created when the database lacks it. Files of kind ``citus`` (``discover(citus=True)``) add
+    the Citus step.
+    """
+    check_dims(dims)
+    if not vector_schema or "\x00" in vector_schema:
+        raise ConfigError("--vector-schema needs a schema name, e.g. public or extensions.")
+    return InstallSteps(
+        settings=None
+        if dims is None
+        else Step("settings", f"set pgrag.embedding_dims = {dims};\n"),
+        preflight=_preflight(files, dims),
+        incremental=[
+            _incremental_step(f, dims, vector_schema) for f in files if f.kind == "incremental"
+        ],
+        idempotent=_idempotent_step(files),
+        citus=_citus_step(files) if any(f.kind == "citus" for f in files) else None,
+    )
+
+
+# -- pgrag migrate / pgrag status -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -111,20 +499,13 @@ class AppliedRecord:
     version: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class MigrationState:
-    """A file and what the database knows of it: applied, pending, or changed."""
+    """A file and what the database knows of it (:func:`state_sql`)."""
 
     file: MigrationFile
     record: AppliedRecord | None
-
-    @property
-    def state(self) -> str:
-        if self.record is None:
-            return "pending"
-        if self.record.sha256 != self.file.sha256:
-            return "changed"
-        return "applied"
+    state: State
 
 
 @dataclass
@@ -182,121 +563,101 @@ class Status:
 class Migrator:
     """Brings one database to the SQL shipped with this version of pgrag."""
 
-    def __init__(self, dsn: str, root: Path | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        root: Path | None = None,
+        vector_schema: str = DEFAULT_VECTOR_SCHEMA,
+        *,
+        citus: bool = False,
+    ) -> None:
+        """``citus``: the Citus tier too (run it through :func:`pgrag.citus.migrate_citus`,
+        which checks the coordinator and sets the session's Citus settings)."""
         self.dsn = dsn
-        self.files = discover(root)
-
-    # -- reading state -------------------------------------------------------------------------
+        self.files = discover(root, citus=citus)
+        self.vector_schema = vector_schema
 
     def status(self) -> Status:
         with connect(self.dsn, autocommit=True) as conn:
             available, installed = _pgvector_versions(conn)
-            records = _read_records(conn)
+            states = read_states(conn, self.files)
             config = _read_embedding_config(conn)
-        states = [MigrationState(f, records.get(f.name)) for f in self.files]
         dims, model, provider = config if config else (None, None, None)
         return Status(states, available, installed, dims, model, provider)
 
-    # -- applying ------------------------------------------------------------------------------
-
     def migrate(self, dims: int | None = None, *, dry_run: bool = False) -> MigrateResult:
-        """Apply pending incremental files, then the idempotent tier if anything changed."""
-        if dims is not None and not 1 <= dims <= MAX_DIMS:
-            raise ConfigError(
-                f"--dims {dims} is out of range: pgvector indexes vectors of 1 to {MAX_DIMS} "
-                "dimensions."
-            )
+        """Run :func:`install_steps` under the advisory lock; report the files they applied.
+
+        With ``dry_run``, run only the settings and the preflight (which change nothing) and
+        return the steps that would run.
+        """
+        steps = install_steps(self.files, dims, self.vector_schema)
         with connect(self.dsn, autocommit=True) as conn:
             conn.execute("select pg_advisory_lock(%s)", (LOCK_KEY,))
             try:
-                return self._migrate_locked(conn, dims, dry_run)
+                return self._migrate_locked(conn, steps, dims, dry_run)
             finally:
                 conn.execute("select pg_advisory_unlock(%s)", (LOCK_KEY,))
 
     def _migrate_locked(
-        self, conn: psycopg.Connection[Any], dims: int | None, dry_run: bool
+        self,
+        conn: psycopg.Connection[Any],
+        steps: InstallSteps,
+        dims: int | None,
+        dry_run: bool,
     ) -> MigrateResult:
-        available, _ = _pgvector_versions(conn)
-        if available is None:
-            raise PgvectorMissing(
-                "the pgvector extension is not available on this PostgreSQL server: install it "
-                "(e.g. the postgresql-NN-pgvector package, or build it from "
-                "github.com/pgvector/pgvector), "
-                "or omit --dsn to use pgrag's embedded database, which includes it."
-            )
-        records = _read_records(conn)
-        config = _read_embedding_config(conn)
-        installed_dims = config[0] if config else None
-        if installed_dims is not None and dims is not None and dims != installed_dims:
-            raise ConfigError(
-                f"this database was installed with {installed_dims}-dimension embeddings; "
-                f"--dims {dims} would need a new database (or drop schema pgrag and re-ingest)."
-            )
-        effective_dims = installed_dims or dims or DEFAULT_DIMS
-        result = MigrateResult(dims=effective_dims, dry_run=dry_run)
-
-        incremental = [f for f in self.files if f.kind == "incremental"]
-        idempotent = [f for f in self.files if f.kind == "idempotent"]
-        for f in incremental:
-            record = records.get(f.name)
-            if record is not None and record.sha256 != f.sha256:
-                raise ChecksumMismatch(
-                    f"{f.name} changed after it was applied (recorded sha256 {record.sha256[:12]}, "
-                    f"file {f.sha256[:12]}): released migrations must not be edited; "
-                    "restore the file and add a new migration instead."
-                )
-        pending = [f for f in incremental if f.name not in records]
-        idempotent_stale = bool(pending) or any(
-            (r := records.get(f.name)) is None or r.sha256 != f.sha256 for f in idempotent
-        )
-
+        for step in steps.checks:
+            _execute(conn, step)
+        before = {m.file.name: m for m in read_states(conn, self.files)}
         if dry_run:
-            schema = _vector_schema(conn) or _current_schema(conn)
-            for f in pending:
-                result.statements.append(
-                    f"-- {f.name}\nbegin;\nset local pgrag.embedding_dims = {effective_dims};\n"
-                    f"{f.render(schema)}\ncommit;"
-                )
-                result.applied.append(f.name)
-            if idempotent_stale:
-                body = "\n".join(f"-- {f.name}\n{f.render(schema)}" for f in idempotent)
-                result.statements.append(f"begin;\n{body}\ncommit;")
-                result.applied.extend(f.name for f in idempotent)
-            return result
-
-        try:
-            for f in pending:
-                with conn.transaction():
-                    conn.execute(
-                        "select set_config('pgrag.embedding_dims', %s, true)",
-                        (str(effective_dims),),
-                    )
-                    conn.execute("create extension if not exists vector")
-                    conn.execute(SECURE_SEARCH_PATH_SQL)
-                    text = f.render(_vector_schema(conn) or "public")
-                    text = compat.for_server(f.name, text, conn.info.server_version)
-                    conn.execute(text.encode())
-                    _record(conn, f)
-                result.applied.append(f.name)
-            if idempotent_stale:
-                schema = _vector_schema(conn) or "public"
-                with conn.transaction():
-                    conn.execute(SECURE_SEARCH_PATH_SQL)
-                    for f in idempotent:
-                        conn.execute(f.render(schema).encode())
-                        _record(conn, f)
-                result.applied.extend(f.name for f in idempotent)
-                conn.execute(RELOAD_POSTGREST_SQL)
-        except psycopg.Error as exc:
-            failing = _first_line(exc)
-            raise MigrationError(
-                f"migration failed and was rolled back: {failing}. The database is unchanged "
-                "from the last completed file; fix the cause and run pgrag migrate again."
-            ) from exc
-        return result
+            # A step runs when one of its files is not applied: exactly what the step checks.
+            # The Citus step also runs after any other (the idempotent tier drops its records).
+            would_run: list[Step] = []
+            for s in steps.work:
+                if any(before[f.name].state != "applied" for f in s.files) or (
+                    s is steps.citus and would_run
+                ):
+                    would_run.append(s)
+            config = _read_embedding_config(conn)
+            return MigrateResult(
+                applied=[f.name for s in would_run for f in s.files],
+                dims=(config[0] if config else None) or dims or DEFAULT_DIMS,
+                dry_run=True,
+                statements=[s.sql for s in steps.checks + would_run] if would_run else [],
+            )
+        for step in steps.work:
+            _execute(conn, step)
+        after = read_states(conn, self.files)
+        config = _read_embedding_config(conn)
+        return MigrateResult(
+            applied=[m.file.name for m in after if m.record != before[m.file.name].record],
+            dims=config[0] if config else DEFAULT_DIMS,
+        )
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
+
+def _execute(conn: psycopg.Connection[Any], step: Step) -> None:
+    """Run one step (autocommit: its own transaction), turning failures into pgrag's errors."""
+    try:
+        conn.execute(step.sql.encode())
+    except psycopg.Error as exc:
+        raise _install_error(exc) from exc
+
+
+def _install_error(exc: psycopg.Error) -> PgragError:
+    error = _ERRORS.get(exc.sqlstate or "")
+    if error is None:
+        return MigrationError(
+            f"migration failed and was rolled back: {_first_line(exc)}. The database is "
+            "unchanged from the last completed file; fix the cause and run pgrag migrate again."
+        )
+    message = (exc.diag.message_primary or _first_line(exc)).removeprefix("pgrag: ")
+    hint = exc.diag.message_hint or ""
+    if error is PgvectorMissing:
+        hint += ", or omit --dsn to use pgrag's embedded database, which includes it"
+    return error(f"{message}: {hint}.")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -312,31 +673,27 @@ def _pgvector_versions(conn: psycopg.Connection[Any]) -> tuple[str | None, str |
     return (row[0], row[1]) if row else (None, None)
 
 
-def _vector_schema(conn: psycopg.Connection[Any]) -> str | None:
-    row = conn.execute(
-        "select n.nspname from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
-        "where e.extname = 'vector'"
-    ).fetchone()
-    return str(row[0]) if row else None
-
-
-def _current_schema(conn: psycopg.Connection[Any]) -> str:
-    row = conn.execute("select current_schema()").fetchone()
-    return str(row[0]) if row and row[0] else "public"
-
-
 def _table_exists(conn: psycopg.Connection[Any], qualified: str) -> bool:
     row = conn.execute("select to_regclass(%s) is not null", (qualified,)).fetchone()
     return bool(row and row[0])
 
 
-def _read_records(conn: psycopg.Connection[Any]) -> dict[str, AppliedRecord]:
+def read_states(
+    conn: psycopg.Connection[Any], files: Sequence[MigrationFile]
+) -> list[MigrationState]:
+    """Each file's state in the database ``conn`` (autocommit) is connected to."""
     if not _table_exists(conn, "pgrag.schema_migrations"):
-        return {}
-    rows = conn.execute(
-        "select name, kind, sha256, applied_at, version from pgrag.schema_migrations"
-    ).fetchall()
-    return {r[0]: AppliedRecord(*r) for r in rows}
+        return [MigrationState(f, None, "pending") for f in files]
+    with conn.transaction():
+        conn.execute(SECURE_SEARCH_PATH_SQL)
+        rows = conn.execute(state_sql(files).encode()).fetchall()
+    states = []
+    for f, (_, name, kind, _, recorded, applied_at, version, state) in zip(
+        files, rows, strict=True
+    ):
+        record = AppliedRecord(name, kind, recorded, applied_at, version) if recorded else None
+        states.append(MigrationState(f, record, cast(State, state)))
+    return states
 
 
 def _read_embedding_config(
@@ -346,15 +703,3 @@ def _read_embedding_config(
         return None
     row = conn.execute("select dims, model, provider from pgrag.embedding_config").fetchone()
     return (int(row[0]), row[1], row[2]) if row else None
-
-
-def _record(conn: psycopg.Connection[Any], f: MigrationFile) -> None:
-    conn.execute(
-        """
-        insert into pgrag.schema_migrations (name, kind, sha256, version)
-        values (%s, %s, %s, %s)
-        on conflict (name) do update
-            set sha256 = excluded.sha256, applied_at = now(), version = excluded.version
-        """,
-        (f.name, f.kind, f.sha256, __version__),
-    )

@@ -151,7 +151,8 @@ def build_graph(model_dir: Path) -> bytes:
     graph = helper.make_graph(nodes, "all_minilm_l6_v2", inputs, [output], initializer=consts)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 8
-    return model.SerializeToString()
+    serialized: bytes = model.SerializeToString()
+    return serialized
 
 
 def _weight_shapes(model_dir: Path) -> dict[str, list[int]]:

@@ -1,8 +1,8 @@
 """Typed wrappers around pgrag's SQL retrieval functions.
 
 Every ranking decision (BM25, fusion, windowing, MMR, thresholds, the context block) happens in
-SQL (``sql/idempotent/002-search.sql``); this module only computes the query embedding, passes
-named arguments, acts as the caller's tenant, and turns rows into dataclasses.
+SQL (``sql/idempotent/009-api.sql`` and the files it calls); this module only computes the query
+embedding, passes named arguments, acts as the caller's tenant, and turns rows into dataclasses.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgrag.db import set_request_tenant
-from pgrag.embedders import Embedder, LocalEmbedder
-from pgrag.errors import ConfigError
+from pgrag.embedders import Embedder, embedder_for_database
+from pgrag.errors import ConfigError, from_database_error
 
 API_SCHEMA = "public"
 """Schema of the client-facing functions (what PostgREST exposes and psql calls unqualified)."""
@@ -28,6 +28,7 @@ API_SCHEMA = "public"
 Mode = Literal["hybrid", "vector", "keyword"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
 Fusion = Literal["rrf", "weighted"]
+FUSIONS: tuple[Fusion, ...] = ("rrf", "weighted")
 
 
 @dataclass(frozen=True)
@@ -144,13 +145,7 @@ class Context:
 
 def query_embedder(conn: psycopg.Connection[Any]) -> Embedder:
     """The embedder of the model recorded in the database (so queries match stored vectors)."""
-    from pgrag import embedders
-
-    for_database = getattr(embedders, "embedder_for_database", None)
-    if for_database is not None:
-        embedder: Embedder = for_database(conn)
-        return embedder
-    return LocalEmbedder()
+    return embedder_for_database(conn)
 
 
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
@@ -176,10 +171,11 @@ def _call(
             return cur.fetchall()
     except psycopg.Error as exc:
         # 22023: an argument outside the range the SQL function documents (the SQL checks it
-        # and its message names the argument and the range).
-        if exc.sqlstate == "22023" and exc.diag.message_primary:
-            raise ConfigError(f"{exc.diag.message_primary}.") from exc
-        raise
+        # and its message names the argument and the range): errors.SQLSTATE_ERRORS.
+        error = from_database_error(exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def _without_none(args: dict[str, Any]) -> dict[str, Any]:

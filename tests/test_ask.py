@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from plugins.search_corpus import seed_corpus
 from pytest_httpserver import HTTPServer
 from werkzeug import Request
 
@@ -132,8 +133,6 @@ def test_chat_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def corpus(db: str, local_embedder: Any) -> str:
-    from test_search_cli import seed_corpus
-
     seed_corpus(db, local_embedder)
     return db
 

@@ -8,6 +8,7 @@ from ``pgrag.keyword_query`` (the websearch parser the SQL uses).
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import threading
 from collections.abc import Iterator
@@ -389,6 +390,41 @@ def test_one_statement_of_more_than_a_batch_of_chunks_is_indexed_whole(
     assert kept_stats(conn) == expected_stats(conn)
     assert kept_lexicon(conn) == expected_lexicon(conn)
     assert kept_postings(conn) == expected_postings(conn)
+
+
+def test_a_bulk_update_after_a_one_row_update_is_planned_for_its_own_rows(
+    conn: psycopg.Connection[Any], corpus_ids: list[int]
+) -> None:
+    # The update trigger compares the statement's old and new rows to skip unchanged ones. A
+    # plan made for a one-row update and kept for the session (a static statement in PL/pgSQL)
+    # compared every old row with every new one on a bulk update: minutes for 20,000 rows.
+    conn.execute("update pgrag.chunks set page = 1 where id = %s", (corpus_ids[0],))
+    notices: list[str] = []
+    conn.execute("load 'auto_explain'")
+    conn.execute("set auto_explain.log_nested_statements = on")
+    conn.execute("set auto_explain.log_level = notice")
+    conn.execute("set auto_explain.log_format = json")
+    conn.execute("set auto_explain.log_min_duration = 0")
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute("update pgrag.chunks set page = 2 where tenant_id = %s", (TENANT,))
+    conn.execute("set auto_explain.log_min_duration = -1")
+    conn.commit()
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    checks = [
+        n
+        for notice in notices
+        if "plan:" in notice
+        for n in nodes(json.loads(notice.split("plan:", 1)[1])["Plan"])
+        if n.get("Join Type") in ("Anti", "Right Anti")
+    ]
+    assert len(checks) == 2  # old rows against new ones, new against old
+    assert all(n["Node Type"] == "Hash Join" for n in checks), checks
+    assert kept_stats(conn) == expected_stats(conn)
 
 
 def test_writers_on_one_shard_queue_instead_of_deadlocking(

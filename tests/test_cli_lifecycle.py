@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import create_database, drop_database
 
 from pgrag.cli import main
 from pgrag.db import connect
 from pgrag.extract import extract_path
 from pgrag.ingest import ingest_paths
+from pgrag.testing import create_database, drop_database
 
 REPO = Path(__file__).resolve().parents[1]
 

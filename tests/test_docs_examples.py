@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import create_database, drop_database
 
 from pgrag.ingest import ingest_paths
+from pgrag.testing import create_database, drop_database
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from pgrag.cli import main
 from pgrag.errors import ConfigError
-from pgrag.evaluate import (
+from pgrag.eval import (
     BeirDataset,
     document_ranking,
     load_beir,
@@ -199,3 +200,16 @@ def test_eval_end_to_end(db: str, tiny: Path, local_embedder: Any) -> None:
     assert table.exit_code == 0, table.output
     assert "tiny: 5 documents, 3 queries" in table.output
     assert "ndcg@10" in table.output and "keyword" in table.output
+
+
+def test_eval_without_the_eval_extra_says_how_to_install_it(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pytrec_eval comes with the eval extra only; None in sys.modules makes its import fail.
+    monkeypatch.setitem(sys.modules, "pytrec_eval", None)
+    result = CliRunner().invoke(main, ["--dsn", "postgresql://unused/x", "eval", str(tiny)])
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: pgrag eval needs the eval extra (pytrec-eval-terrier): "
+        "pip install 'pgrag-sql[eval]'.\n"
+    )

@@ -10,7 +10,7 @@ import pytest
 
 from pgrag.db import connect
 from pgrag.embedders import LocalEmbedder, embedder_for_database
-from pgrag.errors import EmbeddingConfigError
+from pgrag.errors import DocumentChanged, EmbeddingConfigError, from_database_error
 from pgrag.ingest import ExtractedDocument, IngestOptions, create_stage_table, ingest_documents
 
 ABSTRACTS = [
@@ -153,6 +153,7 @@ def test_swap_refuses_a_staged_chunk_with_no_embedding_to_reuse_and_changes_noth
             (doc_id,),
         ).fetchone()
     assert raised.value.sqlstate == "PR001"
+    assert isinstance(from_database_error(raised.value), DocumentChanged)
     assert after and after[0] == before
 
 
@@ -185,4 +186,5 @@ def test_swap_refuses_embeddings_of_another_model_than_the_recorded_one(
         ).fetchall()
     assert model is not None
     assert raised.value.sqlstate == "PR002"
+    assert isinstance(from_database_error(raised.value), EmbeddingConfigError)
     assert ("new text",) not in chunks and chunks

@@ -14,9 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import create_database, drop_database
-from pytest_httpserver import HTTPServer
-from test_extract import (
+from plugins.sample_files import (
     HTML,
     MARKDOWN,
     make_corrupt_pdf,
@@ -24,12 +22,14 @@ from test_extract import (
     make_report_pdf,
     make_scanned_pdf,
 )
+from pytest_httpserver import HTTPServer
 
-import pgrag.ingest
+import pgrag.ingest.run
 from pgrag.cli import main
 from pgrag.db import connect
 from pgrag.embedders import LocalEmbedder
 from pgrag.ingest import ingest_paths
+from pgrag.testing import create_database, drop_database
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def shared_model(monkeypatch: pytest.MonkeyPatch, local_embedder: LocalEmbedder) -> LocalEmbedder:
     """Let the CLI use the session's already loaded real model instead of loading another."""
-    monkeypatch.setattr(pgrag.ingest, "get_embedder", lambda *a, **k: local_embedder)
+    monkeypatch.setattr(pgrag.ingest.run, "get_embedder", lambda *a, **k: local_embedder)
     return local_embedder
 
 
@@ -237,9 +237,9 @@ def test_kill_9_mid_ingest_then_rerun_equals_a_clean_run(
             )
         )
     script = (
-        "import sys, pgrag.ingest as m\n"
+        "import sys, pgrag.ingest, pgrag.ingest.run as m\n"
         "m.BATCH_CHUNKS = 4; m.GROUP_DOCS = 4\n"  # many small commits, so a kill lands mid-run
-        "m.ingest_paths(sys.argv[1], [sys.argv[2]])\n"
+        "pgrag.ingest.ingest_paths(sys.argv[1], [sys.argv[2]])\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-c", script, db, str(corpus)], env=env, cwd=REPO)

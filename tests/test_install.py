@@ -126,3 +126,7 @@ def test_the_wheel_of_make_dist_carries_the_sql_and_the_cli(tmp_path: Path) -> N
     assert "pgrag/onnx_model.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "pgrag = pgrag.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    # pytrec_eval is for pgrag eval only: the eval extra, not a production dependency.
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA")))
+    trec = [r for r in metadata.decode().splitlines() if r.startswith("Requires-Dist: pytrec")]
+    assert trec and all("extra == 'eval'" in r or "extra == 'dev'" in r for r in trec), trec

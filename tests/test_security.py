@@ -16,18 +16,16 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import dev_tool
-from psycopg import sql
-from test_tenancy import (  # fixtures and helpers shared with the table-level tests
+from plugins.dev_tools import INLINED_FUNCTIONS, dev_tool, pgspot_codes
+from plugins.tenancy import (
     API_ROLES,
     Loaded,
     claims_for,
-    ensure_authenticator,
-    load_two_tenants,
     request,
 )
+from psycopg import sql
 
-from pgrag.db import connect
+from pgrag.db import connect, vector_schema
 from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
 
 API_FUNCTIONS = (
@@ -38,12 +36,6 @@ API_FUNCTIONS = (
     "build_context",
 )
 QUERY = "vacation policy paid leave"
-
-
-@pytest.fixture
-def two_tenants(db: str, local_embedder: Any, pg_admin_dsn: str, template_db: str) -> Loaded:
-    ensure_authenticator(pg_admin_dsn)
-    return load_two_tenants(db, local_embedder)
 
 
 @pytest.fixture(scope="module")
@@ -157,9 +149,7 @@ def test_postgrest_rpc_with_a_json_body_works_as_supabase_js_sends_it(
         {"query_text": QUERY, "query_embedding": query_embedding.tolist(), "match_count": 3}
     )
     with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
-        vschema = conn.execute(
-            "select extnamespace::regnamespace::text from pg_extension where extname = 'vector'"
-        ).fetchone()
+        vschema = vector_schema(conn)
         assert vschema is not None
         rows = conn.execute(
             sql.SQL(
@@ -169,7 +159,7 @@ def test_postgrest_rpc_with_a_json_body_works_as_supabase_js_sends_it(
                 '"query_text" := (select query_text from pgrst_args), '
                 '"query_embedding" := (select query_embedding from pgrst_args), '
                 '"match_count" := (select match_count from pgrst_args)) as pgrst_call'
-            ).format(sql.Identifier(vschema[0])),
+            ).format(sql.Identifier(vschema)),
             (body,),
         ).fetchall()
     assert len(rows) == 3
@@ -394,21 +384,19 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
     db = two_tenants.db
     with connect(db) as admin:
         admin.execute(HIJACK_SQL)
-        vschema = admin.execute(
-            "select extnamespace::regnamespace::text from pg_extension where extname = 'vector'"
-        ).fetchone()
+        vschema = vector_schema(admin)
         assert vschema is not None
         admin.execute(
             sql.SQL(
                 "create function evil.vec_dist(v1 {0}.vector, v2 {0}.vector) returns float8 "
                 "language plpgsql as $$ begin insert into evil.log values ('<=>'); return 0; end $$"
-            ).format(sql.Identifier(vschema[0]))
+            ).format(sql.Identifier(vschema))
         )
         admin.execute(
             sql.SQL(
                 "create operator evil.<=> (leftarg = {0}.vector, rightarg = {0}.vector, "
                 "function = evil.vec_dist)"
-            ).format(sql.Identifier(vschema[0]))
+            ).format(sql.Identifier(vschema))
         )
         admin.commit()
 
@@ -416,7 +404,7 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         # evil before pg_catalog: unqualified names in the caller's own SQL would resolve there.
         conn.execute(
             sql.SQL("set local search_path = evil, public, {}, pg_catalog").format(
-                sql.Identifier(vschema[0])
+                sql.Identifier(vschema)
             )
         )
         assert conn.execute("select 'a' = 'b'").fetchone() == (True,)  # the trap is armed
@@ -424,6 +412,18 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         results = call_all(conn, query_embedding)
         windowed = windows(conn, sorted(c for t in two_tenants.chunks.values() for c in t))
         tenant = conn.execute("select pgrag.current_tenant_id()").fetchone()
+        # pgrag.ready_chunks pins no search_path (it must be inlined): called directly, with
+        # every filter set, it must not reach the caller's operators either.
+        ready = {
+            r[0]
+            for r in conn.execute(
+                "select chunk_id from pgrag.ready_chunks("
+                "document_ids => (select array_agg(id) from pgrag.documents), "
+                "metadata_filter => '{}', "
+                "source_types => array['pdf', 'markdown', 'html', 'text', 'url'], "
+                "created_after => '-infinity', created_before => 'infinity')"
+            )
+        }
         logged = [r[0] for r in conn.execute("select what from evil.log")]
     assert logged == []
     assert tenant == ("acme",)
@@ -431,13 +431,14 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         assert results[name], name
         assert results[name] <= set(two_tenants.chunks["acme"]), name
     assert windowed == set(two_tenants.chunks["acme"])
+    assert ready == set(two_tenants.chunks["acme"])
 
 
 # -- audit -----------------------------------------------------------------------------------------
 
 # Every privilege held on pgrag's objects by a role other than the owner: (object, grantee,
 # privilege). A change here is a security decision; update the list together with
-# sql/idempotent/003-policies.sql and docs/security.md.
+# sql/idempotent/9NN-*.sql (the privileges band) and docs/security.md.
 TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
@@ -445,6 +446,7 @@ TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "doc
 PGRAG_FUNCTIONS = (
     "check_argument",
     "check_length",
+    "check_filters",
     "check_query_embedding",
     "chunk_fts",
     "current_tenant_id()",
@@ -453,6 +455,7 @@ PGRAG_FUNCTIONS = (
     "keyword_candidates",
     "keyword_query",
     "mmr_order",
+    "ready_chunks",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",
     "text_search_config",
@@ -575,7 +578,8 @@ def test_audit_every_function_pins_its_search_path(db: str) -> None:
     unpinned = [
         name for name, config in rows if "search_path=pg_catalog, pg_temp" not in (config or [])
     ]
-    assert unpinned == []
+    assert unpinned == list(INLINED_FUNCTIONS)
+    assert [config for name, config in rows if name in INLINED_FUNCTIONS] == [None]
 
 
 def test_each_api_function_has_one_signature_for_postgrest(db: str) -> None:
@@ -594,7 +598,7 @@ def test_policies_file_grants_every_public_function_the_sql_creates() -> None:
         created |= set(
             re.findall(r"create\s+(?:or\s+replace\s+)?function\s+public\.(\w+)", path.read_text())
         )
-    policies = (sql_dir() / "idempotent" / "003-policies.sql").read_text()
+    policies = (sql_dir() / "idempotent" / "910-function-privileges.sql").read_text()
     api_block = policies.split("p.pronamespace = 'public'::regnamespace")[1]
     listed = set(re.findall(r"'(\w+)'", api_block.split("proname = any (array[")[1].split("])")[0]))
     assert created == listed == set(API_FUNCTIONS)
@@ -617,7 +621,7 @@ def test_pgspot_reports_nothing_unjustified_on_the_installed_sql(tmp_path: Path)
         out = subprocess.run(
             [pgspot, "--ignore", "PS002", str(path)], capture_output=True, text=True
         ).stdout
-        for code in re.findall(r"^(PS\d{3}):", out, re.M):
+        for code in sorted(pgspot_codes(out)):
             if (f.name, code) not in ACCEPTED_PGSPOT:
                 unexplained.append((f.name, code, out))
     assert unexplained == []

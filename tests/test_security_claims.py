@@ -15,30 +15,23 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import create_database, drop_database
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
-from test_tenancy import (  # fixtures and helpers shared with the table-level tests
+from plugins.tenancy import (
     Loaded,
     claims_for,
     ensure_authenticator,
-    load_two_tenants,
     request,
     tenants_in,
 )
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from pgrag.db import connect, set_request_tenant
 from pgrag.errors import ConfigError
 from pgrag.ingest import ExtractedDocument, IngestOptions, ingest_documents
 from pgrag.search import SearchOptions, search
+from pgrag.testing import create_database, drop_database
 
 QUERY = "vacation policy paid leave"
-
-
-@pytest.fixture
-def two_tenants(db: str, local_embedder: Any, pg_admin_dsn: str, template_db: str) -> Loaded:
-    ensure_authenticator(pg_admin_dsn)
-    return load_two_tenants(db, local_embedder)
 
 
 def add_document(db: str, tenant: str, uri: str) -> None:

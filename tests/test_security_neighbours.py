@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from test_tenancy import claims_for, ensure_authenticator, request
+from plugins.tenancy import claims_for, ensure_authenticator, request
 
 from pgrag.db import connect
 

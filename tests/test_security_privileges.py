@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import dev_tool
-from psycopg import sql
-from test_tenancy import (
+from plugins.dev_tools import dev_tool, pgspot_codes
+from plugins.tenancy import (
     AUTHENTICATOR,
     Loaded,
     api_dsn,
@@ -36,6 +35,7 @@ from test_tenancy import (
     load_two_tenants,
     request,
 )
+from psycopg import sql
 
 from pgrag.db import connect
 from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
@@ -109,13 +109,15 @@ def postgrest_request(
 
 
 def apply_policies(db: str, **settings: str) -> None:
-    """Re-run 003-policies.sql as the migrator does, with pgrag.<name> settings."""
-    policies = next(f for f in discover() if f.name == "idempotent/003-policies.sql")
+    """Re-run the privileges band (idempotent/9NN-*.sql) as the migrator does, with
+    pgrag.<name> settings."""
+    late_band = [f for f in discover() if f.kind == "idempotent" and f.path.name >= "900"]
     with connect(db) as conn:
         for name, value in settings.items():
             conn.execute("select set_config(%s, %s, true)", (f"pgrag.{name}", value))
         conn.execute(SECURE_SEARCH_PATH_SQL)
-        conn.execute(policies.render("public").encode())
+        for f in late_band:
+            conn.execute(f.render("public").encode())
         conn.commit()
 
 
@@ -659,7 +661,7 @@ def test_pgspot_on_both_tiers_as_written(path: Path, tmp_path: Path) -> None:
     out = subprocess.run(
         [pgspot, "--ignore", "PS002", str(rendered)], capture_output=True, text=True
     ).stdout
-    found = set(re.findall(r"^(PS\d{3}):", out, re.M))
+    found = pgspot_codes(out)
     accepted = (
         ACCEPTED_RAW_PGSPOT.get(path.name, set()) if path.parent.name == "incremental" else set()
     )

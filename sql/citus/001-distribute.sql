@@ -25,22 +25,19 @@ begin
 end
 $$;
 
--- Distributing a table with triggers, and creating triggers on distributed tables, needs
--- citus.enable_unsafe_triggers (pgrag migrate --citus sets it for its session): pgrag's triggers
--- on pgrag.chunks and pgrag.documents touch only rows of the same tenant in tables co-located
--- with it (the BM25 postings, lexicon and statistics; the document's chunks), so they run on the
--- worker holding the shard and never leave it. No SET in this file: with
--- citus.propagate_set_commands = local, Citus would send the workers the whole text of the
--- query string that holds it, i.e. this file.
-do $$
-begin
-    if pg_catalog.current_setting('citus.enable_unsafe_triggers') <> 'on' then
-        raise exception 'the Citus step of pgrag needs citus.enable_unsafe_triggers = on'
-            using errcode = '0A000',
-                  hint = 'pgrag migrate --citus sets it; in psql: set citus.enable_unsafe_triggers = on (docs/scaling.md).';
-    end if;
-end
-$$;
+-- Settings of this transaction (set_config, not SET: with citus.propagate_set_commands = local
+-- Citus would send the workers the whole query string holding a SET, i.e. this tier):
+--   * DDL reaches the workers (pgrag migrate --citus turns it off for the other tiers of an
+--     upgrade; this tier re-makes the policies and carries the rest to the workers);
+--   * distributing tables with triggers, and creating triggers on distributed tables, needs
+--     citus.enable_unsafe_triggers: pgrag's triggers on pgrag.chunks and pgrag.documents touch
+--     only rows of the same tenant in tables co-located with it (the BM25 postings, lexicon and
+--     statistics; the document's chunks), so they run on the worker holding the shard;
+--   * one connection per worker: Citus refuses schema DDL after a parallel operation
+--     (distributing a table) in the same transaction.
+select pg_catalog.set_config('citus.enable_ddl_propagation', 'on', true),
+       pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true),
+       pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
 
 -- The API roles open the coordinator's connections to the workers: Citus connects as the
 -- current role (after SET ROLE authenticated, as authenticated), so each must be able to log in.

@@ -1,5 +1,10 @@
--- pgrag helper functions and triggers. Idempotent: re-applied on every migrate.
--- Every function pins search_path to pg_catalog, pg_temp and qualifies every name.
+-- Helpers every other file relies on: the request's tenant, argument checks, housekeeping triggers.
+-- Contract. Provides: pgrag.current_tenant_id (every policy and search function) and
+--   pgrag.set_request_tenant (trusted direct sessions: the CLI and the ingester); the tenant_id
+--   defaults of documents and chunks; the argument checks pgrag.check_argument, check_length,
+--   check_filters, check_query_embedding and text_search_config (SQLSTATE 22023, docs/security.md "Argument
+--   limits"); updated_at and chunk-language triggers. Relies on: the tables of the incremental
+--   tier only. Callers: every role that searches or writes (910-function-privileges.sql).
 
 create or replace function pgrag.current_tenant_id()
 returns text
@@ -141,68 +146,6 @@ create or replace trigger chunks_language_update
 alter table pgrag.documents alter column tenant_id set default pgrag.current_tenant_id();
 alter table pgrag.chunks alter column tenant_id set default pgrag.current_tenant_id();
 
--- Removal: documents and their chunks, in one statement each, inside the caller's transaction.
--- Deleting chunks fires the BM25 triggers (sql/idempotent/002-search.sql), so postings, document
--- frequencies and corpus statistics stay those of the remaining chunks.
-create or replace function pgrag.delete_documents(
-    document_ids bigint[] default null,
-    source_uris text[] default null,
-    source_uri_patterns text[] default null,
-    dry_run boolean default false
-)
-returns table (document_id bigint, source_uri text, chunk_count bigint)
-language plpgsql
-volatile
-security invoker
-set search_path = pg_catalog, pg_temp
-as $$
-#variable_conflict use_column
-declare
-    v_tenant text := pgrag.current_tenant_id();
-    v_ids bigint[];
-begin
-    if v_tenant is null then
-        raise exception 'delete_documents needs a tenant: no tenant claim in request.jwt.claims'
-            using errcode = '22023',
-                  hint = 'act as a tenant (pgrag --tenant, or a JWT with the tenant claim).';
-    end if;
-    if document_ids is null and source_uris is null and source_uri_patterns is null then
-        raise exception 'delete_documents needs document_ids, source_uris or source_uri_patterns'
-            using errcode = '22023';
-    end if;
-    -- Lock the matching documents (in id order, as the loader does) so no ingest swaps them in
-    -- while they are being removed.
-    select pg_catalog.array_agg(m.id order by m.id) into v_ids
-    from (
-        select d.id
-        from pgrag.documents as d
-        where d.tenant_id = v_tenant
-          and (d.id = any (document_ids)
-               or d.source_uri = any (source_uris)
-               or d.source_uri like any (source_uri_patterns))
-        order by d.id
-        for update
-    ) as m;
-    if v_ids is null then
-        return;
-    end if;
-    return query
-    select d.id, d.source_uri,
-           (select pg_catalog.count(*) from pgrag.chunks as c
-            where c.tenant_id = v_tenant and c.document_id = d.id)
-    from pgrag.documents as d
-    where d.tenant_id = v_tenant and d.id = any (v_ids)
-    order by d.source_uri;
-    if dry_run then
-        return;
-    end if;
-    delete from pgrag.chunks as c where c.tenant_id = v_tenant and c.document_id = any (v_ids);
-    delete from pgrag.documents as d where d.tenant_id = v_tenant and d.id = any (v_ids);
-end
-$$;
-comment on function pgrag.delete_documents(bigint[], text[], text[], boolean) is
-'Removes the current tenant''s documents matching any of document_ids, source_uris or source_uri_patterns (LIKE patterns) with their chunks, atomically; the BM25 statistics follow through the chunk triggers. Returns (document_id, source_uri, chunk_count) of each; dry_run only lists them. Runs as the caller (RLS applies); raises 22023 without a tenant claim or without any criterion.';
-
 -- ---------------------------------------------------------------------------------------------
 -- Argument checks shared by every function a client can call (docs/security.md, "Argument
 -- limits"). A value outside its range fails fast with SQLSTATE 22023 (invalid_parameter_value)
@@ -274,6 +217,27 @@ end
 $$;
 comment on function pgrag.check_length(text, bigint, bigint, text) is
 'Argument check: raises 22023 naming argument when its length (array elements, characters or bytes, as unit says) exceeds high. A null length passes.';
+
+create or replace function pgrag.check_filters(
+    document_ids bigint[],
+    source_types text[],
+    metadata_filter jsonb
+)
+returns void
+language plpgsql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform pgrag.check_length('document_ids', pg_catalog.cardinality(document_ids), 1000);
+    perform pgrag.check_length('source_types', pg_catalog.cardinality(source_types), 100);
+    perform pgrag.check_length('metadata_filter', pg_catalog.octet_length(metadata_filter::text), 10000, 'bytes');
+end
+$$;
+comment on function pgrag.check_filters(bigint[], text[], jsonb) is
+'Argument check of the filters every search takes: raises 22023 when document_ids has more than 1,000 elements, source_types more than 100, or metadata_filter more than 10,000 bytes (as text). Nulls pass; created_after and created_before take any value.';
 
 create or replace function pgrag.check_query_embedding(
     argument text,

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pgrag.embedded import temporary_cluster
+from pgrag.testing import temporary_cluster
 from plugins.pgservers import (
     CITUS_PACKAGES,
     PLPYTHON_PACKAGES,

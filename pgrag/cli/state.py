@@ -1,15 +1,18 @@
-"""Shared CLI state: which database a command talks to."""
+"""What every ``pgrag`` command shares: which database it talks to.
+
+(The context an LLM answers from is something else: ``pgrag.search.build_context``.)
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 
-from pgrag.embedded import EmbeddedCluster
+from pgrag.local_server import EmbeddedCluster
 
 
 @dataclass
-class AppContext:
+class CliState:
     """Resolves the database once per command: --dsn / PGRAG_DSN, then DATABASE_URL, then the
     embedded cluster, started on demand."""
 

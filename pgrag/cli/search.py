@@ -1,27 +1,29 @@
-"""``pgrag search``, ``pgrag ask`` and ``pgrag eval``: thin commands over the SQL retrieval API."""
+"""``pgrag search`` and ``pgrag ask``: thin commands over the SQL retrieval API."""
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from pgrag.cli_common import (
+from pgrag.cli.common import (
+    F,
     echo_json,
     json_option,
+    literal,
     parse_json_object,
-    pass_app,
-    progress_option,
+    pass_state,
+    tenant_option,
 )
-from pgrag.context import AppContext
-from pgrag.db import DEFAULT_TENANT, connect
+from pgrag.cli.state import CliState
+from pgrag.db import connect
 from pgrag.documents import tenant_is_empty
 from pgrag.errors import NothingToDo
 from pgrag.search import (
+    FUSIONS,
+    MODES,
     Context,
     ContextOptions,
     SearchFilters,
@@ -34,18 +36,6 @@ from pgrag.search import search as run_search
 
 NOTHING_FOUND = "No relevant information found."
 DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def tenant_option(default: str | None = DEFAULT_TENANT, help_text: str | None = None) -> Any:
-    return click.option(
-        "--tenant",
-        envvar="PGRAG_TENANT",
-        default=default,
-        show_default=default is not None,
-        help=help_text or "Search as this tenant (env PGRAG_TENANT).",
-    )
 
 
 def filter_options(func: F) -> F:
@@ -163,7 +153,7 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.argument("query", callback=_not_blank)
 @click.option(
     "--mode",
-    type=click.Choice(["hybrid", "vector", "keyword"]),
+    type=click.Choice(MODES),
     default="hybrid",
     show_default=True,
     help="hybrid fuses BM25 and vector search; vector or keyword run one arm.",
@@ -184,7 +174,7 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option(
     "--fusion",
-    type=click.Choice(["rrf", "weighted"]),
+    type=click.Choice(FUSIONS),
     default=None,
     help="How hybrid search fuses its arms: weighted scores (the default; keyword 1, "
     "vector 0.8) or reciprocal rank fusion (k 60).",
@@ -199,15 +189,15 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @filter_options
 @tenant_option()
 @json_option
-@pass_app
+@pass_state
 def search(
-    app: AppContext,
+    state: CliState,
     query: str,
     mode: str,
     limit: int,
     window: int,
     mmr_lambda: float | None,
-    fusion: str,
+    fusion: str | None,
     min_score: float | None,
     language: str | None,
     show_explain: bool,
@@ -221,9 +211,9 @@ def search(
 ) -> None:
     """Search the ingested documents for QUERY and show the best chunks with their sources."""
     options = SearchOptions(
-        mode=mode,  # type: ignore[arg-type]
+        mode=literal(mode, MODES),
         limit=limit,
-        fusion=fusion,  # type: ignore[arg-type]
+        fusion=None if fusion is None else literal(fusion, FUSIONS),
         window=window,
         mmr_lambda=mmr_lambda,
         min_score=min_score,
@@ -231,7 +221,7 @@ def search(
         filters=make_filters(document_ids, metadata_json, source_types, after, before),
     )
     options.validate()
-    with connect(app.dsn()) as conn:
+    with connect(state.dsn()) as conn:
         embedder = None if mode == "keyword" else query_embedder(conn)
         hits = run_search(conn, query, options, tenant=tenant, embedder=embedder)
         empty = tenant_is_empty(conn, tenant) if not hits else None
@@ -300,9 +290,9 @@ def print_sources(ctx: Context) -> None:
 @filter_options
 @tenant_option()
 @json_option
-@pass_app
+@pass_state
 def ask(
-    app: AppContext,
+    state: CliState,
     question: str,
     limit: int | None,
     token_budget: int | None,
@@ -335,7 +325,7 @@ def ask(
         mmr_lambda=mmr_lambda,
         filters=make_filters(document_ids, metadata_json, source_types, after, before),
     )
-    with connect(app.dsn()) as conn:
+    with connect(state.dsn()) as conn:
         ctx = build_context(conn, question, options, tenant=tenant, embedder=query_embedder(conn))
         empty = tenant_is_empty(conn, tenant) if ctx.empty else None
     if empty:
@@ -375,97 +365,3 @@ def ask(
     click.echo(ctx.context)
     click.echo()
     print_sources(ctx)
-
-
-# -- eval ----------------------------------------------------------------------------------------
-
-
-@click.command("eval")
-@click.argument("dataset_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option(
-    "--qrels",
-    "qrels_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Relevance judgements to use instead of DATASET_DIR/qrels/test.tsv.",
-)
-@click.option(
-    "--mode",
-    "modes",
-    multiple=True,
-    metavar="MODE",
-    help="keyword, vector, hybrid, hybrid-rrf, hybrid-equal, hybrid-window, hybrid-mmr; "
-    "repeatable; "
-    "tune with MODE:option=value,... (e.g. hybrid:rrf_k=20). "
-    "Default: keyword, vector, hybrid, hybrid-rrf.",
-)
-@click.option("--limit-queries", type=click.IntRange(min=1), help="Evaluate the first N queries.")
-@click.option(
-    "--fetch",
-    type=click.IntRange(min=10),
-    default=100,
-    show_default=True,
-    help="Chunks fetched per query for the metrics (recall@100 needs at least 100).",
-)
-@click.option(
-    "--no-ingest", is_flag=True, help="Skip the (incremental) ingest; the tenant already holds it."
-)
-@tenant_option(default=None, help_text="Tenant holding the corpus (default beir-<dataset name>).")
-@progress_option
-@json_option
-@pass_app
-def evaluate(
-    app: AppContext,
-    dataset_dir: Path,
-    qrels_file: Path | None,
-    modes: tuple[str, ...],
-    limit_queries: int | None,
-    fetch: int,
-    no_ingest: bool,
-    tenant: str | None,
-    progress: bool | None,
-    as_json: bool,
-) -> None:
-    """Measure retrieval quality on a BEIR-format dataset (nDCG@10, recall@10/100, MRR@10).
-
-    DATASET_DIR holds corpus.jsonl, queries.jsonl and qrels/test.tsv. The corpus is ingested
-    into its own tenant (later runs skip unchanged documents); latency is the p50/p95 of one
-    search call returning 10 rows, query embedding excluded.
-    """
-    from pgrag import evaluate as ev
-    from pgrag.progress import Progress, ProgressMode
-
-    dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
-    parsed = [ev.parse_mode(spec) for spec in (modes or ev.DEFAULT_EVAL_MODES)]
-    tenant = tenant or f"beir-{dataset.name}"
-    mode: ProgressMode = "off" if progress is False or (as_json and not progress) else "auto"
-    dsn = app.dsn()
-    with connect(dsn) as conn:
-        embedder = query_embedder(conn)
-    if not no_ingest:
-        ev.ingest_dataset(dsn, dataset, tenant=tenant, embedder=embedder, progress=mode)
-    embeddings = ev.embed_queries(embedder, dataset)
-    results: dict[str, ev.ModeResult] = {}
-    with connect(dsn) as conn:
-        for name, options in parsed:
-            total = 2 * len(dataset.queries)
-            with Progress(f"eval {name}", total, mode, unit="searches") as bar:
-                results[name] = ev.run_mode(
-                    conn,
-                    dataset,
-                    name,
-                    options,
-                    tenant=tenant,
-                    embeddings=embeddings,
-                    fetch=fetch,
-                    advance=bar.advance,
-                )
-    report = {name: result.as_dict() for name, result in results.items()}
-    if as_json:
-        echo_json(report)
-        return
-    click.echo(f"{dataset.name}: {len(dataset.corpus)} documents, {len(dataset.queries)} queries")
-    header = f"{'mode':<24}" + "".join(f"{m:>11}" for m in ev.METRIC_NAMES) + "   p50 ms   p95 ms"
-    click.echo(header)
-    for name, row in report.items():
-        figures = "".join(f"{row[m]:>11.4f}" for m in ev.METRIC_NAMES)
-        click.echo(f"{name:<24}{figures}{row['latency_p50_ms']:>9.1f}{row['latency_p95_ms']:>9.1f}")

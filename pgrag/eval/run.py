@@ -1,4 +1,4 @@
-"""Retrieval quality on BEIR-format data: nDCG@10, recall@10/100, MRR@10 and latency per mode.
+"""Evaluating search modes: every judged query in each mode, its metrics and latency.
 
 The corpus is ingested into a tenant of its own through the normal ingestion API (later runs
 re-use it: unchanged documents are skipped), each query runs through the same SQL functions
@@ -8,20 +8,23 @@ best chunk), and the metrics come from ``pytrec_eval`` (the trec_eval implementa
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
 
 from pgrag.embedders import Embedder
 from pgrag.errors import ConfigError
+from pgrag.eval.dataset import BeirDataset
+from pgrag.eval.metrics import metrics
 from pgrag.progress import ProgressMode
 from pgrag.search import SearchHit, SearchOptions, search
+
+if TYPE_CHECKING:
+    from pgrag.ingest import IngestSummary
 
 # Named modes: each is one SearchOptions preset (limit is set by the evaluator).
 EVAL_MODES: dict[str, SearchOptions] = {
@@ -39,86 +42,6 @@ DEFAULT_FETCH = 100
 """Chunks fetched per query for the quality metrics (recall@100 needs 100 documents)."""
 DEFAULT_LATENCY_K = 10
 """Rows per query in the timed pass (what an application asks for)."""
-
-METRIC_NAMES = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
-
-
-@dataclass
-class BeirDataset:
-    """A BEIR-format dataset: corpus, the judged queries, and their relevance judgements."""
-
-    name: str
-    path: Path
-    corpus: dict[str, tuple[str, str]]  # doc id -> (title, text)
-    queries: dict[str, str]  # query id -> text, judged queries only, file order
-    qrels: dict[str, dict[str, int]]  # query id -> doc id -> relevance
-
-    def uri(self, doc_id: str) -> str:
-        return f"beir:{self.name}/{doc_id}"
-
-    def doc_id(self, uri: str) -> str | None:
-        prefix = f"beir:{self.name}/"
-        return uri[len(prefix) :] if uri.startswith(prefix) else None
-
-
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"{path}:{number}: not valid JSON ({exc.msg}).") from exc
-
-
-def load_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """``query-id<TAB>corpus-id<TAB>score`` lines (a header line is skipped)."""
-    qrels: dict[str, dict[str, int]] = {}
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            parts = line.rstrip("\n").split("\t")
-            if not line.strip() or (number == 1 and parts[0] == "query-id"):
-                continue
-            if len(parts) < 3:
-                raise ConfigError(f"{path}:{number}: expected query-id, corpus-id and score.")
-            try:
-                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
-            except ValueError as exc:
-                raise ConfigError(
-                    f"{path}:{number}: the score {parts[2]!r} is no integer."
-                ) from exc
-    return qrels
-
-
-def load_beir(
-    path: Path, qrels_file: Path | None = None, limit_queries: int | None = None
-) -> BeirDataset:
-    """Read ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/test.tsv`` (or ``qrels_file``)."""
-    path = Path(path)
-    corpus_file, queries_file = path / "corpus.jsonl", path / "queries.jsonl"
-    qrels_file = qrels_file or path / "qrels" / "test.tsv"
-    for required in (corpus_file, queries_file, qrels_file):
-        if not required.is_file():
-            raise ConfigError(
-                f"{required} is missing: a BEIR dataset folder holds corpus.jsonl, "
-                "queries.jsonl and qrels/test.tsv (or pass --qrels FILE)."
-            )
-    corpus = {
-        str(row["_id"]): (str(row.get("title") or ""), str(row.get("text") or ""))
-        for row in _jsonl(corpus_file)
-    }
-    qrels = load_qrels(qrels_file)
-    queries = {
-        str(row["_id"]): str(row["text"])
-        for row in _jsonl(queries_file)
-        if str(row["_id"]) in qrels
-    }
-    if limit_queries is not None:
-        queries = dict(list(queries.items())[:limit_queries])
-    qrels = {qid: judged for qid, judged in qrels.items() if qid in queries}
-    if not queries:
-        raise ConfigError(f"no query in {queries_file} has a judgement in {qrels_file}.")
-    return BeirDataset(path.resolve().name, path, corpus, queries, qrels)
 
 
 def parse_mode(spec: str) -> tuple[str, SearchOptions]:
@@ -158,41 +81,6 @@ def document_ranking(dataset: BeirDataset, hits: Sequence[SearchHit]) -> list[st
             seen.add(doc_id)
             ranking.append(doc_id)
     return ranking
-
-
-def trec_run(
-    rankings: dict[str, list[str]], depth: int | None = None
-) -> dict[str, dict[str, float]]:
-    """Rankings as a trec run: distinct, decreasing scores so no tie-breaking reorders them."""
-    run: dict[str, dict[str, float]] = {}
-    for qid, docs in rankings.items():
-        docs = docs[:depth] if depth else docs
-        run[qid] = {doc: float(len(docs) - i) for i, doc in enumerate(docs)}
-    return run
-
-
-def metrics(qrels: dict[str, dict[str, int]], rankings: dict[str, list[str]]) -> dict[str, float]:
-    """nDCG@10, recall@10, recall@100 and MRR@10 averaged over every judged query.
-
-    Computed by ``pytrec_eval``; a query with no result counts as 0 (trec_eval would skip it).
-    """
-    import pytrec_eval
-
-    def per_query(measures: set[str], run: dict[str, dict[str, float]]) -> dict[str, Any]:
-        run = {qid: docs for qid, docs in run.items() if docs}
-        return pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run) if run else {}
-
-    full = per_query({"ndcg_cut.10", "recall.10", "recall.100"}, trec_run(rankings))
-    # MRR@10: reciprocal rank over the first 10 documents only.
-    top10 = per_query({"recip_rank"}, trec_run(rankings, depth=10))
-    names = {"ndcg@10": "ndcg_cut_10", "recall@10": "recall_10", "recall@100": "recall_100"}
-    n = len(qrels)
-    out = {
-        name: sum(full.get(qid, {}).get(key, 0.0) for qid in qrels) / n
-        for name, key in names.items()
-    }
-    out["mrr@10"] = sum(top10.get(qid, {}).get("recip_rank", 0.0) for qid in qrels) / n
-    return out
 
 
 @dataclass
@@ -274,7 +162,7 @@ def ingest_dataset(
     tenant: str,
     embedder: Embedder,
     progress: bool | ProgressMode,
-) -> Any:
+) -> IngestSummary:
     """Load the corpus into ``tenant`` through the ingestion API (unchanged docs are skipped)."""
     from pgrag.extract import ExtractedDocument
     from pgrag.ingest import ingest_documents

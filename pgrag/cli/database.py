@@ -1,43 +1,20 @@
-"""The ``pgrag`` command line. pgrag's own errors become one-line messages and exit status 1."""
+"""``pgrag db``, ``pgrag migrate`` and ``pgrag status``: the database itself (the embedded
+server, pgrag's schema in it)."""
 
 from __future__ import annotations
 
 import click
 
-from pgrag import __version__
-from pgrag.cli_common import PgragGroup, echo_json, json_option, pass_app
-from pgrag.context import AppContext
+from pgrag.cli.common import echo_json, json_option, pass_state
+from pgrag.cli.state import CliState
 from pgrag.db import redact
-from pgrag.embedded import EmbeddedCluster
+from pgrag.local_server import EmbeddedCluster
 from pgrag.migrator import Migrator
-
-
-@click.group(cls=PgragGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--dsn",
-    envvar="PGRAG_DSN",
-    metavar="URL",
-    help="PostgreSQL connection string (env PGRAG_DSN, then DATABASE_URL). "
-    "Without one, pgrag uses its embedded database, starting it on demand.",
-)
-@click.version_option(__version__, prog_name="pgrag")
-@click.pass_context
-def main(ctx: click.Context, dsn: str | None) -> None:
-    """pgrag: retrieval-augmented generation inside Postgres.
-
-    \b
-    Quick start (embedded database, nothing to set up):
-      pgrag migrate            install or upgrade pgrag's SQL
-      pgrag ingest docs/       extract, chunk, embed and load documents
-      pgrag search "question"  hybrid BM25 + vector search with citations
-    """
-    ctx.obj = AppContext(dsn)
-
 
 # -- embedded database ---------------------------------------------------------------------------
 
 
-@main.group()
+@click.group()
 def db() -> None:
     """Manage the embedded PostgreSQL (data under $PGRAG_HOME/pgdata)."""
 
@@ -86,7 +63,7 @@ def db_url() -> None:
 # -- migrations ----------------------------------------------------------------------------------
 
 
-@main.command()
+@click.command()
 @click.option(
     "--dims",
     type=int,
@@ -103,15 +80,15 @@ def db_url() -> None:
     "docs/scaling.md). Use it for every migrate of that database.",
 )
 @json_option
-@pass_app
-def migrate(app: AppContext, dims: int | None, dry_run: bool, citus: bool, as_json: bool) -> None:
+@pass_state
+def migrate(state: CliState, dims: int | None, dry_run: bool, citus: bool, as_json: bool) -> None:
     """Install or upgrade pgrag's SQL in the database."""
     if citus:
         from pgrag.citus import migrate_citus
 
-        result = migrate_citus(app.dsn(), dims, dry_run=dry_run)
+        result = migrate_citus(state.dsn(), dims, dry_run=dry_run)
     else:
-        result = Migrator(app.dsn()).migrate(dims, dry_run=dry_run)
+        result = Migrator(state.dsn()).migrate(dims, dry_run=dry_run)
     if as_json:
         echo_json({"applied": result.applied, "dims": result.dims, "dry_run": result.dry_run})
         return
@@ -127,12 +104,12 @@ def migrate(app: AppContext, dims: int | None, dry_run: bool, citus: bool, as_js
     click.echo(f"pgrag is installed ({result.dims}-dimension embeddings).")
 
 
-@main.command()
+@click.command()
 @json_option
-@pass_app
-def status(app: AppContext, as_json: bool) -> None:
+@pass_state
+def status(state: CliState, as_json: bool) -> None:
     """Show applied and pending migrations, pgvector, and the embedding configuration."""
-    dsn = app.dsn()
+    dsn = state.dsn()
     st = Migrator(dsn).status()
     if as_json:
         echo_json({"database": redact(dsn), **st.as_dict()})
@@ -148,22 +125,3 @@ def status(app: AppContext, as_json: bool) -> None:
         applied = m.record.applied_at.strftime("%Y-%m-%d %H:%M") if m.record else ""
         click.echo(f"  {m.state:<8} {m.file.name:<40} {m.file.sha256[:12]}  {applied}")
     click.echo("up to date" if not st.pending else f"{len(st.pending)} pending: run pgrag migrate")
-
-
-# -- commands defined in their own modules (one import and one add_command each) ----------------
-
-from pgrag.cli_search import ask, evaluate, search  # noqa: E402
-
-main.add_command(search)
-main.add_command(ask)
-main.add_command(evaluate)
-
-from pgrag.cli_bundle import sql_bundle  # noqa: E402
-
-main.add_command(sql_bundle)
-
-from pgrag.cli_ingest import delete, embed, ingest  # noqa: E402
-
-main.add_command(ingest)
-main.add_command(delete)
-main.add_command(embed)

@@ -1,4 +1,4 @@
-"""Pieces every ``pgrag`` command module shares: error handling, --json, the app context.
+"""Pieces every ``pgrag`` command module shares: error handling, --json, the CLI state.
 
 Every failure ends as one line on stderr and a documented exit status (docs/cli.md):
 0 success, 1 an error (pgrag's own, a database error mapped by SQLSTATE, or an unexpected
@@ -10,24 +10,29 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 import psycopg
 
-from pgrag.context import AppContext
-from pgrag.db import database_error_message, one_line
+from pgrag.cli.state import CliState
+from pgrag.db import DEFAULT_TENANT, database_error_message, one_line
 from pgrag.errors import PgragError
 
 DEBUG_ENV = "PGRAG_DEBUG"
 
+F = TypeVar("F", bound=Callable[..., Any])
+L = TypeVar("L", bound=str)
+
 
 class CommandError(click.ClickException):
-    """A one-line ``Error: ...`` with its own exit status."""
+    """A one-line ``Error: ...`` with its own exit status ``status`` (click's ``exit_code`` is
+    one per class; ``PgragGroup.main`` exits with ``status``)."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
-        self.exit_code = exit_code  # type: ignore[misc]
+        self.status = status
 
 
 class PgragGroup(click.Group):
@@ -78,11 +83,18 @@ class PgragGroup(click.Group):
                 os._exit(130)
             raise
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:
             exc.show()
             sys.exit(exc.exit_code)
@@ -90,6 +102,9 @@ class PgragGroup(click.Group):
             where = exc.ctx.command_path if exc.ctx is not None else "pgrag"
             click.echo(f"Error: {exc.format_message()} (see '{where} --help')", err=True)
             sys.exit(exc.exit_code)
+        except CommandError as exc:
+            exc.show()
+            sys.exit(exc.status)
         except click.ClickException as exc:
             exc.show()
             sys.exit(exc.exit_code)
@@ -108,7 +123,7 @@ def echo_json(data: Any) -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-pass_app = click.make_pass_decorator(AppContext)
+pass_state = click.make_pass_decorator(CliState)
 
 
 def parse_json_object(value: str | None, option: str = "--metadata") -> dict[str, Any] | None:
@@ -133,3 +148,25 @@ progress_option = click.option(
     help="Report progress on stderr: a live bar on a terminal, else one line every 10 s "
     "(env PGRAG_PROGRESS_INTERVAL). Default: on, except with --json.",
 )
+
+
+def tenant_option(
+    default: str | None = DEFAULT_TENANT, help_text: str | None = None
+) -> Callable[[F], F]:
+    """``--tenant`` (env PGRAG_TENANT)."""
+    return click.option(
+        "--tenant",
+        envvar="PGRAG_TENANT",
+        default=default,
+        show_default=default is not None,
+        help=help_text or "Search as this tenant (env PGRAG_TENANT).",
+    )
+
+
+def literal(value: str, choices: tuple[L, ...]) -> L:
+    """``value`` as the ``Literal`` type ``choices`` enumerate: what click hands a command as a
+    plain string (``click.Choice(choices)`` checked it already) gets its precise type here."""
+    for choice in choices:
+        if value == choice:
+            return choice
+    raise click.BadParameter(f"{value!r} is not one of {', '.join(choices)}.")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pgrag.bundle import SUPABASE_VECTOR_SCHEMA, bundle_sql, write_supabase
-from pgrag.migrator import DEFAULT_DIMS
+from pgrag.migrator import DEFAULT_DIMS, DEFAULT_VECTOR_SCHEMA
 
 
 @click.command("sql-bundle")
@@ -62,7 +62,7 @@ def sql_bundle(
         if not written:
             click.echo(f"{supabase_dir} already holds this version of pgrag")
         return
-    text = bundle_sql(dims, vector_schema or "public")
+    text = bundle_sql(dims, vector_schema or DEFAULT_VECTOR_SCHEMA)
     if output is None:
         click.echo(text, nl=False)
         return

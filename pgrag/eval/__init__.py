@@ -1,0 +1,43 @@
+"""Retrieval quality on BEIR-format data: nDCG@10, recall@10/100, MRR@10 and latency per mode.
+
+Used by ``pgrag eval`` and ``benchmarks/beir.py``. ``dataset`` reads a BEIR folder; ``run`` ingests
+its corpus into a tenant of its own through the normal ingestion API, runs every judged query in
+each mode through the SQL functions ``pgrag search`` calls and folds chunk hits into document
+rankings (a document ranks at its best chunk); ``metrics`` scores the rankings with
+``pytrec_eval``, which comes with the ``eval`` extra (``pip install 'pgrag-sql[eval]'``).
+"""
+
+from pgrag.eval.dataset import BeirDataset, load_beir, load_qrels
+from pgrag.eval.metrics import METRIC_NAMES, metrics, trec_eval, trec_run
+from pgrag.eval.run import (
+    DEFAULT_EVAL_MODES,
+    DEFAULT_FETCH,
+    DEFAULT_LATENCY_K,
+    EVAL_MODES,
+    ModeResult,
+    document_ranking,
+    embed_queries,
+    ingest_dataset,
+    parse_mode,
+    run_mode,
+)
+
+__all__ = [
+    "DEFAULT_EVAL_MODES",
+    "DEFAULT_FETCH",
+    "DEFAULT_LATENCY_K",
+    "EVAL_MODES",
+    "METRIC_NAMES",
+    "BeirDataset",
+    "ModeResult",
+    "document_ranking",
+    "embed_queries",
+    "ingest_dataset",
+    "load_beir",
+    "load_qrels",
+    "metrics",
+    "parse_mode",
+    "run_mode",
+    "trec_eval",
+    "trec_run",
+]

@@ -1,0 +1,201 @@
+"""Planning: what a run does with each source, decided a group of sources at a time.
+
+One query per group fetches what the database holds for its sources. A source is then
+
+- **failed** before it had a row: it could not be opened, or it is listed twice in this run;
+- **unchanged**: same content hash, same chunking settings, status ``ready`` and the same
+  metadata: skipped, never chunked, and the model is never loaded for it;
+- **relabelled**: unchanged but for its metadata, which is updated without re-embedding;
+- **loaded**: new, changed, not ``ready`` or ``--force``. New documents are inserted as
+  ``processing`` (committed, so operators see the work in progress); documents being refreshed
+  stay ``ready`` with their previous chunks, so search never loses them. The hashes of the
+  chunks they already hold are read, so only chunks whose text is new are embedded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pgrag.db import set_request_tenant
+from pgrag.extract import ExtractedDocument
+from pgrag.ingest.options import IngestOptions
+
+LISTED_TWICE = "listed twice in this run"
+SOURCE_TYPES = ("pdf", "markdown", "html", "text", "url")
+
+
+@dataclass
+class FailedSource:
+    """A source that could not even be opened (from ingest_paths)."""
+
+    uri: str
+    source_type: str
+    reason: str
+
+
+@dataclass
+class Doc:
+    """A document being loaded: its source, its row, and the chunk hashes it already holds."""
+
+    source: ExtractedDocument
+    doc_id: int
+    is_new: bool
+    old_shas: set[str]
+    n_chunks: int = 0
+
+
+@dataclass
+class GroupPlan:
+    """What to do with each source of a group (see the module docstring)."""
+
+    failed: list[tuple[str, str | None, str]] = field(default_factory=list)  # uri, type, reason
+    unchanged: list[str] = field(default_factory=list)  # uris
+    relabel: list[tuple[int, dict[str, Any], str]] = field(default_factory=list)  # id, meta, uri
+    load: list[ExtractedDocument] = field(default_factory=list)
+    stored: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # uri -> stored row
+
+
+def failure_reason(uri: str, message: str) -> str:
+    """The reason part of ``uri: reason`` messages."""
+    prefix = f"{uri}: "
+    return message[len(prefix) :] if message.startswith(prefix) else message
+
+
+class Planner:
+    """Decides what a run does with each source and writes the rows that say so.
+
+    ``options`` is the run's own copy: ``--switch-model`` turns its ``force`` on during set-up.
+    ``seen`` holds every source uri of the run so far (a run marks them if it is aborted).
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        tenant: str,
+        options: IngestOptions,
+        settings: dict[str, Any],
+    ) -> None:
+        self.conn = conn
+        self.tenant = tenant
+        self.options = options
+        self.settings = settings
+        self.seen: set[str] = set()
+
+    def stored_metadata(self, source: ExtractedDocument) -> dict[str, Any]:
+        """The metadata a document is stored with: the extractor's, ``--metadata``, settings."""
+        merged = {**source.metadata, **self.options.metadata, "ingest": self.settings}
+        normalised: dict[str, Any] = json.loads(json.dumps(merged, default=str))
+        return normalised
+
+    def plan(self, group: list[ExtractedDocument | FailedSource]) -> GroupPlan:
+        """Sort ``group`` into failed, unchanged, relabelled and to-load sources."""
+        uris = [g.uri for g in group]
+        with self.conn.transaction():
+            set_request_tenant(self.conn, self.tenant)
+            rows = self.conn.execute(
+                "select source_uri, id, content_sha256, status, metadata "
+                "from pgrag.documents where tenant_id = %s and source_uri = any(%s)",
+                (self.tenant, uris),
+            ).fetchall()
+        plan = GroupPlan(stored={r[0]: r[1:] for r in rows})
+        for item in group:
+            if item.uri in self.seen:
+                plan.failed.append((item.uri, item.source_type, LISTED_TWICE))
+                continue
+            self.seen.add(item.uri)
+            if isinstance(item, FailedSource):
+                plan.failed.append((item.uri, item.source_type, item.reason))
+                continue
+            old = plan.stored.get(item.uri)
+            if (
+                old is not None
+                and not self.options.force
+                and old[1] == item.content_sha256
+                and old[2] == "ready"
+                and (old[3] or {}).get("ingest") == self.settings
+            ):
+                metadata = self.stored_metadata(item)
+                if old[3] == metadata:
+                    plan.unchanged.append(item.uri)
+                else:  # same content and chunking, other metadata: no need to re-embed
+                    plan.relabel.append((old[0], metadata, item.uri))
+                continue
+            plan.load.append(item)
+        return plan
+
+    def relabel(self, relabel: list[tuple[int, dict[str, Any], str]]) -> None:
+        """Store the new metadata of unchanged documents (one statement)."""
+        with self.conn.transaction():
+            set_request_tenant(self.conn, self.tenant)
+            self.conn.execute(
+                "update pgrag.documents as d set metadata = v.m "
+                "from unnest(%s::int8[], %s::jsonb[]) as v(id, m) "
+                "where d.tenant_id = %s and d.id = v.id",
+                ([i for i, _, _ in relabel], [Jsonb(m) for _, m, _ in relabel], self.tenant),
+            )
+
+    def start_loading(self, plan: GroupPlan) -> list[Doc]:
+        """Mark the plan's documents to load (new ones ``processing``) and read the chunk
+        hashes the refreshed ones already hold."""
+        todo = plan.load
+        # New documents appear as processing, with no chunks yet; documents being refreshed
+        # stay ready and searchable (their previous version) until their swap commits.
+        with self.conn.transaction():
+            set_request_tenant(self.conn, self.tenant)
+            marked = self.conn.execute(
+                """
+                insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)
+                select %s, t, s, u, 'processing'
+                  from unnest(%s::text[], %s::text[], %s::text[]) as v(t, s, u)
+                on conflict (tenant_id, source_uri)
+                do update set error = null,
+                    status = case when pgrag.documents.status = 'ready' then 'ready'
+                                  else 'processing' end
+                returning source_uri, id
+                """,
+                (
+                    self.tenant,
+                    [d.title for d in todo],
+                    [d.source_type for d in todo],
+                    [d.uri for d in todo],
+                ),
+            ).fetchall()
+        ids: dict[str, int] = dict(marked)
+        old_shas: dict[int, set[str]] = {}
+        reuse_ids = [ids[d.uri] for d in todo if d.uri in plan.stored and not self.options.force]
+        if reuse_ids:
+            with self.conn.transaction():
+                set_request_tenant(self.conn, self.tenant)
+                for doc_id, sha in self.conn.execute(
+                    "select distinct document_id, content_sha256 from pgrag.chunks "
+                    "where tenant_id = %s and document_id = any(%s) and embedding is not null",
+                    (self.tenant, reuse_ids),
+                ).fetchall():
+                    old_shas.setdefault(doc_id, set()).add(sha)
+        docs = []
+        for source in todo:
+            doc_id = ids[source.uri]
+            old = plan.stored.get(source.uri)
+            is_new = old is None or old[1] is None
+            docs.append(Doc(source, doc_id, is_new, old_shas.get(doc_id, set())))
+        return docs
+
+    def record_failure(self, uri: str, source_type: str | None, reason: str) -> None:
+        """The ``error`` row of a source that failed before it had one."""
+        stype = source_type if source_type in SOURCE_TYPES else "text"
+        with self.conn.transaction():
+            set_request_tenant(self.conn, self.tenant)
+            self.conn.execute(
+                """
+                insert into pgrag.documents (tenant_id, source_type, source_uri, status, error)
+                values (%s, %s, %s, 'error', %s)
+                on conflict (tenant_id, source_uri)
+                do update set status = 'error', error = excluded.error
+                """,
+                (self.tenant, stype, uri, reason),
+            )

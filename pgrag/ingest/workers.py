@@ -1,0 +1,187 @@
+"""The worker threads of a run: a pipeline stage with a bounded inbox, and the embedding stage.
+
+The main thread chunks documents into batches; the embedding stage embeds each batch (only the
+chunks whose text is new) while the main thread chunks the next one, and hands it to the
+loading stage (:mod:`pgrag.ingest.load`). Bounded inboxes keep at most ``QUEUE_DEPTH`` batches
+between two stages. Ctrl-C cancels the stages: the local model embeds a batch in slices of
+``LOCAL_EMBED_SLICE`` chunks and checks between them, so a run stops within about a second.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pgrag.chunking import Chunk
+from pgrag.embedders import Embedder
+from pgrag.errors import PgragError
+from pgrag.extract import ExtractedDocument
+from pgrag.ingest.options import IngestOptions, IngestSummary
+from pgrag.ingest.plan import Doc
+from pgrag.progress import Progress
+
+QUEUE_DEPTH = 2  # batches between the embedding thread and the loading thread
+LOCAL_EMBED_SLICE = 8  # chunks the local model embeds between two checks for Ctrl-C
+
+
+class Worker(threading.Thread):
+    """A pipeline stage: a bounded inbox, handled in order on its own thread.
+
+    An error stops the stage's work (it keeps draining so producers never block) and is
+    raised to whoever puts into it next or waits for it to finish.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=QUEUE_DEPTH)
+        self.error: BaseException | None = None
+        self.cancelled = False
+
+    def put(self, kind: str, payload: Any) -> None:
+        while True:
+            if self.error is not None:
+                raise self.error
+            try:
+                self.inbox.put((kind, payload), timeout=0.2)
+                return
+            except queue.Full:
+                if not self.is_alive():
+                    raise PgragError(f"{self.name} stopped unexpectedly") from self.error
+
+    def stop(self, cancel: bool = False) -> None:
+        """Queue the end of work (``cancel``: skip whatever is still queued)."""
+        self.cancelled = self.cancelled or cancel
+        while self.is_alive():
+            try:
+                self.inbox.put(("stop", None), timeout=0.2)
+                return
+            except queue.Full:
+                if self.cancelled:  # a cancelled worker leaves at its next message
+                    return
+                continue
+
+    def finish(self) -> None:
+        self.stop()
+        self.join()
+        self.close()
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        pass
+
+    def handle(self, kind: str, payload: Any) -> None:
+        getattr(self, f"_do_{kind}")(payload)
+
+    def run(self) -> None:
+        try:
+            while True:
+                kind, payload = self.inbox.get()
+                if kind == "stop" or self.cancelled:
+                    return
+                self.handle(kind, payload)
+        except BaseException as exc:
+            self.error = exc
+            while True:  # drain (so producers never block) until told to stop, or cancelled
+                try:
+                    if self.inbox.get(timeout=0.2)[0] == "stop":
+                        return
+                except queue.Empty:
+                    if self.cancelled:
+                        return
+
+
+class EmbeddingStage(Worker):
+    """Embeds batches (only chunks whose text is new) and forwards them to the loader.
+
+    Running it beside the chunker (main thread) and the loader overlaps CPU-bound embedding
+    with extraction, chunking and database work.
+    """
+
+    def __init__(
+        self,
+        loader: Worker,
+        embedder: Embedder,
+        options: IngestOptions,
+        summary: IngestSummary,
+        progress: Progress,
+        stored_metadata: Callable[[ExtractedDocument], dict[str, Any]],
+    ) -> None:
+        super().__init__("pgrag-embedding")
+        self.loader = loader
+        self.embedder = embedder
+        self.options = options
+        self.summary = summary
+        self.progress = progress
+        self.stored_metadata = stored_metadata
+
+    def _do_fail(self, payload: tuple[int, str]) -> None:
+        self.loader.put("fail", payload)
+
+    def _do_stage(self, batch: list[tuple[Doc, Chunk]]) -> None:
+        force = self.options.force
+        summary = self.summary
+        need: dict[str, int] = {}  # text -> row in the embedding matrix
+        texts: list[str] = []
+        for doc, chunk in batch:
+            fresh = force or chunk.sha256 not in doc.old_shas
+            if fresh and chunk.content not in need:
+                need[chunk.content] = len(texts)
+                texts.append(chunk.content)
+        vectors = self._embed(texts) if texts else None
+        rows = []
+        for doc, chunk in batch:
+            pos = need.get(chunk.content)
+            if vectors is None or pos is None or (not force and chunk.sha256 in doc.old_shas):
+                vector = None
+                summary.chunks_reused += 1
+            else:
+                vector = vectors[pos]
+            rows.append(
+                (
+                    doc.doc_id,
+                    chunk.index,
+                    chunk.content,
+                    vector,
+                    chunk.page,
+                    list(chunk.heading_path),
+                    chunk.language,
+                    chunk.token_count,
+                    chunk.sha256,
+                    chunk.overlap_chars,
+                    chunk.metadata,
+                )
+            )
+        self.loader.put("stage", rows)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``; the local model works in slices so Ctrl-C stops it within ~1 s."""
+        embedder = self.embedder
+        step = LOCAL_EMBED_SLICE if embedder.provider == "local" else max(len(texts), 1)
+        parts = []
+        for start in range(0, len(texts), step):
+            if self.cancelled:
+                raise PgragError("ingest cancelled")
+            part = texts[start : start + step]
+            parts.append(embedder.embed(part))
+            self.summary.chunks_embedded += len(part)
+            self.progress.count("chunks embedded", len(part))
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def _do_commit(self, done: list[Doc]) -> None:
+        rows = [
+            (
+                d.doc_id,
+                d.source.title,
+                d.source.source_type,
+                d.source.content_sha256,
+                self.stored_metadata(d.source),
+                d.n_chunks,
+            )
+            for d in done
+        ]
+        self.loader.put("commit", (rows, done))

@@ -1,0 +1,131 @@
+-- Text search: identifiers searchable by any of their parts, and query parsing.
+-- Contract. Provides: pgrag.keyword_query (websearch syntax relaxed to OR semantics, the lexemes
+--   BM25 scores) and the comments of pgrag.identifier_terms and pgrag.chunk_fts. Relies on:
+--   pgrag.check_length (001-helpers.sql); identifier_terms and chunk_fts as
+--   incremental/007-identifier-lexemes.sql defines them. Callers: the keyword arm
+--   (007-candidates.sql); every role that searches holds EXECUTE.
+
+-- ---------------------------------------------------------------------------------------------
+-- Text-search vectors: identifiers (part numbers, error codes, versions) searchable by any part.
+-- The default parser splits V-ZQX41-7 into v-zqx41, v, zqx41, 7 but a query ZQX41-7 into zqx41,
+-- -7; ERR-4471 into err, -4471; v2.3.1 stays one lexeme. Chunks therefore also index every run
+-- of parts of such a token (pgrag.chunk_fts), and keyword_query adds each identifier of the query
+-- whole, so a query for any part of an identifier finds it.
+--
+-- pgrag.identifier_terms and pgrag.chunk_fts are defined by
+-- sql/incremental/007-identifier-lexemes.sql, not here: chunks.fts is a generated column of
+-- pgrag.chunk_fts, so the stored data depends on their exact bodies, and changing either needs a
+-- new incremental migration that replaces them and recomputes chunks.fts and the BM25 tables (as
+-- 007 does). This tier only documents them.
+-- ---------------------------------------------------------------------------------------------
+
+comment on function pgrag.identifier_terms(text, boolean) is
+'Identifier-like tokens of content (letters and digits joined by - . _, holding a digit and a separator or a letter: ERR-4471, v2.3.1, V-ZQX41-7), lower-cased, one entry per occurrence; unless whole_only, also every run of up to 6 consecutive parts (letter runs, digit runs) written as in the text: V-ZQX41-7 gives v-zqx41-7, v, zqx, zqx41, zqx41-7, 41-7, 7, ...';
+
+comment on function pgrag.chunk_fts(regconfig, text) is
+'Text-search vector of a chunk (the generated column pgrag.chunks.fts): to_tsvector(config, content) plus the identifier parts of pgrag.identifier_terms(content) it lacks, so that ZQX41-7, ERR, 4471 or 2.3.1 find V-ZQX41-7, ERR-4471 and v2.3.1.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Query parsing: websearch syntax with OR semantics.
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.keyword_query(
+    query_text text,
+    config regconfig,
+    out positive tsquery,
+    out negative tsquery,
+    out lexemes text[]
+)
+language plpgsql
+stable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    q text;
+    depth integer := 0;
+    tok text;
+    clause text := '';
+    clauses text[] := '{}';
+    pos text[] := '{}';
+    neg text[] := '{}';
+    c text;
+begin
+    -- Bounded work (docs/security.md, "Argument limits"): the parser recurses per term, so an
+    -- unbounded text exhausts the stack; a configuration OID that does not exist is no error
+    -- for regconfig input but an internal one for the parser.
+    perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
+    if config is null or not exists (select 1 from pg_catalog.pg_ts_config as t where t.oid = config) then
+        raise exception 'config must name a text search configuration, such as english or simple (got %)',
+            coalesce(config::text, 'null')
+            using errcode = '22023';
+    end if;
+    q := pg_catalog.websearch_to_tsquery(config, coalesce(query_text, ''))::text;
+    -- Split the tsquery text at top-level & and | (outside parentheses): each piece is a clause
+    -- (a lexeme, a phrase, or a negated lexeme or phrase). Tokens: quoted lexemes (with ''
+    -- escapes and an optional :* or weight suffix), <N> and <-> phrase operators, ( ) ! & |.
+    for tok in
+        select m[1]
+        from pg_catalog.regexp_matches(
+            q, '(''(?:[^'']|'''')*''(?::[*A-Da-d]+)?|<[0-9]+>|<->|[()!&|])', 'g') as m
+    loop
+        if tok = '(' then
+            depth := depth + 1;
+        elsif tok = ')' then
+            depth := depth - 1;
+        end if;
+        if depth = 0 and tok in ('&', '|') then
+            clauses := clauses operator(pg_catalog.||) pg_catalog.btrim(clause);
+            clause := '';
+        else
+            clause := clause operator(pg_catalog.||) ' ' operator(pg_catalog.||) tok;
+        end if;
+    end loop;
+    if pg_catalog.btrim(clause) <> '' then
+        clauses := clauses operator(pg_catalog.||) pg_catalog.btrim(clause);
+    end if;
+
+    foreach c in array clauses loop
+        if pg_catalog.left(c, 1) = '!' then
+            neg := neg operator(pg_catalog.||) ('(' operator(pg_catalog.||) pg_catalog.btrim(pg_catalog.substr(c, 2)) operator(pg_catalog.||) ')');
+        elsif c <> '' then
+            pos := pos operator(pg_catalog.||) ('(' operator(pg_catalog.||) c operator(pg_catalog.||) ')');
+        end if;
+    end loop;
+
+    -- Identifiers of the query (outside quoted phrases), each also a clause of its own as one
+    -- lexeme, as pgrag.chunk_fts indexes every part of an identifier; a leading - excludes it.
+    -- Terms hold letters, digits, - . _ only: quoting needs no escapes.
+    for tok in
+        select (case when m[2] = '-' then '!' else '' end) operator(pg_catalog.||) t.term
+        from pg_catalog.regexp_matches(
+                 pg_catalog.regexp_replace(coalesce(query_text, ''), '"[^"]*("|$)', ' ', 'g'),
+                 '(^|[^[:alnum:]._-])(-?)([[:alnum:]]+(?:[-._][[:alnum:]]+)*)', 'g') as m
+        cross join lateral pg_catalog.unnest(pgrag.identifier_terms(m[3], true)) as t(term)
+    loop
+        c := pg_catalog.format('(''%s'')', pg_catalog.ltrim(tok, '!'));
+        if pg_catalog.left(tok, 1) = '!' then
+            neg := neg operator(pg_catalog.||) c;
+        else
+            pos := pos operator(pg_catalog.||) c;
+        end if;
+    end loop;
+
+    if pg_catalog.cardinality(pos) > 0 then
+        positive := pg_catalog.array_to_string(pos, ' | ')::tsquery;
+        select pg_catalog.array_agg(distinct pg_catalog.replace(m[1], '''''', ''''))
+        into lexemes
+        from pg_catalog.regexp_matches(pg_catalog.array_to_string(pos, ' '),
+                                       '''((?:[^'']|'''')*)''', 'g') as m;
+    else
+        lexemes := '{}';
+    end if;
+    perform pgrag.check_length('query_text', pg_catalog.cardinality(lexemes), 64, 'distinct search terms');
+    if pg_catalog.cardinality(neg) > 0 then
+        negative := pg_catalog.array_to_string(neg, ' | ')::tsquery;
+    end if;
+end
+$$;
+comment on function pgrag.keyword_query(text, regconfig) is
+'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word, a quoted phrase, or an identifier such as ERR-4471 as one lexeme, see pgrag.chunk_fts), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores. query_text: at most 10,000 characters and 64 distinct search terms; config: an existing text search configuration (else SQLSTATE 22023).';

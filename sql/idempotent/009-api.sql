@@ -1,0 +1,379 @@
+-- The public API: the five functions clients call (schema public, what PostgREST exposes).
+-- Contract. Provides: public.vector_search, public.keyword_search, public.hybrid_search,
+--   public.chunk_windows and public.build_context, documented in docs/sql-api.md; their names,
+--   parameter names and result columns are stable across versions (PostgREST calls them by
+--   name). Relies on: 007-candidates.sql, 008-fusion.sql and the argument checks
+--   (001-helpers.sql). Callers: anon, authenticated and service_role
+--   (910-function-privileges.sql); every function runs as its caller, so row-level security
+--   applies, and scopes rows to pgrag.current_tenant_id() when a tenant claim is present.
+
+-- Every row names the tenant that owns it (tenant_id, the last column), so a client can tell
+-- sources of different tenants apart (anon sees the public documents of every tenant). Earlier
+-- versions returned no tenant_id; CREATE OR REPLACE cannot add a result column, so those are
+-- dropped first (their grants are re-made by 910-function-privileges.sql).
+do $$
+declare
+    f record;
+begin
+    for f in
+        select p.oid::pg_catalog.regprocedure as sig
+        from pg_catalog.pg_proc as p
+        where p.pronamespace operator(pg_catalog.=) 'public'::pg_catalog.regnamespace
+          and p.proname operator(pg_catalog.=) any (array['vector_search', 'keyword_search',
+                                                          'hybrid_search', 'chunk_windows'])
+          and not ('tenant_id' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))
+          and not exists (select from pg_catalog.pg_depend as d
+                          where d.classid operator(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                            and d.objid operator(pg_catalog.=) p.oid
+                            and d.deptype operator(pg_catalog.=) 'e')
+    loop
+        execute pg_catalog.format('drop function %s', f.sig);
+    end loop;
+end
+$$;
+
+create or replace function public.vector_search(
+    query_embedding @extschema:vector@.vector,
+    match_count integer default 10,
+    min_similarity double precision default null,
+    ef_search integer default null,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (
+    chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
+    source_type text, page integer, heading_path text[], content text,
+    similarity double precision, rank bigint, tenant_id text
+)
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
+    select pgrag.check_query_embedding('query_embedding', vector_search.query_embedding),
+           pgrag.check_argument('match_count', vector_search.match_count, 0, 1000, true),
+           pgrag.check_argument('min_similarity', vector_search.min_similarity, '-Infinity', 'Infinity'),
+           pgrag.check_argument('ef_search', vector_search.ef_search, 1, 1000, true),
+           pgrag.check_filters(vector_search.document_ids, vector_search.source_types,
+                               vector_search.metadata_filter);
+
+    select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
+           c.heading_path, c.content, 1 - v.distance,
+           pg_catalog.row_number() over (order by v.distance, v.chunk_id), c.tenant_id
+    from pgrag.vector_candidates(vector_search.query_embedding,
+                                 least(vector_search.match_count, 1000),
+                                 vector_search.ef_search, vector_search.document_ids,
+                                 vector_search.metadata_filter, vector_search.source_types,
+                                 vector_search.created_after, vector_search.created_before) as v
+    join pgrag.ready_chunks() as c on c.tenant_id = v.tenant_id and c.chunk_id = v.chunk_id
+    where vector_search.min_similarity is null or 1 - v.distance >= vector_search.min_similarity
+    order by v.distance, v.chunk_id
+$$;
+comment on function public.vector_search(@extschema:vector@.vector, integer, double precision, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Semantic search: the match_count ready chunks nearest to query_embedding by cosine distance (HNSW; iterative scans under tenant/filters; exact scan for small visible sets), with similarity = 1 - cosine distance >= min_similarity. Filters: document_ids, metadata_filter (jsonb containment over document || chunk metadata), source_types, created_after/before (document created_at). Tenant from request.jwt.claims; RLS applies. Limits: match_count 0-1000 (more counts as 1000), min_similarity any number but NaN, ef_search 1-1000 (more counts as 1000), query_embedding of the stored dimension and non-zero, document_ids at most 1,000, source_types 100, metadata_filter 10,000 bytes; else SQLSTATE 22023.';
+
+create or replace function public.keyword_search(
+    query_text text,
+    match_count integer default 10,
+    language text default null,
+    k1 double precision default 1.5,
+    b double precision default 0.75,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (
+    chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
+    source_type text, page integer, heading_path text[], content text,
+    score double precision, rank bigint, tenant_id text
+)
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work (keyword_candidates
+    -- checks the others).
+    select pgrag.check_argument('match_count', keyword_search.match_count, 0, 1000, true);
+
+    select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
+           c.heading_path, c.content, k.score,
+           pg_catalog.row_number() over (order by k.score desc, k.chunk_id), c.tenant_id
+    from pgrag.keyword_candidates(keyword_search.query_text, least(keyword_search.match_count, 1000),
+                                  keyword_search.language, keyword_search.k1, keyword_search.b,
+                                  keyword_search.document_ids, keyword_search.metadata_filter,
+                                  keyword_search.source_types, keyword_search.created_after,
+                                  keyword_search.created_before) as k
+    join pgrag.ready_chunks() as c on c.tenant_id = k.tenant_id and c.chunk_id = k.chunk_id
+    order by k.score desc, k.chunk_id
+$$;
+comment on function public.keyword_search(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search. Limits: match_count 0-1000 (more counts as 1000), query_text at most 10,000 characters and 64 distinct terms, language an existing configuration, k1 0-10, b 0-1, filters as vector_search; else SQLSTATE 22023.';
+
+create or replace function public.hybrid_search(
+    query_text text,
+    query_embedding @extschema:vector@.vector,
+    match_count integer default 10,
+    fusion text default 'weighted',
+    rrf_k integer default 60,
+    vector_weight double precision default 0.8,
+    keyword_weight double precision default 1,
+    candidate_count integer default null,
+    window_size integer default 0,
+    mmr_lambda double precision default null,
+    min_score double precision default null,
+    language text default null,
+    ef_search integer default null,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (
+    chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
+    source_type text, page integer, heading_path text[], content text,
+    vector_rank bigint, vector_score double precision, keyword_rank bigint,
+    keyword_score double precision, score double precision, rank bigint, tenant_id text
+)
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work; fused_candidates
+    -- checks the arguments it receives as they are.
+    v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 1000, true), 10);
+    v_w integer := coalesce(pgrag.check_argument('window_size', window_size, 0, 10), 0);
+    v_cand integer := coalesce(pgrag.check_argument('candidate_count', candidate_count, 1, 1000, true),
+                               least(greatest(v_k * 4, 40), 1000));
+begin
+    perform pgrag.check_query_embedding('query_embedding', query_embedding);
+    perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
+    if v_k = 0 then
+        return;
+    end if;
+    if v_w = 0 then
+        return query
+        select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
+               c.heading_path, c.content, f.vector_rank, f.vector_score, f.keyword_rank,
+               f.keyword_score, f.score, f.ord, c.tenant_id
+        from pgrag.fused_candidates(query_text, query_embedding, v_k, v_cand, fusion, rrf_k,
+                                    vector_weight, keyword_weight, min_score, mmr_lambda,
+                                    language, ef_search, document_ids, metadata_filter,
+                                    source_types, created_after, created_before) as f
+        join pgrag.ready_chunks() as c on c.tenant_id = f.tenant_id and c.chunk_id = f.chunk_id
+        order by f.ord;
+        return;
+    end if;
+    -- Windowed: every fused candidate becomes a hit; hits whose windows touch are merged, so
+    -- more hits than match_count are expanded to still fill match_count windows.
+    return query
+    with f as materialized (
+        select * from pgrag.fused_candidates(
+            query_text, query_embedding,
+            case when mmr_lambda is null then 2 * v_cand else least(v_k * (1 + 2 * v_w), 2000) end,
+            v_cand, fusion, rrf_k, vector_weight, keyword_weight, min_score, mmr_lambda,
+            language, ef_search, document_ids, metadata_filter, source_types, created_after,
+            created_before)
+    ),
+    w as (
+        select * from pgrag.windows(
+            (select pg_catalog.array_agg(f.tenant_id order by f.ord) from f),
+            (select pg_catalog.array_agg(f.chunk_id order by f.ord) from f),
+            v_w,
+            (select pg_catalog.array_agg(f.score order by f.ord) from f),
+            0.5)
+        order by first_hit
+        limit v_k
+    )
+    select f.chunk_id, w.document_id, c.chunk_index, w.title, w.source_uri, w.source_type,
+           w.page, w.heading_path, w.content, f.vector_rank, f.vector_score, f.keyword_rank,
+           f.keyword_score, f.score, pg_catalog.row_number() over (order by w.first_hit),
+           c.tenant_id
+    from w
+    join f on f.tenant_id = w.tenant_id and f.chunk_id = w.best_chunk_id
+    join pgrag.chunks as c on c.tenant_id = f.tenant_id and c.id = f.chunk_id
+    order by w.first_hit;
+end
+$$;
+comment on function public.hybrid_search(text, @extschema:vector@.vector, integer, text, integer, double precision, double precision, integer, integer, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Hybrid search: vector and BM25 arms (candidate_count each, default least(greatest(4 * match_count, 40), 1000); filters inside each arm) fused by weighted min-max normalised scores (fusion => ''weighted'', the default: vector_weight 0.8, keyword_weight 1; docs/benchmarks.md compares the fusions) or reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank), rrf_k default 60). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window. Limits: match_count 0-1000 and candidate_count 1-1000 (more counts as 1000), window_size 0-10, rrf_k 0-10000, weights 0-100, min_score any number but NaN, mmr_lambda 0-1 (MMR picks at most 500 rows from the best 1,000 candidates), ef_search 1-1000, query_text 10,000 characters and 64 distinct terms, language an existing configuration, query_embedding of the stored dimension and non-zero, filters as vector_search; else SQLSTATE 22023.';
+
+create or replace function public.chunk_windows(
+    chunk_ids bigint[],
+    window_size integer default 1,
+    scores double precision[] default null,
+    decay double precision default 0.5
+)
+returns table (
+    document_id bigint, first_chunk_index integer, last_chunk_index integer, chunk_ids bigint[],
+    content text, page integer, heading_path text[], score double precision,
+    title text, source_uri text, hit_chunk_ids bigint[], token_count integer, rank bigint,
+    tenant_id text
+)
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
+    select pgrag.check_length('chunk_ids', pg_catalog.cardinality(chunk_windows.chunk_ids), 1000),
+           pgrag.check_length('scores', pg_catalog.cardinality(chunk_windows.scores), 1000),
+           pgrag.check_argument('window_size', chunk_windows.window_size, 0, 10),
+           pgrag.check_argument('decay', chunk_windows.decay, 0, 1),
+           (select pg_catalog.count(pgrag.check_argument('scores', u.s, -1e6, 1e6))
+            from pg_catalog.unnest(chunk_windows.scores) as u(s));
+
+    with ids as (
+        select c.tenant_id, u.id, u.ord
+        from pg_catalog.unnest(chunk_windows.chunk_ids) with ordinality as u(id, ord)
+        join pgrag.chunks as c on c.id = u.id
+        where pgrag.current_tenant_id() is null or c.tenant_id = pgrag.current_tenant_id()
+    )
+    select w.document_id, w.first_chunk_index, w.last_chunk_index, w.chunk_ids, w.content, w.page,
+           w.heading_path, w.score, w.title, w.source_uri, w.hit_chunk_ids, w.token_count,
+           pg_catalog.row_number() over (order by w.score desc, w.first_hit), w.tenant_id
+    from pgrag.windows(
+        (select pg_catalog.array_agg(ids.tenant_id order by ids.ord) from ids),
+        (select pg_catalog.array_agg(ids.id order by ids.ord) from ids),
+        chunk_windows.window_size,
+        (select pg_catalog.array_agg(chunk_windows.scores[ids.ord] order by ids.ord) from ids),
+        chunk_windows.decay) as w
+    order by w.score desc, w.first_hit
+$$;
+comment on function public.chunk_windows(bigint[], integer, double precision[], double precision) is
+'Expands hits (chunk_ids, best first; scores default 1) with +/- window_size neighbouring chunks of the same document. Overlapping or adjacent windows merge into one row, so no text repeats; each chunk after the first in a window loses its overlap_chars prefix (text the chunker repeated from the previous chunk). score: best hit score * decay^distance over the window. page and heading_path: those of the best hit; token_count: sum of chunks.token_count (an upper bound). Limits: at most 1,000 chunk_ids and scores (finite, within +/- 1e6), window_size 0-10, decay 0-1; else SQLSTATE 22023. Neighbours are read from the rows that exist.';
+
+create or replace function public.build_context(
+    query_text text,
+    query_embedding @extschema:vector@.vector,
+    token_budget integer default 2000,
+    match_count integer default 8,
+    min_score double precision default 0.3,
+    window_size integer default 0,
+    mmr_lambda double precision default null,
+    document_ids bigint[] default null,
+    metadata_filter jsonb default null,
+    source_types text[] default null,
+    created_after timestamptz default null,
+    created_before timestamptz default null
+)
+returns table (context text, sources jsonb)
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    -- Argument limits (docs/security.md): SQLSTATE 22023 before any work; fused_candidates
+    -- checks the other arguments.
+    v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 1000, true), 8);
+    v_w integer := coalesce(pgrag.check_argument('window_size', window_size, 0, 10), 0);
+    v_budget integer := coalesce(pgrag.check_argument('token_budget', token_budget, 0, 1000000), 2000);
+    v_used integer := 0;
+    v_n integer := 0;
+    v_parts text[] := '{}';
+    v_sources jsonb := '[]';
+    v_header text;
+    v_cost integer;
+    v_content text;
+    v_tokens integer;
+    v_index integer;
+    v_page_end integer;
+    r record;
+begin
+    perform pgrag.check_query_embedding('query_embedding', query_embedding);
+    perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
+    for r in
+        with f as materialized (
+            select * from pgrag.fused_candidates(
+                query_text, query_embedding, least(v_k * (1 + 2 * v_w) * 2, 2000),
+                least(greatest(v_k * 4, 40), 1000),
+                null, null, null, null, min_score, mmr_lambda, null, null, document_ids,
+                metadata_filter, source_types, created_after, created_before)
+        )
+        select w.*
+        from pgrag.windows(
+            (select pg_catalog.array_agg(f.tenant_id order by f.ord) from f),
+            (select pg_catalog.array_agg(f.chunk_id order by f.ord) from f),
+            v_w,
+            (select pg_catalog.array_agg(f.score order by f.ord) from f),
+            0.5) as w
+        order by w.first_hit
+    loop
+        exit when v_n >= v_k;
+        -- Last page of the source: chunks spanning pages record it in metadata.page_end.
+        select pg_catalog.max(coalesce(
+                   case when c.metadata operator(pg_catalog.->>) 'page_end' operator(pg_catalog.~) '^[0-9]{1,9}$'
+                        then (c.metadata operator(pg_catalog.->>) 'page_end')::integer end, c.page))
+        into v_page_end
+        from pgrag.chunks as c
+        where c.tenant_id = r.tenant_id and c.id = any (r.chunk_ids);
+        if v_page_end <= r.page then
+            v_page_end := null;
+        end if;
+        v_header := pg_catalog.format('[Source %s] %s', v_n + 1, coalesce(nullif(r.title, ''), '(untitled)'))
+            operator(pg_catalog.||) pg_catalog.format(' (%s%s%s)', r.source_uri,
+                case when v_page_end is not null then pg_catalog.format(', pages %s-%s', r.page, v_page_end)
+                     when r.page is not null then pg_catalog.format(', page %s', r.page) else '' end,
+                case when pg_catalog.cardinality(r.heading_path) > 0
+                     then ', ' operator(pg_catalog.||) pg_catalog.array_to_string(r.heading_path, ' > ')
+                     else '' end);
+        -- Tokens: the chunks' own token counts (model tokens, an upper bound when windows strip
+        -- overlap), but never less than length/4: token_count is written by whoever inserts the
+        -- chunk, and a wrong count must not let a huge text through. The header (paths and
+        -- punctuation, about a token per 2 characters) is estimated at length/2.
+        v_cost := greatest(coalesce(r.token_count, 0), pg_catalog.ceil(pg_catalog.length(r.content) / 4.0)::integer)
+            + pg_catalog.ceil(pg_catalog.length(v_header) / 2.0)::integer + 2;
+        if v_used + v_cost > v_budget and r.first_chunk_index < r.last_chunk_index then
+            -- The window does not fit: fall back to its best hit alone.
+            select c.content, c.token_count, c.chunk_index into v_content, v_tokens, v_index
+            from pgrag.chunks as c
+            where c.tenant_id = r.tenant_id and c.id = r.best_chunk_id;
+            r.content := v_content;
+            r.chunk_ids := array[r.best_chunk_id];
+            r.first_chunk_index := v_index;
+            r.last_chunk_index := v_index;
+            v_cost := greatest(coalesce(v_tokens, 0), pg_catalog.ceil(pg_catalog.length(v_content) / 4.0)::integer)
+                + pg_catalog.ceil(pg_catalog.length(v_header) / 2.0)::integer + 2;
+        end if;
+        -- A source that does not fit what is left of the budget is skipped (a later, smaller
+        -- one may fit): the context never exceeds token_budget.
+        continue when v_used + v_cost > v_budget;
+        v_used := v_used + v_cost;
+        v_n := v_n + 1;
+        v_parts := v_parts operator(pg_catalog.||) (v_header operator(pg_catalog.||) E'\n' operator(pg_catalog.||) r.content);
+        v_sources := v_sources operator(pg_catalog.||) pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+            'source', v_n,
+            'label', pg_catalog.format('[Source %s]', v_n),
+            'document_id', r.document_id,
+            'tenant_id', r.tenant_id,
+            'title', r.title,
+            'source_uri', r.source_uri,
+            'source_type', r.source_type,
+            'page', r.page,
+            'page_end', v_page_end,
+            'heading_path', pg_catalog.to_jsonb(r.heading_path),
+            'chunk_ids', pg_catalog.to_jsonb(r.chunk_ids),
+            'first_chunk_index', r.first_chunk_index,
+            'last_chunk_index', r.last_chunk_index,
+            'score', r.score,
+            'token_count', v_cost));
+    end loop;
+    context := pg_catalog.array_to_string(v_parts, E'\n\n');
+    sources := v_sources;
+    return next;
+end
+$$;
+comment on function public.build_context(text, @extschema:vector@.vector, integer, integer, double precision, integer, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Context for an LLM: hybrid_search results with its default fusion (weighted: keyword 1, vector 0.8), optionally windowed and MMR-diversified, as numbered "[Source N] title (uri, page, headings)" blocks within token_budget (a source costs the token_count of its chunks, never less than length/4, plus its header at length/2; sources that do not fit are skipped), plus sources: a jsonb array of {source, label, document_id, tenant_id, title, source_uri, page, page_end, heading_path, chunk_ids, score, ...}. One row; context '''' and sources ''[]'' when nothing passes min_score (cosine similarity floor; default 0.3, null for none). Limits: token_budget 0-1,000,000, match_count 0-1000 (more counts as 1000), window_size 0-10, min_score any number but NaN, mmr_lambda 0-1, query_text and filters as hybrid_search; else SQLSTATE 22023.';

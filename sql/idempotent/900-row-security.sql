@@ -1,0 +1,140 @@
+-- Row-level security and table privileges: the policies of every pgrag table and what each API
+-- role may do with its rows.
+-- Contract. Provides: policies named pgrag_* on every table of schema pgrag with a tenant_id
+--   column (re-made on each migrate, so tables added later get them) and on the global tables;
+--   USAGE on schema pgrag; table, column and sequence privileges for anon, authenticated and
+--   service_role. Relies on: pgrag.current_tenant_id (001-helpers.sql); row level security
+--   enabled on every tenant table by the incremental file that creates it (else this file
+--   stops the migration). Runs in the late band (9NN): after every file that adds objects.
+--
+-- Trust model (docs/security.md): PostgREST verifies the JWT, switches to the role it names
+-- (anon, authenticated or service_role) and puts the claims into request.jwt.claims;
+-- pgrag.current_tenant_id() reads the tenant from there. The roles:
+--   authenticated  reads and writes only the rows of its tenant; INSERT and UPDATE are checked
+--                  (WITH CHECK), so no row can be written into, or moved to, another tenant.
+--                  It writes every column except ids (identity), generated columns and
+--                  is_public: no borrowed ids, no publishing to anon.
+--   anon           reads only documents marked is_public and the rows of tables with a
+--                  document_id (chunks) that belong to such a document; no rows of other tenant
+--                  tables (BM25 postings and statistics); writes nothing.
+--   service_role   full access (BYPASSRLS on Supabase; explicit policies here as well, so it
+--                  also holds where the role was created without BYPASSRLS).
+-- Global tables: embedding_config is readable by the three roles (search checks the model and
+-- dimension), writable by none; schema_migrations is neither. No role gets TRUNCATE, REFERENCES
+-- or TRIGGER (TRUNCATE ignores RLS). pgrag has no SECURITY DEFINER function.
+--
+-- Policy names start with pgrag_: those are (re)created here; policies an administrator adds
+-- under other names are left alone (they are permissive, so they can only widen access).
+
+-- The migrator already resolves names in pg_catalog only; said again for psql and for pgspot.
+set local search_path = pg_catalog, pg_temp;
+
+-- Schema: reachable by the API roles (search functions run as the caller, security invoker),
+-- nothing for PUBLIC, no CREATE for anyone but the owner.
+revoke all on schema pgrag from public;
+grant usage on schema pgrag to anon, authenticated, service_role;
+
+do $$
+declare
+    t record;
+    cond text;
+    anon_cond text;
+    cols text;
+begin
+    -- Drop the policies of earlier versions first: renamed or removed ones must not linger.
+    for t in
+        select p.schemaname, p.tablename, p.policyname
+        from pg_catalog.pg_policies as p
+        where p.schemaname = 'pgrag' and p.policyname like 'pgrag\_%'
+    loop
+        execute pg_catalog.format('drop policy %I on %I.%I', t.policyname, t.schemaname, t.tablename);
+    end loop;
+
+    -- Start every table from no privileges for PUBLIC and the API roles.
+    execute 'revoke all on all tables in schema pgrag from public, anon, authenticated, service_role';
+    execute 'revoke all on all sequences in schema pgrag from public, anon, authenticated, service_role';
+
+    -- Tenant tables: every table of schema pgrag with a tenant_id column.
+    for t in
+        select c.oid, c.relname, c.relrowsecurity,
+               exists (select 1 from pg_catalog.pg_attribute as a
+                       where a.attrelid = c.oid and a.attname = 'document_id' and not a.attisdropped)
+                   as has_document
+        from pg_catalog.pg_class as c
+        where c.relnamespace = 'pgrag'::regnamespace
+          and c.relkind in ('r', 'p')
+          and exists (select 1 from pg_catalog.pg_attribute as a
+                      where a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped)
+        order by c.relname
+    loop
+        if not t.relrowsecurity then
+            raise exception 'pgrag.% has a tenant_id column but row level security is off', t.relname
+                using hint = 'enable row level security in the migration that creates the table';
+        end if;
+        cond := '(tenant_id = (select pgrag.current_tenant_id()))';
+        execute pg_catalog.format('create policy pgrag_authenticated_select on pgrag.%I for select to authenticated using %s', t.relname, cond);
+        execute pg_catalog.format('create policy pgrag_authenticated_insert on pgrag.%I for insert to authenticated with check %s', t.relname, cond);
+        execute pg_catalog.format('create policy pgrag_authenticated_update on pgrag.%I for update to authenticated using %s with check %s', t.relname, cond, cond);
+        execute pg_catalog.format('create policy pgrag_authenticated_delete on pgrag.%I for delete to authenticated using %s', t.relname, cond);
+        execute pg_catalog.format('create policy pgrag_service_role_select on pgrag.%I for select to service_role using (true)', t.relname);
+        execute pg_catalog.format('create policy pgrag_service_role_insert on pgrag.%I for insert to service_role with check (true)', t.relname);
+        execute pg_catalog.format('create policy pgrag_service_role_update on pgrag.%I for update to service_role using (true) with check (true)', t.relname);
+        execute pg_catalog.format('create policy pgrag_service_role_delete on pgrag.%I for delete to service_role using (true)', t.relname);
+        execute pg_catalog.format('grant select, insert, update, delete on pgrag.%I to service_role', t.relname);
+        -- authenticated writes its rows column by column: never an identity (ids come from the
+        -- sequences, so no tenant can create a row under another tenant's id, even with
+        -- OVERRIDING SYSTEM VALUE), a generated column, or is_public (publishing to anon is for
+        -- service_role and the owner; docs/security.md, "Writes").
+        select pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' order by a.attnum)
+          into cols
+          from pg_catalog.pg_attribute as a
+         where a.attrelid = t.oid and a.attnum > 0 and not a.attisdropped
+           and a.attidentity = '' and a.attgenerated = '' and a.attname <> 'is_public';
+        execute pg_catalog.format('grant select, delete on pgrag.%I to authenticated', t.relname);
+        execute pg_catalog.format('grant insert (%2$s), update (%2$s) on pgrag.%1$I to authenticated',
+                                  t.relname, cols);
+
+        -- anon: public documents, and rows that belong to a public document. SELECT is granted
+        -- on every tenant table so that search functions run for anon without a permission
+        -- error; a table without an anon policy (postings, statistics) shows anon no rows.
+        execute pg_catalog.format('grant select on pgrag.%I to anon', t.relname);
+        anon_cond := case
+            when t.relname = 'documents' then '(is_public)'
+            when t.has_document then pg_catalog.format(
+                '(exists (select 1 from pgrag.documents as d where d.tenant_id = %1$I.tenant_id '
+                'and d.id = %1$I.document_id and d.is_public))', t.relname)
+        end;
+        if anon_cond is not null then
+            execute pg_catalog.format('create policy pgrag_anon_select on pgrag.%I for select to anon using %s', t.relname, anon_cond);
+        end if;
+    end loop;
+end
+$$;
+
+-- Global configuration: readable by the API roles (one policy per role), written by none.
+create policy pgrag_anon_select on pgrag.embedding_config for select to anon using (true);
+create policy pgrag_authenticated_select on pgrag.embedding_config for select to authenticated using (true);
+create policy pgrag_service_role_select on pgrag.embedding_config for select to service_role using (true);
+grant select on pgrag.embedding_config to anon, authenticated, service_role;
+-- Allowed text-search configurations: read by the check on chunks (it runs as the writer).
+create policy pgrag_anon_select on pgrag.text_search_configs for select to anon using (true);
+create policy pgrag_authenticated_select on pgrag.text_search_configs for select to authenticated using (true);
+create policy pgrag_service_role_select on pgrag.text_search_configs for select to service_role using (true);
+grant select on pgrag.text_search_configs to anon, authenticated, service_role;
+-- pgrag.schema_migrations: no grant, no policy (the owner, i.e. the migrator, alone).
+
+-- Identity sequences of tenant tables: inserting a row draws an id.
+do $$
+declare
+    s record;
+begin
+    for s in
+        select c.relname
+        from pg_catalog.pg_class as c
+        where c.relnamespace = 'pgrag'::regnamespace and c.relkind = 'S'
+        order by c.relname
+    loop
+        execute pg_catalog.format('grant usage on sequence pgrag.%I to authenticated, service_role', s.relname);
+    end loop;
+end
+$$;

@@ -1,0 +1,113 @@
+-- Function privileges: who may execute what.
+-- Contract. Provides: EXECUTE on pgrag's internal functions for exactly the roles whose calls
+--   reach them, EXECUTE on the public API for the API roles, none for PUBLIC; default
+--   privileges that keep later functions from PUBLIC; EXECUTE for PUBLIC back on pgvector's
+--   functions. Relies on: every function of the other idempotent files existing (it runs in the
+--   late band, after them). A function added to the call chain of an API function must be
+--   added to a list here (tests/test_security_privileges.py checks the lists against the call
+--   graph and docs/security.md, "Functions each role can execute").
+
+-- The migrator already resolves names in pg_catalog only; said again for psql and for pgspot.
+set local search_path = pg_catalog, pg_temp;
+
+-- Functions in pgrag: none for PUBLIC, and for each API role only the internal helpers its
+-- calls reach. Every pgrag function is SECURITY INVOKER, and an invoker function needs the
+-- caller to hold EXECUTE on each function it calls: the search functions of the API reach
+-- the helpers of the first list (and every policy calls current_tenant_id); a write to
+-- pgrag.chunks fires triggers that call bm25_apply as the writer. Trigger functions need no
+-- grant; the loader (replace_document_chunks) is for the owner. A helper added to the call
+-- chain of an API function must be added here (tests/test_security_privileges.py checks the
+-- lists against the call graph and docs/security.md). A SECURITY DEFINER function would get
+-- no grant here (and fails the audit test in tests/test_security.py).
+do $$
+declare
+    f record;
+begin
+    execute 'revoke all on all functions in schema pgrag from public, anon, authenticated, service_role';
+    for f in
+        select p.oid::regprocedure as sig, p.proname
+        from pg_catalog.pg_proc as p
+        where p.pronamespace = 'pgrag'::regnamespace
+          and p.prokind = 'f'
+          and not p.prosecdef
+          and p.proname = any (array[
+              'current_tenant_id', 'tenant_chunk_count', 'keyword_query', 'ready_chunks',
+              'vector_candidates', 'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
+              'tenant_index_name', 'chunk_fts', 'identifier_terms', 'check_argument', 'check_length',
+              'check_filters',
+              'check_query_embedding', 'text_search_config', 'bm25_apply', 'delete_documents',
+              'text_search_config_allowed'
+          ])
+        order by 1
+    loop
+        if f.proname in ('bm25_apply', 'delete_documents', 'text_search_config_allowed') then
+            -- writers only (the chunks triggers call bm25_apply and text_search_config_allowed
+            -- as the writer): anon writes nothing
+            execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
+        else
+            execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
+        end if;
+    end loop;
+end
+$$;
+
+-- Functions created later (by the role that migrates, in any schema of this database, pgrag
+-- and public included) are not executable by PUBLIC until granted: PostgreSQL's built-in
+-- default would let every role run them until the next migrate. Only the global form can
+-- take away PUBLIC's default EXECUTE (IN SCHEMA can only add privileges).
+alter default privileges revoke execute on functions from public;
+
+-- That default also reaches extension scripts the same role runs later: functions a pgvector
+-- upgrade (ALTER EXTENSION vector UPDATE) adds would not be executable by the API roles. Give
+-- pgvector's functions back the EXECUTE for PUBLIC its scripts expect (only those of this
+-- role; other extensions: docs/security.md, "Functions and privileges").
+do $$
+declare
+    f record;
+begin
+    for f in
+        select p.oid::regprocedure as sig
+        from pg_catalog.pg_proc as p
+        join pg_catalog.pg_depend as d
+          on d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e'
+        join pg_catalog.pg_extension as e on e.oid = d.refobjid
+        where e.extname = 'vector'
+          and p.proowner = (select r.oid from pg_catalog.pg_roles as r where r.rolname = current_user)
+          and not exists (select 1 from pg_catalog.aclexplode(
+                              coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) as a
+                          where a.grantee = 0 and a.privilege_type = 'EXECUTE')
+        order by 1
+    loop
+        execute pg_catalog.format('grant execute on function %s to public', f.sig);
+    end loop;
+end
+$$;
+-- Acting as a tenant is for trusted direct sessions (CLI, ingester), not for the API roles.
+revoke all on function pgrag.set_request_tenant(text) from anon, authenticated, service_role;
+
+-- The RPC API in the exposed schema (public): executable by the API roles, not by PUBLIC.
+-- The list names every function pgrag creates there; tests/test_security.py checks that each
+-- "create function public.*" in sql/ is listed.
+do $$
+declare
+    f record;
+begin
+    for f in
+        select p.oid::regprocedure as sig
+        from pg_catalog.pg_proc as p
+        where p.pronamespace = 'public'::regnamespace
+          and p.proname = any (array[
+              'vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows',
+              'build_context'
+          ])
+          -- never an extension's function of the same name
+          and not exists (select 1 from pg_catalog.pg_depend as d
+                          where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid
+                            and d.deptype = 'e')
+        order by 1
+    loop
+        execute pg_catalog.format('revoke all on function %s from public', f.sig);
+        execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
+    end loop;
+end
+$$;
