@@ -57,7 +57,9 @@ DOCUMENTED_SQLSTATES = {"22023"}
 # 22023 they may refuse another tenant's rows (42501: bm25_apply, before taking a lock) or a
 # chunk indexed twice (23505: bm25_apply, the caller's own rows only), as docs/security.md says.
 # Any other volatile function an API role can execute fails test_only_known_writers_are_executable.
-KNOWN_WRITERS = {"pgrag.bm25_apply", "pgrag.delete_documents"}
+# pgrag.propagate_request_claims (anon too) writes no row: it sets the transaction's own claims
+# again for a Citus cluster's workers, takes no argument, and does nothing without Citus.
+KNOWN_WRITERS = {"pgrag.bm25_apply", "pgrag.delete_documents", "pgrag.propagate_request_claims"}
 WRITER_SQLSTATES = {"pgrag.bm25_apply": {"42501", "23505"}}
 # Functions whose direct calls are checked only by their callers (none: every executable function
 # checks its own arguments).
