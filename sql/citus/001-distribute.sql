@@ -58,13 +58,15 @@ end
 $$;
 
 -- Row-level security as the shards can hold it. Citus refuses policies with subqueries on a
--- distributed table, so the policies of sql/idempotent/003-policies.sql are re-made here, on
--- the same tables, for the same commands and roles, with two expressions changed:
+-- distributed table, so the policies of sql/idempotent/900-row-security.sql are re-made here,
+-- on the same tables, for the same commands and roles, with two expressions changed:
 --   tenant:  (tenant_id = (select pgrag.current_tenant_id()))  ->  (tenant_id = pgrag.current_tenant_id())
---            (the same test; the function is stable, so it is still an index condition)
+--            (the same test; the function is stable, so it is still an index condition; on one
+--            server the subquery form stays: evaluated once per statement, never per row)
 --   anon:    exists (a public document of the row)  ->  (is_public)
 --            (pgrag.chunks.is_public is the copy of its document's flag that the triggers of
---            sql/idempotent/002-search.sql keep, the predicate of anon's HNSW index)
+--            sql/idempotent/003-publishing.sql keep, the predicate of anon's HNSW index; on one
+--            server anon's policy keeps asking the document itself)
 -- A pgrag_ policy this file does not know (a later version's) stops the migration: it must be
 -- translated here first.
 do $$

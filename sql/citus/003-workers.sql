@@ -6,7 +6,7 @@
 -- tier re-creates triggers, subquery policies and the tenant column's default, which Citus
 -- refuses on distributed tables or forwards as the text of the whole file). Its effects are
 -- carried to the workers here, with propagation on, each statement alone through EXECUTE:
---   * every pgrag function (schemas pgrag and pgrag_citus, and the API functions in public):
+--   * every pgrag function (schema pgrag, and the API functions in public):
 --     its definition executed again (Citus forwards CREATE OR REPLACE of a distributed
 --     function) or, when new, made a distributed function; then its EXECUTE grants;
 --   * every trigger on pgrag's Citus tables: CREATE OR REPLACE TRIGGER (to each shard);
@@ -31,7 +31,7 @@ begin
                        where o.classid = 'pg_catalog.pg_proc'::regclass and o.objid = p.oid)
                    as distributed
         from pg_catalog.pg_proc as p
-        where (p.pronamespace in ('pgrag'::regnamespace, 'pgrag_citus'::regnamespace)
+        where (p.pronamespace = 'pgrag'::regnamespace
                or (p.pronamespace = 'public'::regnamespace
                    and p.proname in ('vector_search', 'keyword_search', 'hybrid_search',
                                      'chunk_windows', 'build_context')))
@@ -124,7 +124,7 @@ begin
 end
 $$;
 
--- The API roles' settings (sql/idempotent/003-policies.sql sets them on the role, for every
+-- The API roles' settings (sql/idempotent/920-role-limits.sql sets them on the role, for every
 -- database): Citus forwards ALTER ROLE ... SET to the workers.
 do $$
 declare
