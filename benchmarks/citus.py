@@ -11,10 +11,11 @@ the cluster holds other data than the tenant's as a real one would. Both are ana
 loading.
 
 Each query is one PostgREST-style request: a transaction in which a login role (not a
-superuser) switches to ``authenticated`` with the tenant in ``request.jwt.claims``, and on the
-coordinator calls the db-pre-request hook pgrag.propagate_request_claims(); timed is the round
-trip of ``select * from public.<function>(...)`` alone, for the first --queries SciFact test
-claims (after --warmup untimed ones). Reported: p50/p95/mean per function and server, the
+superuser) acts as the tenant (pgrag.set_request_tenant, which on the coordinator also hands the
+claims to the workers, as PostgREST's db-pre-request pgrag.propagate_request_claims() does) and
+switches to ``authenticated``; timed is the round trip of ``select * from public.<function>(...)``
+alone, for the first --queries SciFact test claims (after --warmup untimed ones), through one
+connection per function and server. Reported: p50/p95/mean per function and server, the
 cluster/single ratios, and how many top-10 chunk ids agree (both loads assign the same ids).
 
     .venv/bin/python benchmarks/citus.py                    # 500 abstracts, 100 queries
@@ -46,7 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from common import latency_summary  # noqa: E402
 
 from pgrag.citus import migrate_citus  # noqa: E402
-from pgrag.db import connect  # noqa: E402
+from pgrag.db import connect, set_request_tenant  # noqa: E402
 from pgrag.embedders import LocalEmbedder  # noqa: E402
 from pgrag.extract import ExtractedDocument  # noqa: E402
 from pgrag.ingest import ingest_documents  # noqa: E402
@@ -136,6 +137,11 @@ def ensure_authenticator(dsn: str) -> None:
                 sql.Identifier(AUTHENTICATOR)
             )
         )
+        conn.execute(
+            sql.SQL("grant execute on function pgrag.set_request_tenant(text) to {}").format(
+                sql.Identifier(AUTHENTICATOR)
+            )
+        )
 
 
 def worker_port(dsn: str, tenant: str) -> int:
@@ -176,20 +182,15 @@ def servers(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
         )
 
 
-def request_timer(dsn: str, tenant: str, citus: bool, call: str, queries, embeddings, warmup):
+def request_timer(dsn: str, tenant: str, call: str, queries, embeddings, warmup):
     """Round-trip milliseconds of ``call`` per query, each in its own PostgREST-style request."""
     times: list[float] = []
     top: list[list[int]] = []
     with connect(make_conninfo(dsn, user=AUTHENTICATOR)) as conn:
         for i, (q, e) in enumerate(zip(queries, embeddings, strict=True)):
             with conn.transaction():
+                set_request_tenant(conn, tenant)
                 conn.execute("set local role authenticated")
-                conn.execute(
-                    "select set_config('request.jwt.claims', %s, true)",
-                    (json.dumps({"role": "authenticated", "tenant_id": tenant}),),
-                )
-                if citus:
-                    conn.execute("select pgrag.propagate_request_claims()")
                 start = time.perf_counter()
                 rows = conn.execute(call, {"q": q, "e": e}).fetchall()
                 took = (time.perf_counter() - start) * 1000
@@ -250,9 +251,7 @@ def main() -> None:
             measured = {}
             tops = {}
             for server, dsn in (("single", single), ("citus", citus)):
-                times, top = request_timer(
-                    dsn, tenant, server == "citus", call, queries, embeddings, args.warmup
-                )
+                times, top = request_timer(dsn, tenant, call, queries, embeddings, args.warmup)
                 measured[server] = latency_summary(times)
                 tops[server] = top
             same = sum(a == b for a, b in zip(tops["single"], tops["citus"], strict=True))
@@ -277,8 +276,8 @@ def main() -> None:
         "corpus": f"first {args.docs} SciFact abstracts, {chunks} chunks, tenant {tenant!r}"
         f" (on the cluster also {neighbour!r} on the other worker)",
         "queries": f"{args.queries} SciFact test claims after {args.warmup} untimed",
-        "request": "authenticator -> set local role authenticated + claims (set_config), "
-        "pgrag.propagate_request_claims() on the coordinator; round trip of the call timed",
+        "request": "authenticator: pgrag.set_request_tenant (claims, on the coordinator also for "
+        "the workers), set local role authenticated; round trip of the call timed",
         "load_seconds": loads,
         "functions": functions,
         "command": "python benchmarks/citus.py " + " ".join(sys.argv[1:]),
