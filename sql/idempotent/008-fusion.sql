@@ -259,7 +259,6 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare

@@ -7,11 +7,11 @@
 --   (910-function-privileges.sql); every function runs as its caller, so row-level security
 --   applies, and scopes rows to pgrag.current_tenant_id() when a tenant claim is present.
 --
--- Also plannable by a Citus coordinator (docs/scaling.md): the functions that read tables are
--- PL/pgSQL planned with their arguments' values (plan_cache_mode = force_custom_plan; Citus
--- cannot plan a SQL-language function's joins around unbound parameters), and each join of a
--- candidate list to the chunks says the caller's tenant of the chunks too, which changes no row
--- (every candidate is the tenant's) and lets Citus send the statement to that tenant's shards.
+-- Also plannable by a Citus coordinator (docs/scaling.md, sql/idempotent/README.md "Citus"):
+-- the functions that read tables are PL/pgSQL (Citus cannot plan a SQL-language function's
+-- joins around unbound parameters) and name the tables they read, and each join of a candidate
+-- list to the chunks says the caller's tenant of the chunks too, which changes no row (every
+-- candidate is the tenant's) and lets Citus send the statement to that tenant's shards.
 
 -- Every row names the tenant that owns it (tenant_id, the last column), so a client can tell
 -- sources of different tenants apart (anon sees the public documents of every tenant). Earlier
@@ -58,7 +58,6 @@ language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
@@ -114,7 +113,6 @@ language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
@@ -174,7 +172,6 @@ language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
