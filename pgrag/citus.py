@@ -68,7 +68,7 @@ def migrate_citus(dsn: str, dims: int | None = None, *, dry_run: bool = False) -
         distributed = _check_citus(conn)
     settings = list(SESSION_SETTINGS)
     if distributed:
-        pending = Migrator(dsn).migrate(dims, dry_run=True).applied
+        pending = Migrator(dsn, citus=True).migrate(dims, dry_run=True).applied
         incremental = [name for name in pending if name.startswith("incremental/")]
         if incremental:
             raise MigrationError(

@@ -13,7 +13,8 @@ and decides for itself whether to run:
 
 1. ``settings``: ``set pgrag.embedding_dims = N`` (only when a dimension is asked for);
 2. ``preflight``: refuses, before anything is applied, a server without pgvector, an applied
-   incremental file that changed, and a database installed with another dimension;
+   incremental file that changed, a database installed with another dimension, and (but for
+   ``pgrag migrate --citus``) a database whose tables Citus distributes;
 3. one step per incremental file: skipped when recorded, applied and recorded otherwise;
 4. ``idempotent``: the whole tier, when one of its files is not ``applied``; then
    ``pg_notify('pgrst', 'reload schema')``;
@@ -76,10 +77,12 @@ SECURE_SEARCH_PATH_SQL = f"select {_SECURE_SEARCH_PATH}"
 PGVECTOR_MISSING = "PR101"
 DIMENSION_MISMATCH = "PR102"
 CHANGED_MIGRATION = "PR103"
+CITUS_NEEDED = "PR104"
 _ERRORS: dict[str, type[PgragError]] = {
     PGVECTOR_MISSING: PgvectorMissing,
     DIMENSION_MISMATCH: ConfigError,
     CHANGED_MIGRATION: ChecksumMismatch,
+    CITUS_NEEDED: MigrationError,
 }
 
 State = Literal["pending", "applied", "changed", "stale"]
@@ -305,14 +308,34 @@ def _execute_file(f: MigrationFile) -> str:
         set sha256 = excluded.sha256, applied_at = pg_catalog.now(), version = excluded.version;"""
 
 
+def _refuse_distributed() -> str:
+    """PL/pgSQL refusing a database whose pgrag tables Citus distributes (only the Citus step
+    knows how to apply the tiers there)."""
+    return f"""    if pg_catalog.to_regclass('pg_catalog.pg_dist_partition') is not null then
+        execute 'select exists (select from pg_catalog.pg_dist_partition as p '
+                'where p.logicalrelid operator(pg_catalog.=) '
+                'pg_catalog.to_regclass(''pgrag.chunks''))'
+        into distributed;
+        if distributed then
+            raise exception 'pgrag: this database''s tables are distributed over Citus'
+                using errcode = '{CITUS_NEEDED}',
+                      hint = 'install and upgrade it with pgrag migrate --citus on the '
+                             'coordinator (docs/scaling.md); the SQL bundle and the Supabase '
+                             'files install single servers';
+        end if;
+    end if;"""
+
+
 def _preflight(files: Sequence[MigrationFile], dims: int | None) -> Step:
     incremental = [f for f in files if f.kind == "incremental"]
     asked = literal(str(dims)) if dims is not None else "null"
+    citus = any(f.kind == "citus" for f in files)
     body = f"""
 declare
     wanted text := coalesce(nullif(pg_catalog.current_setting('pgrag.embedding_dims', true), ''),
                             {asked});
     installed integer;
+    distributed boolean;
     rec record;
 begin
 {_prologue()}
@@ -345,6 +368,7 @@ begin
                           installed, installed, installed);
         end if;
     end if;
+{"" if citus else _refuse_distributed()}
 end
 """
     return Step("preflight", "-- preflight: pgvector, changed files, dimension\n" + _do(body))

@@ -471,6 +471,17 @@ def test_an_upgrade_of_the_idempotent_tier_reaches_the_workers(
 
 
 @pytest.mark.slow
+def test_a_migrate_without_citus_is_refused_before_anything_runs(installed: Installed) -> None:
+    with psycopg.connect(installed.citus) as conn:
+        before = conn.execute("select * from pgrag.schema_migrations order by name").fetchall()
+    with pytest.raises(MigrationError, match="distributed over Citus.*migrate --citus"):
+        Migrator(installed.citus).migrate()
+    with psycopg.connect(installed.citus) as conn:
+        after = conn.execute("select * from pgrag.schema_migrations order by name").fetchall()
+    assert after == before
+
+
+@pytest.mark.slow
 def test_new_incremental_files_are_refused_on_distributed_tables(installed: Installed) -> None:
     name = "incremental/007-identifier-lexemes.sql"
     with psycopg.connect(installed.citus, autocommit=True) as conn:
