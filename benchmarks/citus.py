@@ -137,10 +137,14 @@ def ensure_authenticator(dsn: str) -> None:
                 sql.Identifier(AUTHENTICATOR)
             )
         )
+        # It acts as the tenant with pgrag.set_request_tenant (the claims, and on Citus their
+        # hand-over to the workers, as PostgREST's pre-request hook does), then switches role.
         conn.execute(
-            sql.SQL("grant execute on function pgrag.set_request_tenant(text) to {}").format(
-                sql.Identifier(AUTHENTICATOR)
-            )
+            sql.SQL(
+                "grant usage on schema pgrag to {0}; "
+                "grant execute on function pgrag.set_request_tenant(text), "
+                "pgrag.propagate_request_claims() to {0}"
+            ).format(sql.Identifier(AUTHENTICATOR))
         )
 
 
