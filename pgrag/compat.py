@@ -1,22 +1,23 @@
-"""Released SQL that servers older than PostgreSQL 17 cannot run as written, and what they run.
+"""Released SQL that needs a rewrite on servers older than PostgreSQL 17.
 
 ``sql/incremental/007-identifier-lexemes.sql`` changes the expression of the generated column
 ``pgrag.chunks.fts`` with ``ALTER TABLE ... ALTER COLUMN ... SET EXPRESSION``, which PostgreSQL
-17 added: on 14-16 (Debian bookworm's 15, Supabase projects on 15, Citus clusters on 15 or 16)
-the whole file would be a syntax error. The file is released (its checksum is recorded and must
-not change), so the install engine (:func:`pgrag.migrator.install_steps`) runs it there with
-that one statement replaced by its older equivalent: drop the column (its GIN index goes with it)
-and add it again with the new expression, then recreate the index under its old name. The
-replacement is made by the step itself, in SQL, from the server's ``server_version_num``, so
-``pgrag migrate``, the psql bundle and the Supabase files all do it. The file, its recorded
-checksum and what its other statements do stay the same. What differs on 14-16: ``fts`` becomes
-the last column of ``pgrag.chunks`` (every reader names its columns).
+17 added: on 14-16 (Debian bookworm's 15, Supabase's 15, Citus clusters on 15 or 16) the whole
+file is a syntax error and the installation stops there. The file is released (its checksum is
+recorded and must not change), so on those servers it runs with that one statement replaced by
+its older equivalent: drop the column (its GIN index goes with it), add it again with the new
+expression, and recreate the index under its old name. The file, its recorded checksum and what
+the other statements of the file do stay the same. What differs on 14-16: ``fts`` becomes the
+last column of ``pgrag.chunks`` (every reader names its columns).
+
+The choice is made by the server when the step runs (``server_version_num``), not by the
+process that wrote the step: the SQL bundle and the Supabase files carry both forms, so one
+bundle installs on every supported major version.
 """
 
 from __future__ import annotations
 
-# server_version_num from which every released statement runs as written.
-SERVER_VERSION_AS_WRITTEN = 170000
+SET_EXPRESSION_MIN_VERSION = 170000  # server_version_num of PostgreSQL 17
 
 _FTS_SET_EXPRESSION = (
     "alter table pgrag.chunks alter column fts set expression as "
@@ -29,7 +30,16 @@ _FTS_DROP_AND_ADD = (
     "create index chunks_fts_gin on pgrag.chunks using gin (fts);"
 )
 
-# Migration file name -> (statement as written, its form for servers before 17), in order.
-BEFORE_17: dict[str, tuple[tuple[str, str], ...]] = {
-    "incremental/007-identifier-lexemes.sql": ((_FTS_SET_EXPRESSION, _FTS_DROP_AND_ADD),),
-}
+# (file name, statement as written, statement for servers before 17)
+BEFORE_17: tuple[tuple[str, str, str], ...] = (
+    ("incremental/007-identifier-lexemes.sql", _FTS_SET_EXPRESSION, _FTS_DROP_AND_ADD),
+)
+
+
+def rewrites(name: str, sql: str) -> list[tuple[str, str]]:
+    """The (statement as written, replacement) pairs that apply to file ``name`` before 17."""
+    return [
+        (written, older)
+        for file_name, written, older in BEFORE_17
+        if name == file_name and written in sql
+    ]

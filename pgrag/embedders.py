@@ -13,16 +13,25 @@ import os
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import psycopg
 
 from pgrag.errors import ConfigError, EmbeddingConfigError, EmbeddingError, NotInstalled
 from pgrag.openai_errors import describe_openai_error
 
+if TYPE_CHECKING:
+    import psycopg
+
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 LOCAL_BACKENDS = ("onnx", "sentence-transformers")
+# Names under which pgrag.embedding_config may record the local model.
+LOCAL_MODEL_ALIASES = frozenset({LOCAL_MODEL_NAME, "all-MiniLM-L6-v2", "all-minilm-l6-v2"})
+
+
+def vector_literal(vector: Sequence[float] | np.ndarray) -> str:
+    """``vector`` as pgvector's text form, ``[x,y,...]``, each float32 value written exactly."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 class Embedder(Protocol):
@@ -67,7 +76,7 @@ def local_backend(backend: str | None = None) -> str:
 
 def model_cache_dir() -> Path:
     """Where derived model files (the ONNX graph) are cached: ``$PGRAG_HOME/models``."""
-    from pgrag.local_server import pgrag_home
+    from pgrag.home import pgrag_home
 
     return pgrag_home() / "models"
 
@@ -83,10 +92,13 @@ class LocalEmbedder:
 
     provider = "local"
 
-    def __init__(self, batch_size: int = 64, backend: str | None = None) -> None:
+    def __init__(
+        self, batch_size: int = 64, backend: str | None = None, threads: int | None = None
+    ) -> None:
         self.model_name = LOCAL_MODEL_NAME
         self.backend = local_backend(backend)
         self.batch_size = batch_size
+        self.threads = threads  # ONNX Runtime's intra-op threads (None: one per core)
         self.calls = 0  # embed() calls that reached the model (tests count them)
         self.texts_embedded = 0
 
@@ -126,7 +138,7 @@ class LocalEmbedder:
 
         model_dir = local_model_path()
         try:
-            return OnnxSentenceEncoder(model_dir, model_cache_dir())
+            return OnnxSentenceEncoder(model_dir, model_cache_dir(), threads=self.threads)
         except ImportError as exc:  # onnxruntime, tokenizers, safetensors or onnx
             raise EmbeddingError(
                 f"the ONNX runtime of the local model is missing ({exc.name}): "
@@ -325,7 +337,6 @@ class OpenAIEmbedder:
 # -- choosing an embedder ----------------------------------------------------------------------
 
 PROVIDERS = ("local", "openai")
-_LOCAL_ALIASES = {LOCAL_MODEL_NAME, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
 
 
 def get_embedder(
@@ -346,7 +357,7 @@ def get_embedder(
                 f"EMBEDDING_DIMENSION={os.environ['EMBEDDING_DIMENSION']!r} is not a number."
             ) from exc
     if provider == "local":
-        if model and model not in _LOCAL_ALIASES:
+        if model and model not in LOCAL_MODEL_ALIASES:
             raise ConfigError(
                 f"the local embedder runs only the bundled {LOCAL_MODEL_NAME}, not {model}: "
                 "use --embedder openai for other models (or unset EMBEDDING_MODEL)."
@@ -365,6 +376,8 @@ def get_embedder(
 
 def read_embedding_config(conn: psycopg.Connection[Any]) -> tuple[int, str | None, str | None]:
     """(dims, model, provider) recorded in ``pgrag.embedding_config``."""
+    import psycopg
+
     try:
         row = conn.execute("select dims, model, provider from pgrag.embedding_config").fetchone()
     except psycopg.errors.UndefinedTable as exc:  # pgrag is not installed there

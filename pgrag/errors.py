@@ -36,6 +36,10 @@ class DatabaseUnreachable(PgragError):
     """The database could not be reached."""
 
 
+class ReplicaLagging(PgragError):
+    """A read replica has not replayed writes that the command needs to read."""
+
+
 class PgvectorMissing(PgragError):
     """The server has no pgvector extension available."""
 
@@ -66,6 +70,11 @@ class EmbeddingError(PgragError):
 
 class ExtractionError(PgragError):
     """A document could not be read or yielded no text."""
+
+
+class TextSearchUnavailable(PgragError):
+    """The database cannot embed a query itself: no PL/Python (and the query is not cached),
+    or pgrag or its model is not installed for the server's Python."""
 
 
 class MissingExtra(PgragError):
@@ -107,6 +116,16 @@ SQLSTATE_ERRORS: dict[str, SqlStateError] = {
         EmbeddingConfigError,
         "another ingest recorded a different embedding model meanwhile; mixing models is refused.",
     ),
+    # pgrag's text functions (sql/idempotent/051-text-search.sql, docs/sql-api.md): the
+    # server's primary message says what is missing, its hint what to do instead.
+    # PR301: no PL/Python on the server and the query is not in the query-embedding cache.
+    "PR301": SqlStateError(TextSearchUnavailable),
+    # PR302: the server's Python cannot import pgrag.
+    "PR302": SqlStateError(TextSearchUnavailable),
+    # PR303: the model or its runtime is not installed for the server's Python.
+    "PR303": SqlStateError(TextSearchUnavailable),
+    # PR304: the database holds embeddings of another model or dimension than PL/Python makes.
+    "PR304": SqlStateError(EmbeddingConfigError),
     # invalid_parameter_value: pgrag's argument checks (pgrag.check_argument and its siblings);
     # the message starts with the argument's name and gives its range.
     "22023": SqlStateError(ConfigError),

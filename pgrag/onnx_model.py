@@ -256,7 +256,7 @@ class OnnxSentenceEncoder:
     unit-length float32 rows in the input order.
     """
 
-    def __init__(self, model_dir: Path, cache_dir: Path) -> None:
+    def __init__(self, model_dir: Path, cache_dir: Path, threads: int | None = None) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -269,6 +269,8 @@ class OnnxSentenceEncoder:
         # Idle worker threads sleep instead of spinning: the ingester overlaps embedding with
         # database work, and the machine may be shared.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if threads is not None:  # e.g. 1 inside a PostgreSQL backend: one core per connection
+            options.intra_op_num_threads = threads
         weights = load_weights(model_dir)
         values = [ort.OrtValue.ortvalue_from_numpy(w) for w in weights.values()]
         options.add_external_initializers(list(weights), values)

@@ -474,7 +474,7 @@ def test_an_upgrade_of_the_idempotent_tier_reaches_the_workers(
 def test_a_migrate_without_citus_is_refused_before_anything_runs(installed: Installed) -> None:
     with psycopg.connect(installed.citus) as conn:
         before = conn.execute("select * from pgrag.schema_migrations order by name").fetchall()
-    with pytest.raises(MigrationError, match="distributed over Citus.*migrate --citus"):
+    with pytest.raises(MigrationError, match=r"distributed over Citus.*migrate --citus"):
         Migrator(installed.citus).migrate()
     with psycopg.connect(installed.citus) as conn:
         after = conn.execute("select * from pgrag.schema_migrations order by name").fetchall()

@@ -34,6 +34,7 @@ API_FUNCTIONS = (
     "hybrid_search",
     "chunk_windows",
     "build_context",
+    "hybrid_search_text",
 )
 QUERY = "vacation policy paid leave"
 
@@ -436,23 +437,36 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 # Every privilege held on pgrag's objects by a role other than the owner: (object, grantee,
 # privilege). A change here is a security decision; update the list together with
 # sql/idempotent/9NN-*.sql (the privileges band) and docs/security.md.
-TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
+TENANT_TABLES = (
+    "bm25_lexicon",
+    "bm25_postings",
+    "chunks",
+    "corpus_stats",
+    "documents",
+    "query_embeddings",
+)
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
 # the writing roles only.
 PGRAG_FUNCTIONS = (
+    "cached_query_embedding(text)",
     "check_argument",
     "check_length",
     "check_filters",
     "check_query_embedding",
+    "check_query_text(text)",
     "chunk_fts",
+    "compute_query_embedding(text)",
     "current_tenant_id()",
+    "embed_query(text)",
     "fused_candidates",
     "identifier_terms",
     "keyword_candidates",
     "keyword_query",
     "mmr_order",
+    "normalize_query(text)",
     "propagate_request_claims()",
+    "query_cache_key(text)",
     "searchable",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",
@@ -460,7 +474,19 @@ PGRAG_FUNCTIONS = (
     "vector_candidates",
     "windows",
 )
-WRITER_FUNCTIONS = ("bm25_apply", "delete_documents", "text_search_config_allowed")
+# Writers: the chunks triggers' helpers, delete_documents, the query-embedding cache's writers,
+# and chunk_text (chunking, for the roles that write documents).
+WRITER_FUNCTIONS = (
+    "bm25_apply",
+    "check_chunk_arguments",
+    "chunk_text",
+    "delete_documents",
+    "prune_query_cache",
+    "query_cache_get",
+    "query_cache_max_entries",
+    "query_cache_put",
+    "text_search_config_allowed",
+)
 
 
 def writable_columns(conn: psycopg.Connection[Any]) -> set[str]:

@@ -24,9 +24,16 @@ from pgrag.cli.state import CliState
     help="PostgreSQL connection string (env PGRAG_DSN, then DATABASE_URL). "
     "Without one, pgrag uses its embedded database, starting it on demand.",
 )
+@click.option(
+    "--read-dsn",
+    envvar="PGRAG_READ_DSN",
+    metavar="URL",
+    help="Where search, ask and eval read from, e.g. a hot standby (env PGRAG_READ_DSN); "
+    "writes (ingest, eval's ingest) still go to --dsn. Default: --dsn.",
+)
 @click.version_option(__version__, prog_name="pgrag")
 @click.pass_context
-def main(ctx: click.Context, dsn: str | None) -> None:
+def main(ctx: click.Context, dsn: str | None, read_dsn: str | None) -> None:
     """pgrag: retrieval-augmented generation inside Postgres.
 
     \b
@@ -35,7 +42,7 @@ def main(ctx: click.Context, dsn: str | None) -> None:
       pgrag ingest docs/       extract, chunk, embed and load documents
       pgrag search "question"  hybrid BM25 + vector search with citations
     """
-    ctx.obj = CliState(dsn)
+    ctx.obj = CliState(dsn, read_dsn)
 
 
 # -- the commands, one module per group of them ---------------------------------------------------

@@ -18,7 +18,6 @@ from pgrag.cli.common import (
     tenant_option,
 )
 from pgrag.cli.state import CliState
-from pgrag.db import connect
 from pgrag.documents import tenant_is_empty
 from pgrag.errors import NothingToDo
 from pgrag.search import (
@@ -221,7 +220,7 @@ def search(
         filters=make_filters(document_ids, metadata_json, source_types, after, before),
     )
     options.validate()
-    with connect(state.dsn()) as conn:
+    with state.connect_read() as conn:
         embedder = None if mode == "keyword" else query_embedder(conn)
         hits = run_search(conn, query, options, tenant=tenant, embedder=embedder)
         empty = tenant_is_empty(conn, tenant) if not hits else None
@@ -325,7 +324,7 @@ def ask(
         mmr_lambda=mmr_lambda,
         filters=make_filters(document_ids, metadata_json, source_types, after, before),
     )
-    with connect(state.dsn()) as conn:
+    with state.connect_read() as conn:
         ctx = build_context(conn, question, options, tenant=tenant, embedder=query_embedder(conn))
         empty = tenant_is_empty(conn, tenant) if ctx.empty else None
     if empty:

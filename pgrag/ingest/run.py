@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from pgrag.chunking import Chunk, default_sizes, make_chunker, token_counter
+from pgrag.chunking import Chunk, chunk_settings, make_chunker, token_counter
 from pgrag.db import DEFAULT_TENANT, connect, set_request_tenant
 from pgrag.embedders import Embedder, get_embedder, read_embedding_config
 from pgrag.errors import ConfigError, EmbeddingConfigError, ExtractionError, Interrupted
@@ -62,19 +62,13 @@ class IngestRun:
     ) -> None:
         options = self.options
         self.embedder, switch = self._check_embedder(embedder)
-        sizes = default_sizes(options.chunker, self.embedder.max_tokens)
-        self.chunk_size = options.chunk_size or sizes[0]
-        if options.overlap is not None:
-            self.overlap = options.overlap
-        elif options.chunk_size:
-            self.overlap = self.chunk_size // (8 if options.chunker == "tokens" else 10)
-        else:
-            self.overlap = sizes[1]
-        if options.chunker == "tokens" and self.chunk_size > self.embedder.max_tokens - 2:
-            raise ConfigError(
-                f"--chunk-size {self.chunk_size} exceeds what {self.embedder.model_name} reads "
-                f"({self.embedder.max_tokens} tokens): its chunks would be truncated."
-            )
+        self.chunk_size, self.overlap = chunk_settings(
+            options.chunker,
+            self.embedder.max_tokens,
+            self.embedder.model_name,
+            options.chunk_size,
+            options.overlap,
+        )
         self.counter = token_counter(self.embedder)
         self.chunker = make_chunker(
             options.chunker,

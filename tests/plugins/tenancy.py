@@ -1,7 +1,8 @@
 """Two tenants and a PostgREST-like login role, for the tenancy and security tests.
 
 Fixtures: ``authenticator`` (session: the LOGIN NOINHERIT role granted the API roles) and
-``two_tenants`` (CORPUS loaded with real embeddings). Helpers: ``request`` (one PostgREST-style
+``two_tenants`` (CORPUS loaded with real embeddings, and CACHED_QUERY in each tenant's
+query-embedding cache). Helpers: ``request`` (one PostgREST-style
 request as a role with claims), ``claims_for``, ``api_dsn``, ``load_two_tenants``,
 ``tenant_tables``, ``tenants_in``.
 """
@@ -24,6 +25,8 @@ from pgrag.db import connect
 AUTHENTICATOR = "pgrag_test_authenticator"
 API_ROLES = ("anon", "authenticated", "service_role")
 TENANTS = ("acme", "globex")
+# A query each tenant's query-embedding cache holds (pgrag.query_embeddings).
+CACHED_QUERY = "what is the vacation policy?"
 
 # Same words in both tenants, so every query matches rows of both and only RLS tells them apart.
 CORPUS: dict[str, list[tuple[str, bool, list[str]]]] = {
@@ -168,6 +171,12 @@ def load_two_tenants(db: str, local_embedder: Any) -> Loaded:
                     chunks[tenant].append(chunk_id)
                     if is_public:
                         public_chunks.append(chunk_id)
+            # Every tenant table holds rows of both tenants: a cached query embedding each.
+            conn.execute(
+                "insert into pgrag.query_embeddings (tenant_id, model, query_sha256, embedding) "
+                "values (%s, 'all-MiniLM-L6-v2', pgrag.query_cache_key(%s), %s)",
+                (tenant, CACHED_QUERY, local_embedder.embed([CACHED_QUERY])[0]),
+            )
         conn.execute(
             "update pgrag.embedding_config set model = 'all-MiniLM-L6-v2', provider = 'local'"
         )
