@@ -6,8 +6,9 @@ server of the same major version, ``pg15_plpython``. Two tenants, chosen so that
 live on different workers, are ingested into both with the real local model (embedded here, in
 the test process), in the same order, so ids match; every search function then must return the
 same rows with the same scores as the single server, for each tenant through row-level security
-(the PostgREST pattern: an API role and claims) and as the owner. The fast tests check that the
-Citus twins of sql/citus/002-functions.sql still hold the released bodies.
+(the PostgREST pattern: an API role and claims) and as the owner. The search functions are the
+core ones (no Citus-only copies); sql/citus/ distributes the tables, re-makes the policies and
+brings the workers up to date.
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def test_tables_are_distributed_by_tenant_and_co_located(installed: Installed) -
             ).fetchall()
         )
     tenant_tables = ["pgrag.documents", "pgrag.chunks", "pgrag.bm25_postings"]
-    tenant_tables += ["pgrag.bm25_lexicon", "pgrag.corpus_stats"]
+    tenant_tables += ["pgrag.bm25_lexicon", "pgrag.corpus_stats", "pgrag.query_embeddings"]
     assert {rows[t] for t in tenant_tables} == {rows["pgrag.documents"]}  # one co-location group
     assert rows["pgrag.documents"].startswith("h:")  # hash-distributed
     assert rows["pgrag.embedding_config"].startswith("n:")  # reference tables
@@ -244,6 +245,42 @@ def test_every_search_function_returns_what_the_single_server_returns(
                     assert _same(single, citus), f"{name} as {how} of {tenant} for {q!r}"
                     compared += 1
     assert compared == len(QUERIES) * len(CALLS) * 2 * 2
+
+
+@pytest.mark.slow
+def test_the_query_embedding_cache_keeps_a_tenants_entries_on_its_worker(
+    installed: Installed, local_embedder: Any
+) -> None:
+    """incremental/008's table, distributed by tenant: its SQL writers work through RLS."""
+    a, b = installed.tenants
+    e = local_embedder.embed([QUERIES[0]])[0]
+    with as_api_role(installed.citus, "authenticated", a) as conn:
+        put = "select pgrag.query_cache_put('m', %s, %s)"
+        assert conn.execute(put, (QUERIES[0], e)).fetchone() == (True,)
+        (cached,) = conn.execute(
+            "select pgrag.query_cache_get('m', %s)::text", (QUERIES[0].upper(),)
+        ).fetchone()  # type: ignore[misc]
+        assert cached == conn.execute("select %s::vector::text", (e,)).fetchone()[0]  # type: ignore[index]
+        shard = conn.execute(
+            "select get_shard_id_for_distribution_column('pgrag.query_embeddings', %s::text)",
+            (a,),
+        ).fetchone()
+        conn.commit()
+    try:
+        with psycopg.connect(installed.workers[installed.ports[a]]) as worker:
+            (n,) = worker.execute(
+                sql.SQL("select count(*) from pgrag.{} where tenant_id = %s").format(
+                    sql.Identifier(f"query_embeddings_{shard[0]}")  # type: ignore[index]
+                ),
+                (a,),
+            ).fetchone()  # type: ignore[misc]
+            assert n == 1
+        with as_api_role(installed.citus, "authenticated", b) as conn:
+            got = conn.execute("select pgrag.query_cache_get('m', %s)", (QUERIES[0],))
+            assert got.fetchone() == (None,)
+    finally:
+        with psycopg.connect(installed.citus, autocommit=True) as conn:
+            conn.execute("delete from pgrag.query_embeddings where model = 'm'")
 
 
 @pytest.mark.slow
