@@ -39,6 +39,8 @@ class Embedder(Protocol):
 
     provider: str
     model_name: str
+    tokens_used: int
+    """Input tokens of every embed() call so far (usage and cost accounting)."""
 
     @property
     def dims(self) -> int: ...
@@ -101,6 +103,7 @@ class LocalEmbedder:
         self.threads = threads  # ONNX Runtime's intra-op threads (None: one per core)
         self.calls = 0  # embed() calls that reached the model (tests count them)
         self.texts_embedded = 0
+        self.tokens_used = 0  # tokens the model read, [CLS]/[SEP] included
 
     @property
     def dims(self) -> int:
@@ -156,7 +159,12 @@ class LocalEmbedder:
         self.calls += 1
         self.texts_embedded += len(texts)
         if self.backend == "onnx":
-            return np.asarray(self._model.encode(list(texts), self.batch_size), dtype=np.float32)
+            model = self._model
+            before = model.tokens_read
+            vectors = np.asarray(model.encode(list(texts), self.batch_size), dtype=np.float32)
+            self.tokens_used += model.tokens_read - before
+            return vectors
+        self.tokens_used += sum(min(n + 2, self.max_tokens) for n in self.count_tokens_many(texts))
         vectors = self._model.encode(
             list(texts),
             batch_size=self.batch_size,
@@ -239,6 +247,7 @@ class OpenAIEmbedder:
         self._request_dims = self._dims if native is not None and self._dims != native else None
         self.calls = 0  # HTTP requests that succeeded
         self.texts_embedded = 0
+        self.tokens_used = 0  # prompt tokens the endpoint reported (counted here if it did not)
 
     @property
     def dims(self) -> int:
@@ -331,12 +340,25 @@ class OpenAIEmbedder:
             )
         self.calls += 1
         self.texts_embedded += len(batch)
+        usage = getattr(response, "usage", None)
+        reported = getattr(usage, "prompt_tokens", None)
+        self.tokens_used += (
+            int(reported)
+            if isinstance(reported, int)
+            else sum(min(self.count_tokens(t), OPENAI_MAX_INPUT_TOKENS) for t in batch)
+        )
         return vectors
 
 
 # -- choosing an embedder ----------------------------------------------------------------------
 
 PROVIDERS = ("local", "openai")
+
+
+def provider_for_model(model: str) -> str:
+    """The provider that runs ``model`` when none is named: local for the bundled model
+    (any of its names), else openai."""
+    return "local" if model in LOCAL_MODEL_ALIASES else "openai"
 
 
 def get_embedder(

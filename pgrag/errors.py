@@ -64,6 +64,10 @@ class DocumentChanged(PgragError):
     """A document changed in the database while this run was loading it (another ingest)."""
 
 
+class ModelSwitchError(PgragError):
+    """A model switch (``pgrag reembed``) could not start, go on or finish."""
+
+
 class EmbeddingError(PgragError):
     """The embedding backend failed."""
 
@@ -103,6 +107,7 @@ class SqlStateError:
 
     error: type[PgragError]
     message: str | None = None
+    hint: bool = False  # append the server's hint to its message
 
 
 SQLSTATE_ERRORS: dict[str, SqlStateError] = {
@@ -116,6 +121,13 @@ SQLSTATE_ERRORS: dict[str, SqlStateError] = {
         EmbeddingConfigError,
         "another ingest recorded a different embedding model meanwhile; mixing models is refused.",
     ),
+    # Model switches (sql/idempotent/030-reembed.sql): the server's message and hint.
+    # PR201: a write that waited for a switch stored embeddings of the previous model.
+    "PR201": SqlStateError(EmbeddingConfigError, hint=True),
+    # PR202: no re-embed is running, another one is, or embeddings of another model.
+    "PR202": SqlStateError(ModelSwitchError, hint=True),
+    # PR203: pgrag.chunks could not be locked for the switch's metadata-only DDL.
+    "PR203": SqlStateError(ModelSwitchError, hint=True),
     # pgrag's text functions (sql/idempotent/051-text-search.sql, docs/sql-api.md): the
     # server's primary message says what is missing, its hint what to do instead.
     # PR301: no PL/Python on the server and the query is not in the query-embedding cache.
@@ -140,4 +152,7 @@ def from_database_error(exc: psycopg.Error) -> PgragError | None:
     if meaning.message is not None:
         return meaning.error(meaning.message)
     primary = exc.diag.message_primary
-    return meaning.error(f"{primary}.") if primary else None
+    if not primary:
+        return None
+    hint = exc.diag.message_hint if meaning.hint else None
+    return meaning.error(f"{primary}. {hint}" if hint else f"{primary}.")

@@ -279,6 +279,7 @@ class OnnxSentenceEncoder:
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_length=self.max_length)
         self._tokenizer.no_padding()
+        self.tokens_read = 0  # tokens the model read (special tokens included, after truncation)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         out = np.empty((len(texts), self._session.get_outputs()[0].shape[1]), dtype=np.float32)
@@ -287,6 +288,7 @@ class OnnxSentenceEncoder:
             rows = order[start : start + batch_size]
             encodings = self._tokenizer.encode_batch([texts[i] for i in rows])
             width = max(len(e.ids) for e in encodings)
+            self.tokens_read += sum(len(e.ids) for e in encodings)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for j, encoding in enumerate(encodings):

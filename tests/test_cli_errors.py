@@ -56,6 +56,8 @@ def database_commands(dataset: Path, doc: Path) -> dict[str, list[str]]:
         "ingest": ["ingest", str(doc)],
         "delete": ["delete", str(doc), "--yes"],
         "embed": ["embed", "widget"],
+        "reembed": ["reembed", "--status"],
+        "stats": ["stats"],
     }
 
 
@@ -69,6 +71,8 @@ BAD_VALUES: dict[str, list[str]] = {
     "ingest": ["ingest", ".", "--chunker", "sentences-of-klingon"],
     "delete": ["delete", "--id", "first"],
     "embed": ["embed"],
+    "reembed": ["reembed", "--model", "m", "--dims", "0"],
+    "stats": ["stats", "--since", "yesterday"],
     "sql-bundle": ["sql-bundle", "--dims", "0"],
     "db start": ["db", "start", "--port", "1"],
     "db stop": ["db", "stop", "--now"],
@@ -112,7 +116,8 @@ def test_the_tables_cover_every_command(dataset: Path, doc: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", ["status", "migrate", "search", "ask", "eval", "ingest", "delete", "embed"]
+    "command",
+    ["status", "migrate", "search", "ask", "eval", "ingest", "delete", "embed", "reembed", "stats"],
 )
 def test_a_malformed_connection_string_is_one_line(command: str, dataset: Path, doc: Path) -> None:
     args = database_commands(dataset, doc)[command]
@@ -124,7 +129,8 @@ def test_a_malformed_connection_string_is_one_line(command: str, dataset: Path, 
 
 
 @pytest.mark.parametrize(
-    "command", ["status", "migrate", "search", "ask", "eval", "ingest", "delete", "embed"]
+    "command",
+    ["status", "migrate", "search", "ask", "eval", "ingest", "delete", "embed", "reembed", "stats"],
 )
 def test_an_unreachable_server_is_one_line(command: str, dataset: Path, doc: Path) -> None:
     args = database_commands(dataset, doc)[command]

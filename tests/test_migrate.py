@@ -51,7 +51,10 @@ def test_every_table_has_rls_and_every_tenant_table_keys_on_tenant(db: str) -> N
         assert [t for t, rls in tables if not rls] == []
         global_tables = {
             "pgrag.embedding_config",
+            "pgrag.model_prices",
+            "pgrag.reembeds",
             "pgrag.schema_migrations",
+            "pgrag.settings",
             "pgrag.text_search_configs",
         }
         for table, _ in tables:

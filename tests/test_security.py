@@ -35,6 +35,7 @@ API_FUNCTIONS = (
     "chunk_windows",
     "build_context",
     "hybrid_search_text",
+    "log_search",
 )
 QUERY = "vacation policy paid leave"
 
@@ -445,6 +446,12 @@ TENANT_TABLES = (
     "documents",
     "query_embeddings",
 )
+# Tenant tables a tenant may not write freely (sql/idempotent/900-row-security.sql): its usage it
+# only reads, its search log it adds to (column by column), reads and deletes, the re-embed
+# queue is the owner's and service_role's alone.
+READ_ONLY_TENANT_TABLES = ("token_usage",)
+APPEND_ONLY_TENANT_TABLES = ("search_log",)
+OWNER_TENANT_TABLES = ("chunk_embeddings_next",)
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
 # the writing roles only.
@@ -489,33 +496,43 @@ WRITER_FUNCTIONS = (
 )
 
 
-def writable_columns(conn: psycopg.Connection[Any]) -> set[str]:
+def writable_columns(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> set[str]:
     """Columns authenticated may write: all but identities, generated columns and is_public."""
     rows = conn.execute(
         "select c.relname || '.' || a.attname from pg_class c join pg_attribute a "
         "on a.attrelid = c.oid where c.relnamespace = 'pgrag'::regnamespace "
         "and c.relname = any(%s) and a.attnum > 0 and not a.attisdropped "
         "and a.attidentity = '' and a.attgenerated = '' and a.attname <> 'is_public'",
-        (list(TENANT_TABLES),),
+        (list(tables),),
     ).fetchall()
     return {r[0] for r in rows}
 
 
-def expected_grants(columns: set[str]) -> set[tuple[str, str, str]]:
+def expected_grants(
+    columns: set[str], appended: set[str], tables: tuple[str, ...] = TENANT_TABLES
+) -> set[tuple[str, str, str]]:
     out: set[tuple[str, str, str]] = set()
     out |= {("schema pgrag", role, "USAGE") for role in API_ROLES}
-    for table in TENANT_TABLES:
+    every = (*tables, *READ_ONLY_TENANT_TABLES, *APPEND_ONLY_TENANT_TABLES, *OWNER_TENANT_TABLES)
+    for table in every:
         for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
             out.add((f"table pgrag.{table}", "service_role", priv))
+    for table in (*tables, *APPEND_ONLY_TENANT_TABLES):
         out |= {(f"table pgrag.{table}", "authenticated", p) for p in ("SELECT", "DELETE")}
+    out |= {(f"table pgrag.{t}", "authenticated", "SELECT") for t in READ_ONLY_TENANT_TABLES}
     # authenticated writes column by column: never an id or is_public.
-    assert not {c for c in columns if c.endswith((".id", ".is_public"))}
+    assert not {c for c in columns | appended if c.endswith((".id", ".is_public"))}
     for column in columns:
         out |= {(f"column pgrag.{column}", "authenticated", p) for p in ("INSERT", "UPDATE")}
-    out |= {(f"table pgrag.{table}", "anon", "SELECT") for table in TENANT_TABLES}
+    out |= {(f"column pgrag.{column}", "authenticated", "INSERT") for column in appended}
+    out |= {
+        (f"table pgrag.{table}", "anon", "SELECT")
+        for table in (*tables, *READ_ONLY_TENANT_TABLES, *APPEND_ONLY_TENANT_TABLES)
+    }
     out |= {("table pgrag.embedding_config", role, "SELECT") for role in API_ROLES}
+    out |= {("table pgrag.settings", role, "SELECT") for role in API_ROLES}
     out |= {("table pgrag.text_search_configs", role, "SELECT") for role in API_ROLES}
-    for seq in ("chunks_id_seq", "documents_id_seq"):
+    for seq in ("chunks_id_seq", "documents_id_seq", "search_log_id_seq"):
         out |= {(f"sequence pgrag.{seq}", r, "USAGE") for r in ("authenticated", "service_role")}
     for fn in PGRAG_FUNCTIONS:
         out |= {(f"function pgrag.{fn}", role, "EXECUTE") for role in API_ROLES}
@@ -568,7 +585,12 @@ def _normalise(obj: str) -> str:
 def test_audit_every_grant_on_pgrag_objects_and_the_api(db: str) -> None:
     with connect(db) as conn:
         rows = conn.execute(AUDIT_SQL, (list(API_FUNCTIONS),)).fetchall()
-        expected = expected_grants(writable_columns(conn))
+        tables = TENANT_TABLES
+        expected = expected_grants(
+            writable_columns(conn, tables),
+            writable_columns(conn, APPEND_ONLY_TENANT_TABLES),
+            tables,
+        )
     granted = {(_normalise(o), g, p) for o, g, p in rows}
     assert not [r for r in granted if r[1] == "PUBLIC"], "PUBLIC holds a privilege"
     assert granted == expected, (

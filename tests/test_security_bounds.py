@@ -76,6 +76,7 @@ KNOWN_WRITERS = {
     "pgrag.query_cache_get",
     "pgrag.query_cache_put",
     "pgrag.prune_query_cache",
+    "public.log_search",
 }
 WRITER_SQLSTATES = {"pgrag.bm25_apply": {"42501", "23505"}}
 # Functions whose direct calls are checked only by their callers (none: every executable function

@@ -1,7 +1,8 @@
 """The ``pgrag`` command line: the root group and its ``--dsn``.
 
 Each group of commands has its module: ``database`` (db, migrate, status), ``ingest`` (ingest,
-delete, embed), ``search`` (search, ask), ``eval``, ``bundle`` (sql-bundle). ``common`` turns
+delete, embed), ``search`` (search, ask), ``eval``, ``reembed``, ``stats``, ``bundle``
+(sql-bundle). ``common`` turns
 every error into one line and a documented exit status; ``state`` holds what commands share.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import click
 
 from pgrag import __version__
-from pgrag.cli import bundle, database, ingest, search
+from pgrag.cli import bundle, database, ingest, reembed, search, stats
 from pgrag.cli import eval as eval_command
 from pgrag.cli.common import PgragGroup
 from pgrag.cli.state import CliState
@@ -56,4 +57,6 @@ main.add_command(ingest.embed)
 main.add_command(search.search)
 main.add_command(search.ask)
 main.add_command(eval_command.evaluate)
+main.add_command(reembed.reembed_command, "reembed")
+main.add_command(stats.stats)
 main.add_command(bundle.sql_bundle)

@@ -21,6 +21,7 @@ from pgrag.db import connect, set_request_tenant, vector_schema
 from pgrag.errors import EmbeddingConfigError, from_database_error
 from pgrag.ingest.plan import Doc
 from pgrag.ingest.workers import Worker
+from pgrag.usage import Operation, Usage, record_usage
 
 STAGE_COLUMNS = (
     "document_id",
@@ -74,9 +75,11 @@ class Loader(Worker):
         model: str,
         provider: str,
         on_commit: Callable[[list[Doc]], None] | None = None,
+        operation: Operation = "ingest",
     ) -> None:
         super().__init__("pgrag-loader")
         self.on_commit = on_commit
+        self.operation = operation
         self.tenant = tenant
         self.model = model
         self.provider = provider
@@ -87,14 +90,23 @@ class Loader(Worker):
     def close(self) -> None:
         self.conn.close()
 
-    def _do_stage(self, rows: list[tuple[Any, ...]]) -> None:
+    def _do_stage(self, payload: tuple[list[tuple[Any, ...]], int, int]) -> None:
+        rows, tokens, requests = payload
         copy_sql = sql.SQL("copy pgrag_stage ({}) from stdin (format binary)").format(
             sql.SQL(", ").join(sql.Identifier(c) for c in STAGE_COLUMNS)
         )
-        with self.conn.transaction(), self.conn.cursor() as cur, cur.copy(copy_sql) as copy:
-            copy.set_types(STAGE_TYPES)
-            for row in rows:
-                copy.write_row(row)
+        with self.conn.transaction():
+            with self.conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                copy.set_types(STAGE_TYPES)
+                for row in rows:
+                    copy.write_row(row)
+            # The batch's embedding tokens, in the same transaction: counted once, even when
+            # the run is killed (staged rows and usage commit together).
+            record_usage(
+                self.conn,
+                self.tenant,
+                Usage(self.operation, self.provider, self.model, tokens, 0, requests),
+            )
 
     def _do_fail(self, payload: tuple[int, str]) -> None:
         doc_id, message = payload

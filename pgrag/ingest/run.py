@@ -125,23 +125,33 @@ class IngestRun:
         if embedder.dims != dims:
             raise EmbeddingConfigError(
                 f"{embedder.provider}:{embedder.model_name} makes {embedder.dims}-dimension "
-                f"embeddings but this database holds {dims}: use a database installed with "
-                f"pgrag migrate --dims {embedder.dims}, or a model of {dims} dimensions."
+                f"embeddings but this database holds {dims}: switch every tenant's embeddings "
+                f"to it online with pgrag reembed --model {embedder.model_name} --dims "
+                f"{embedder.dims}, or use a model of {dims} dimensions."
             )
         if model is not None and (provider, model) != (embedder.provider, embedder.model_name):
             if not self.options.switch_model:
                 raise EmbeddingConfigError(
                     f"this database holds embeddings of {provider}:{model}; "
                     f"{embedder.provider}:{embedder.model_name} would mix models. Keep "
-                    f"--embedder {provider} --model {model}, or re-embed everything with "
-                    "pgrag ingest --switch-model (then re-ingest every source), "
-                    "or use a new database."
+                    f"--embedder {provider} --model {model}, switch every tenant's embeddings "
+                    f"online with pgrag reembed --model {embedder.model_name} (searches keep "
+                    "working), or offline with pgrag ingest --switch-model (clears every "
+                    "embedding; then re-ingest every source)."
                 )
             return embedder, True
         return embedder, False
 
     def _switch_model(self, embedder: Embedder) -> None:
         """Record a new model; every stored embedding is cleared and every document pending."""
+        running = self.conn.execute(
+            "select provider || ':' || model from pgrag.reembeds where status = 'running'"
+        ).fetchone()
+        if running:
+            raise EmbeddingConfigError(
+                f"a re-embed to {running[0]} is running (pgrag reembed): let it finish, or "
+                "cancel it with pgrag reembed --cancel, before --switch-model."
+            )
         with self.conn.transaction():
             self.conn.execute(
                 "update pgrag.embedding_config set model = %s, provider = %s",

@@ -132,7 +132,9 @@ class EmbeddingStage(Worker):
             if fresh and chunk.content not in need:
                 need[chunk.content] = len(texts)
                 texts.append(chunk.content)
+        before = self.embedder.tokens_used
         vectors = self._embed(texts) if texts else None
+        tokens = self.embedder.tokens_used - before
         rows = []
         for doc, chunk in batch:
             pos = need.get(chunk.content)
@@ -156,7 +158,7 @@ class EmbeddingStage(Worker):
                     chunk.metadata,
                 )
             )
-        self.loader.put("stage", rows)
+        self.loader.put("stage", (rows, tokens, 1 if texts else 0))
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``; the local model works in slices so Ctrl-C stops it within ~1 s."""

@@ -107,7 +107,7 @@ begin
         where p.pronamespace = 'public'::regnamespace
           and p.proname = any (array[
               'vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows',
-              'build_context', 'hybrid_search_text'
+              'build_context', 'hybrid_search_text', 'log_search'
           ])
           -- never an extension's function of the same name
           and not exists (select 1 from pg_catalog.pg_depend as d

@@ -184,8 +184,10 @@ def load_two_tenants(db: str, local_embedder: Any) -> Loaded:
     return Loaded(db, documents, chunks, public_documents, public_chunks)
 
 
-def tenant_tables(db: str) -> list[str]:
-    """Every table of schema pgrag with a tenant_id column (read from the catalog)."""
+def tenant_tables(db: str, readable_by: str | None = None) -> list[str]:
+    """Every table of schema pgrag with a tenant_id column (read from the catalog); with
+    ``readable_by``, those that role may select from (a running re-embed's queue is the owner's
+    alone)."""
     with connect(db) as conn:
         return [
             r[0]
@@ -193,9 +195,28 @@ def tenant_tables(db: str) -> list[str]:
                 "select c.relname from pg_class c "
                 "where c.relnamespace = 'pgrag'::regnamespace and c.relkind in ('r', 'p') "
                 "and exists (select 1 from pg_attribute a where a.attrelid = c.oid "
-                "and a.attname = 'tenant_id' and not a.attisdropped) order by 1"
+                "and a.attname = 'tenant_id' and not a.attisdropped) "
+                "and (%s::text is null or has_table_privilege(%s::text, c.oid, 'select')) "
+                "order by 1",
+                (readable_by, readable_by),
             )
         ]
+
+
+def usage_and_search_log_rows(db: str) -> None:
+    """A row of usage and of the search log for each tenant (written as the owner), and of the
+    query-embedding cache where it is installed (issue 14)."""
+    with connect(db) as conn:
+        cache = conn.execute("select to_regclass('pgrag.query_embeddings')").fetchone()
+        conn.execute("update pgrag.settings set search_log = true")
+        for tenant in TENANTS:
+            conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
+            conn.execute("select pgrag.record_usage('query', 'local', 'm', 7)")
+            conn.execute("select public.log_search('hybrid', 5, 1, 0.5)")
+            if cache and cache[0]:
+                conn.execute("select pgrag.query_cache_put('m', 'vacation', '[1,2,3]')")
+        conn.execute("update pgrag.settings set search_log = false")
+        conn.commit()
 
 
 def tenants_in(conn: psycopg.Connection[Any], table: str) -> dict[str, int]:
