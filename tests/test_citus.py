@@ -191,10 +191,13 @@ def test_tables_are_distributed_by_tenant_and_co_located(installed: Installed) -
         )
     tenant_tables = ["pgrag.documents", "pgrag.chunks", "pgrag.bm25_postings"]
     tenant_tables += ["pgrag.bm25_lexicon", "pgrag.corpus_stats", "pgrag.query_embeddings"]
+    tenant_tables += ["pgrag.chunk_embeddings_next", "pgrag.token_usage", "pgrag.search_log"]
     assert {rows[t] for t in tenant_tables} == {rows["pgrag.documents"]}  # one co-location group
     assert rows["pgrag.documents"].startswith("h:")  # hash-distributed
     assert rows["pgrag.embedding_config"].startswith("n:")  # reference tables
     assert rows["pgrag.text_search_configs"].startswith("n:")
+    for table in ("pgrag.settings", "pgrag.model_prices", "pgrag.reembeds"):  # global ones
+        assert rows[table].startswith("n:"), table
     assert "pgrag.schema_migrations" not in rows  # the coordinator's own
 
 
@@ -281,6 +284,55 @@ def test_the_query_embedding_cache_keeps_a_tenants_entries_on_its_worker(
     finally:
         with psycopg.connect(installed.citus, autocommit=True) as conn:
             conn.execute("delete from pgrag.query_embeddings where model = 'm'")
+
+
+@pytest.mark.slow
+def test_usage_and_the_search_log_are_written_on_the_tenants_worker(installed: Installed) -> None:
+    """incremental/010's tables: record_usage (the owner's, as the CLI) and log_search (a
+    tenant's, through RLS, with the operator's setting read from the reference table)."""
+    a, b = installed.tenants
+    with psycopg.connect(installed.citus, autocommit=True) as conn:
+        conn.execute("update pgrag.settings set search_log = true")
+    try:
+        with as_owner(installed.citus, a) as conn:
+            conn.execute("select pgrag.record_usage('query', 'local', 'm', 7)")
+            conn.execute("select pgrag.record_usage('query', 'local', 'm', 5)")
+            conn.commit()
+        with as_api_role(installed.citus, "authenticated", a) as conn:
+            logged = conn.execute("select public.log_search('hybrid', 12.5, 3, 0.9)").fetchone()
+            assert logged == (True,)
+            conn.commit()
+        with as_api_role(installed.citus, "authenticated", a) as conn:
+            assert conn.execute(
+                "select sum(input_tokens)::int, sum(requests)::int from pgrag.token_usage "
+                "where model = 'm'"
+            ).fetchone() == (12, 2)
+            assert conn.execute("select mode, row_count from pgrag.search_log").fetchall() == [
+                ("hybrid", 3)
+            ]
+        with as_api_role(installed.citus, "authenticated", b) as conn:
+            assert conn.execute("select count(*) from pgrag.search_log").fetchone() == (0,)
+            assert conn.execute(
+                "select count(*) from pgrag.token_usage where model = 'm'"
+            ).fetchone() == (0,)
+        with psycopg.connect(installed.workers[installed.ports[a]]) as worker:
+            for table in ("token_usage", "search_log"):
+                (shard,) = worker.execute(
+                    "select get_shard_id_for_distribution_column(%s, %s::text)",
+                    (f"pgrag.{table}", a),
+                ).fetchone()  # type: ignore[misc]
+                (n,) = worker.execute(
+                    sql.SQL("select count(*) from pgrag.{} where tenant_id = %s").format(
+                        sql.Identifier(f"{table}_{shard}")
+                    ),
+                    (a,),
+                ).fetchone()  # type: ignore[misc]
+                assert n > 0, table
+    finally:
+        with psycopg.connect(installed.citus, autocommit=True) as conn:
+            conn.execute("update pgrag.settings set search_log = false")
+            conn.execute("delete from pgrag.search_log")
+            conn.execute("delete from pgrag.token_usage where model = 'm'")
 
 
 @pytest.mark.slow
