@@ -9,7 +9,8 @@
 --   * every pgrag function (schema pgrag, and the API functions in public):
 --     its definition executed again (Citus forwards CREATE OR REPLACE of a distributed
 --     function) or, when new, made a distributed function; then its EXECUTE grants;
---   * every trigger on pgrag's Citus tables: CREATE OR REPLACE TRIGGER (to each shard);
+--   * every trigger on pgrag's Citus tables: CREATE OR REPLACE TRIGGER (to each shard; a
+--     constraint trigger, which has no OR REPLACE, dropped and created);
 --   * the privileges on pgrag's Citus tables, table and column grants (to each shard);
 --   * the API roles' settings (statement_timeout, temp_file_limit).
 -- The policies were re-made by 001-distribute.sql with propagation on. On a first install all
@@ -73,7 +74,8 @@ declare
     v_grant text;
 begin
     for t in
-        select tr.oid, tr.tgrelid::regclass as rel
+        select tr.oid, tr.tgrelid::regclass as rel, tr.tgname, tr.tgconstraint <> 0 as is_constraint,
+               pg_catalog.pg_get_triggerdef(tr.oid) as def
         from pg_catalog.pg_trigger as tr
         join pg_catalog.pg_class as cl on cl.oid = tr.tgrelid
         where cl.relnamespace = 'pgrag'::regnamespace
@@ -81,8 +83,14 @@ begin
           and exists (select 1 from pg_catalog.pg_dist_partition as d where d.logicalrelid = tr.tgrelid)
         order by tr.oid
     loop
-        execute pg_catalog.regexp_replace(pg_catalog.pg_get_triggerdef(t.oid),
-                                          '^CREATE TRIGGER', 'CREATE OR REPLACE TRIGGER');
+        if t.is_constraint then
+            -- (CREATE OR REPLACE does not exist for constraint triggers: dropped and created,
+            -- in this transaction, as sql/idempotent does)
+            execute pg_catalog.format('drop trigger %I on %s', t.tgname, t.rel);
+            execute t.def;
+        else
+            execute pg_catalog.regexp_replace(t.def, '^CREATE TRIGGER', 'CREATE OR REPLACE TRIGGER');
+        end if;
     end loop;
 
     for t in
