@@ -336,6 +336,30 @@ def test_usage_and_the_search_log_are_written_on_the_tenants_worker(installed: I
 
 
 @pytest.mark.slow
+def test_a_tenant_inserts_rows_whose_ids_the_coordinator_draws_but_chooses_none(
+    installed: Installed,
+) -> None:
+    """Citus sends the shard the id it drew; the tenant still may not give one."""
+    a = installed.tenants[0]
+    insert = (
+        "insert into pgrag.documents (tenant_id, source_type, source_uri) "
+        "values (%s, 'text', 'by-the-tenant') returning id"
+    )
+    for server in (installed.single, installed.citus):
+        with as_api_role(server, "authenticated", a) as conn:
+            assert conn.execute(insert, (a,)).fetchone() is not None
+        with (
+            as_api_role(server, "authenticated", a) as conn,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            conn.execute(
+                "insert into pgrag.documents (tenant_id, id, source_type, source_uri) "
+                "values (%s, 999999, 'text', 'chosen-id')",
+                (a,),
+            )
+
+
+@pytest.mark.slow
 def test_row_level_security_keeps_tenants_apart_on_the_workers(installed: Installed) -> None:
     a, b = installed.tenants
     tables = ["documents", "chunks", "bm25_postings", "bm25_lexicon", "corpus_stats"]

@@ -11,7 +11,8 @@
 --     function) or, when new, made a distributed function; then its EXECUTE grants;
 --   * every trigger on pgrag's Citus tables: CREATE OR REPLACE TRIGGER (to each shard; a
 --     constraint trigger, which has no OR REPLACE, dropped and created);
---   * the privileges on pgrag's Citus tables, table and column grants (to each shard);
+--   * the privileges on pgrag's Citus tables, table and column grants (to each shard), and the
+--     id columns the coordinator fills for roles that insert the other columns (shards only);
 --   * the API roles' settings (statement_timeout, temp_file_limit).
 -- The policies were re-made by 001-distribute.sql with propagation on. On a first install all
 -- of this is there already (distributing a table copies it) and re-doing it changes nothing.
@@ -129,6 +130,50 @@ begin
             execute v_grant;
         end loop;
     end loop;
+end
+$$;
+
+-- Ids the coordinator draws. A role that may insert some columns of a table but not its id
+-- (authenticated: sql/idempotent/900-row-security.sql grants it no identity or serial column,
+-- so no tenant chooses an id) still inserts rows whose id the sequence gives: on one server the
+-- default fills it; on Citus the coordinator evaluates the default and sends the shard an INSERT
+-- naming the id, which the shard's column grants refuse ("permission denied for table
+-- search_log_102234": public.log_search and a tenant's own ingest failed). So each such role
+-- gets INSERT on those columns on the shards only: granted with propagation on, revoked again
+-- on the coordinator alone, which still refuses an id a client gives (and the workers accept
+-- logins from the cluster's nodes only: docs/scaling.md, "Roles and pg_hba").
+do $$
+declare
+    c record;
+begin
+    for c in
+        select a.attrelid::regclass as rel, a.attname,
+               pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) as role
+        from pg_catalog.pg_attribute as a
+        join pg_catalog.pg_class as cl on cl.oid = a.attrelid
+        cross join lateral (
+            select distinct x.grantee
+            from pg_catalog.pg_attribute as o
+            cross join lateral pg_catalog.aclexplode(o.attacl) as x
+            where o.attrelid = a.attrelid and o.attacl is not null
+              and x.privilege_type = 'INSERT' and x.grantee <> 0 and x.grantee <> cl.relowner
+        ) as g
+        where cl.relnamespace = 'pgrag'::regnamespace
+          and exists (select 1 from pg_catalog.pg_dist_partition as d where d.logicalrelid = cl.oid)
+          and a.attnum > 0 and not a.attisdropped
+          and (a.attidentity <> ''
+               or exists (select 1 from pg_catalog.pg_attrdef as ad
+                          where ad.adrelid = a.attrelid and ad.adnum = a.attnum
+                            and pg_catalog.pg_get_expr(ad.adbin, ad.adrelid) like 'nextval(%'))
+          and not pg_catalog.has_column_privilege(g.grantee, a.attrelid, a.attnum, 'INSERT')
+        order by 1, 2, 3
+    loop
+        perform pg_catalog.set_config('citus.enable_ddl_propagation', 'on', true);
+        execute pg_catalog.format('grant insert (%I) on table %s to %s', c.attname, c.rel, c.role);
+        perform pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+        execute pg_catalog.format('revoke insert (%I) on table %s from %s', c.attname, c.rel, c.role);
+    end loop;
+    perform pg_catalog.set_config('citus.enable_ddl_propagation', 'on', true);
 end
 $$;
 
