@@ -261,7 +261,7 @@ def test_the_query_embedding_cache_keeps_a_tenants_entries_on_its_worker(
         put = "select pgrag.query_cache_put('m', %s, %s)"
         assert conn.execute(put, (QUERIES[0], e)).fetchone() == (True,)
         (cached,) = conn.execute(
-            "select pgrag.query_cache_get('m', %s)::text", (QUERIES[0].upper(),)
+            "select pgrag.query_cache_get('m', %s)::text", (QUERIES[0],)
         ).fetchone()  # type: ignore[misc]
         assert cached == conn.execute("select %s::vector::text", (e,)).fetchone()[0]  # type: ignore[index]
         shard = conn.execute(

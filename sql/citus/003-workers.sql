@@ -12,7 +12,8 @@
 --   * every trigger on pgrag's Citus tables: CREATE OR REPLACE TRIGGER (to each shard; a
 --     constraint trigger, which has no OR REPLACE, dropped and created);
 --   * the privileges on pgrag's Citus tables, table and column grants (to each shard), and the
---     id columns the coordinator fills for roles that insert the other columns (shards only);
+--     columns the coordinator fills with their defaults, for roles that insert the others
+--     (shards only);
 --   * the API roles' settings (statement_timeout, temp_file_limit).
 -- The policies were re-made by 001-distribute.sql with propagation on. On a first install all
 -- of this is there already (distributing a table copies it) and re-doing it changes nothing.
@@ -133,15 +134,17 @@ begin
 end
 $$;
 
--- Ids the coordinator draws. A role that may insert some columns of a table but not its id
+-- Values the coordinator fills in. A role that may insert some columns of a table but not all
 -- (authenticated: sql/idempotent/900-row-security.sql grants it no identity or serial column,
--- so no tenant chooses an id) still inserts rows whose id the sequence gives: on one server the
--- default fills it; on Citus the coordinator evaluates the default and sends the shard an INSERT
--- naming the id, which the shard's column grants refuse ("permission denied for table
--- search_log_102234": public.log_search and a tenant's own ingest failed). So each such role
--- gets INSERT on those columns on the shards only: granted with propagation on, revoked again
--- on the coordinator alone, which still refuses an id a client gives (and the workers accept
--- logins from the cluster's nodes only: docs/scaling.md, "Roles and pg_hba").
+-- so no tenant chooses an id, and not is_public) still inserts rows whose other columns take
+-- their defaults: on one server the defaults fill them; on Citus the coordinator evaluates every
+-- default (ids from the sequences, now(), is_public false) and sends the shard an INSERT naming
+-- those columns, which the shard's column grants refuse ("permission denied for table
+-- search_log_102234": public.log_search and a tenant's own inserts failed). So each such role
+-- gets INSERT on the columns with a default on the shards only: granted with propagation on,
+-- revoked again on the coordinator alone, which still checks the columns a client names (and
+-- the workers accept logins from the cluster's nodes only: docs/scaling.md, "Roles and
+-- pg_hba").
 do $$
 declare
     c record;
@@ -161,10 +164,7 @@ begin
         where cl.relnamespace = 'pgrag'::regnamespace
           and exists (select 1 from pg_catalog.pg_dist_partition as d where d.logicalrelid = cl.oid)
           and a.attnum > 0 and not a.attisdropped
-          and (a.attidentity <> ''
-               or exists (select 1 from pg_catalog.pg_attrdef as ad
-                          where ad.adrelid = a.attrelid and ad.adnum = a.attnum
-                            and pg_catalog.pg_get_expr(ad.adbin, ad.adrelid) like 'nextval(%'))
+          and (a.attidentity <> '' or (a.atthasdef and a.attgenerated = ''))
           and not pg_catalog.has_column_privilege(g.grantee, a.attrelid, a.attnum, 'INSERT')
         order by 1, 2, 3
     loop
