@@ -190,23 +190,21 @@ begin
                               else 'c.in_shared_graph' end];
         -- Without a tenant (service_role, the owner: every tenant), the rows outside the shared
         -- graph too: each such tenant's own graph, or an exact scan of those rows while it has
-        -- none (a bulk load not finished). Found by a loose scan of chunks_outside_shared_graph.
+        -- none (a bulk load not finished). Found by a loose scan of chunks_outside_shared_graph,
+        -- one probe per such tenant (a loop of min() queries, not a recursive CTE: a Citus
+        -- coordinator plans neither a recursive CTE over a distributed table nor a DISTINCT as
+        -- cheaply).
         if v_tenant is null and not v_public then
-            for v_other in
-                with recursive t(tenant_id) as (
-                    select pg_catalog.min(c.tenant_id) from pgrag.chunks as c where not c.in_shared_graph
-                    union all
-                    select (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
-                            where not c.in_shared_graph and c.tenant_id > t.tenant_id)
-                    from t where t.tenant_id is not null
-                )
-                select t.tenant_id from t where t.tenant_id is not null
-            loop
+            v_other := (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
+                        where not c.in_shared_graph);
+            while v_other is not null loop
                 v_walks := v_walks operator(pg_catalog.||) pg_catalog.format(
                     case when pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_other))) is not null
                          then 'c.tenant_id operator(pg_catalog.=) %L'
                          else 'c.tenant_id operator(pg_catalog.=) %L and not c.in_shared_graph' end,
                     v_other);
+                v_other := (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
+                            where not c.in_shared_graph and c.tenant_id > v_other);
             end loop;
         end if;
         -- One subquery per walk; a row two walks find (a tenant's row from before it was
