@@ -1,7 +1,8 @@
 """The ``pgrag`` command line: the root group and its ``--dsn``.
 
 Each group of commands has its module: ``database`` (db, migrate, status), ``ingest`` (ingest,
-delete, embed), ``search`` (search, ask), ``eval``, ``bundle`` (sql-bundle). ``common`` turns
+delete, embed), ``worker`` (the document queue), ``search`` (search, ask), ``eval``, ``bundle``
+(sql-bundle). ``common`` turns
 every error into one line and a documented exit status; ``state`` holds what commands share.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import click
 
 from pgrag import __version__
-from pgrag.cli import bundle, database, ingest, search
+from pgrag.cli import bundle, database, ingest, search, worker
 from pgrag.cli import eval as eval_command
 from pgrag.cli.common import PgragGroup
 from pgrag.cli.state import CliState
@@ -33,6 +34,7 @@ def main(ctx: click.Context, dsn: str | None) -> None:
     Quick start (embedded database, nothing to set up):
       pgrag migrate            install or upgrade pgrag's SQL
       pgrag ingest docs/       extract, chunk, embed and load documents
+      pgrag worker             process documents submitted through SQL or PostgREST
       pgrag search "question"  hybrid BM25 + vector search with citations
     """
     ctx.obj = CliState(dsn)
@@ -46,6 +48,7 @@ main.add_command(database.status)
 main.add_command(ingest.ingest)
 main.add_command(ingest.delete)
 main.add_command(ingest.embed)
+main.add_command(worker.worker)
 main.add_command(search.search)
 main.add_command(search.ask)
 main.add_command(eval_command.evaluate)

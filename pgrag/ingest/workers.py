@@ -12,14 +12,16 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pgrag.chunking import Chunk
 from pgrag.embedders import Embedder
-from pgrag.errors import PgragError
+from pgrag.errors import Cancelled, PgragError
 from pgrag.extract import ExtractedDocument
+from pgrag.ingest.lifecycle import SwapRow
 from pgrag.ingest.options import IngestOptions, IngestSummary
 from pgrag.ingest.plan import Doc
 from pgrag.progress import Progress
@@ -32,19 +34,27 @@ class Worker(threading.Thread):
     """A pipeline stage: a bounded inbox, handled in order on its own thread.
 
     An error stops the stage's work (it keeps draining so producers never block) and is
-    raised to whoever puts into it next or waits for it to finish.
+    raised to whoever puts into it next or waits for it to finish. ``abort`` (an event set
+    from outside, e.g. by a worker that is stopping) makes a producer waiting in ``put`` or
+    ``finish`` raise :class:`~pgrag.errors.Cancelled` within 0.2 s.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, abort: threading.Event | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=QUEUE_DEPTH)
         self.error: BaseException | None = None
         self.cancelled = False
+        self.abort = abort
+
+    def _check_abort(self) -> None:
+        if self.abort is not None and self.abort.is_set():
+            raise Cancelled("cancelled: the worker is stopping")
 
     def put(self, kind: str, payload: Any) -> None:
         while True:
             if self.error is not None:
                 raise self.error
+            self._check_abort()
             try:
                 self.inbox.put((kind, payload), timeout=0.2)
                 return
@@ -66,7 +76,9 @@ class Worker(threading.Thread):
 
     def finish(self) -> None:
         self.stop()
-        self.join()
+        while self.is_alive():
+            self._check_abort()
+            self.join(timeout=0.2)
         self.close()
         if self.error is not None:
             raise self.error
@@ -95,6 +107,18 @@ class Worker(threading.Thread):
                         return
 
 
+@dataclass(frozen=True)
+class EmbeddedBatch:
+    """One batch the embedding stage sent to the model: who, which model, how much (the hook
+    where token usage per tenant and model is recorded)."""
+
+    tenant: str
+    provider: str
+    model: str
+    texts: int
+    tokens: int
+
+
 class EmbeddingStage(Worker):
     """Embeds batches (only chunks whose text is new) and forwards them to the loader.
 
@@ -110,8 +134,10 @@ class EmbeddingStage(Worker):
         summary: IngestSummary,
         progress: Progress,
         stored_metadata: Callable[[ExtractedDocument], dict[str, Any]],
+        abort: threading.Event | None = None,
     ) -> None:
-        super().__init__("pgrag-embedding")
+        super().__init__("pgrag-embedding", abort)
+        self.on_embedded: Callable[[EmbeddedBatch], None] | None = None
         self.loader = loader
         self.embedder = embedder
         self.options = options
@@ -127,13 +153,18 @@ class EmbeddingStage(Worker):
         summary = self.summary
         need: dict[str, int] = {}  # text -> row in the embedding matrix
         texts: list[str] = []
+        tokens = 0
         for doc, chunk in batch:
             fresh = force or chunk.sha256 not in doc.old_shas
             if fresh and chunk.content not in need:
                 need[chunk.content] = len(texts)
                 texts.append(chunk.content)
+                tokens += chunk.token_count
         vectors = self._embed(texts) if texts else None
-        rows = []
+        if texts and self.on_embedded is not None:
+            e = self.embedder
+            self.on_embedded(EmbeddedBatch("", e.provider, e.model_name, len(texts), tokens))
+        rows: list[dict[str, Any]] = []  # keyed by the staging table's columns
         for doc, chunk in batch:
             pos = need.get(chunk.content)
             if vectors is None or pos is None or (not force and chunk.sha256 in doc.old_shas):
@@ -142,19 +173,19 @@ class EmbeddingStage(Worker):
             else:
                 vector = vectors[pos]
             rows.append(
-                (
-                    doc.doc_id,
-                    chunk.index,
-                    chunk.content,
-                    vector,
-                    chunk.page,
-                    list(chunk.heading_path),
-                    chunk.language,
-                    chunk.token_count,
-                    chunk.sha256,
-                    chunk.overlap_chars,
-                    chunk.metadata,
-                )
+                {
+                    "document_id": doc.doc_id,
+                    "chunk_index": chunk.index,
+                    "content": chunk.content,
+                    "embedding": vector,
+                    "page": chunk.page,
+                    "heading_path": list(chunk.heading_path),
+                    "language": chunk.language,
+                    "token_count": chunk.token_count,
+                    "content_sha256": chunk.sha256,
+                    "overlap_chars": chunk.overlap_chars,
+                    "metadata": chunk.metadata,
+                }
             )
         self.loader.put("stage", rows)
 
@@ -164,7 +195,7 @@ class EmbeddingStage(Worker):
         step = LOCAL_EMBED_SLICE if embedder.provider == "local" else max(len(texts), 1)
         parts = []
         for start in range(0, len(texts), step):
-            if self.cancelled:
+            if self.cancelled or (self.abort is not None and self.abort.is_set()):
                 raise PgragError("ingest cancelled")
             part = texts[start : start + step]
             parts.append(embedder.embed(part))
@@ -174,7 +205,7 @@ class EmbeddingStage(Worker):
 
     def _do_commit(self, done: list[Doc]) -> None:
         rows = [
-            (
+            SwapRow(
                 d.doc_id,
                 d.source.title,
                 d.source.source_type,
