@@ -50,7 +50,11 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
     -- Session-local: staged rows die with the connection (a killed loader leaves nothing).
-    create temporary table if not exists pgrag_stage (
+    -- Once per session: a second call returns the table made by the first.
+    if pg_catalog.to_regclass('pg_temp.pgrag_stage') is not null then
+        return 'pg_temp.pgrag_stage'::pg_catalog.regclass;
+    end if;
+    create temporary table pgrag_stage (
         document_id bigint not null,
         chunk_index integer not null,
         content text not null,

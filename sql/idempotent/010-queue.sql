@@ -181,7 +181,9 @@ $$;
 comment on function public.submit_document(text, text, text, text, jsonb) is
 'Submits a document for the current tenant (from the JWT claims): inline content (source_type text, markdown or html; at most pgrag.queue_settings.max_content_bytes, 10 MB by default) identified by source_uri, or, without content, an http(s) source_uri the worker fetches (if the operator allowed it: pgrag.fetch_allowlist). Resubmitting a source_uri makes a new version: the worker processes the latest one. Returns (document_id, version, status): status pending, or ready when a previous version stays searchable meanwhile. Limits: source_uri 1-2,048 characters, title 1,000, metadata a JSON object of 10,000 bytes (22023); queued documents per tenant (PR010). Runs as the caller (RLS applies); a published document can only be resubmitted with the publishing privilege (42501).';
 
-create or replace view pgrag.queue_status with (security_invoker = true) as
+-- Re-made on every migrate (nothing depends on it; 900-row-security.sql grants it again).
+drop view if exists pgrag.queue_status;
+create view pgrag.queue_status with (security_invoker = true) as
 select q.tenant_id,
        pg_catalog.count(*) filter (where q.state operator(pg_catalog.=) 'queued') as queued,
        pg_catalog.count(*) filter (where q.state operator(pg_catalog.=) 'queued'
@@ -377,24 +379,33 @@ begin
     end loop;
 
     return query
-    with candidates as (
-        -- expired leases first (their worker is gone), then due documents
-        (select e.tenant_id, e.document_id, 0::bigint as turn, e.lease_expires_at as since
-         from pgrag.document_queue as e
-         where e.state = 'processing' and e.lease_expires_at < v_now
-         order by e.lease_expires_at
-         limit claim_documents.n)
-        union all
-        select c.tenant_id, c.document_id, c.turn, c.since
+    -- Each tenant's oldest due documents, locked (SKIP LOCKED: those another claim holds are
+    -- passed over, so concurrent claims take the next ones), then ranked within the tenant.
+    with expired as (
+        select e.tenant_id, e.document_id, 0::bigint as turn, e.lease_expires_at as since
+        from pgrag.document_queue as e
+        where e.state = 'processing' and e.lease_expires_at < v_now and e.attempts < v_max
+        order by e.lease_expires_at
+        limit claim_documents.n
+        for update of e skip locked
+    ), due as (
+        select c.tenant_id, c.document_id, c.since,
+               pg_catalog.row_number() over (partition by c.tenant_id
+                                             order by c.since, c.document_id) as turn
         from pg_catalog.unnest(v_tenants) as t (tenant_id)
         cross join lateral (
-            select q.tenant_id, q.document_id, q.next_attempt_at as since,
-                   pg_catalog.row_number() over (order by q.next_attempt_at, q.document_id) as turn
+            select q.tenant_id, q.document_id, q.next_attempt_at as since
             from pgrag.document_queue as q
             where q.tenant_id = t.tenant_id and q.state = 'queued' and q.next_attempt_at <= v_now
             order by q.next_attempt_at, q.document_id
             limit claim_documents.n
+            for update of q skip locked
         ) as c
+    ), candidates as (
+        -- expired leases first (their worker is gone), then due documents, interleaved
+        select x.tenant_id, x.document_id, x.turn, x.since from expired as x
+        union all
+        select y.tenant_id, y.document_id, y.turn, y.since from due as y
     ), picked as (
         select q.tenant_id, q.document_id
         from candidates as c

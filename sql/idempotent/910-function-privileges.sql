@@ -136,10 +136,13 @@ begin
                             and d.deptype = 'e')
         order by 1
     loop
-        execute pg_catalog.format('revoke all on function %s from public, anon', f.sig);
-        execute pg_catalog.format('grant execute on function %s to %s', f.sig,
-                                  case when f.tenant_only then 'authenticated, service_role'
-                                       else 'anon, authenticated, service_role' end);
+        execute pg_catalog.format('revoke all on function %s from public', f.sig);
+        if f.tenant_only then
+            execute pg_catalog.format('revoke all on function %s from anon', f.sig);
+            execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
+        else
+            execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
+        end if;
     end loop;
 end
 $$;
