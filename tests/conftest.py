@@ -28,6 +28,7 @@ pytest_plugins = [
     "plugins.databases",
     "plugins.dev_tools",
     "plugins.embedder",
+    "plugins.queue",
     "plugins.sample_files",
     "plugins.search_corpus",
     # Servers beyond the embedded one (PostgreSQL 15 + PL/Python, Citus, hot standby).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -142,8 +143,14 @@ def worker(
         echo_json({"worker_id": runner.worker_id, **summary.as_dict()})
     else:
         print_summary(summary)
-    if once and summary.documents_failed:
-        sys.exit(1)
+    status = 1 if once and summary.documents_failed else 0
+    if runner.signalled:
+        # Stopped by a signal: everything was committed or released; leave without the
+        # interpreter's teardown, which a model thread still ending its slice could abort.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 def print_summary(s: WorkerSummary) -> None:

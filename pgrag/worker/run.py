@@ -125,6 +125,7 @@ class QueueWorker:
         self.stopping = threading.Event()  # no new claims
         self.cancel = threading.Event()  # abandon the current batches
         self.fatal: BaseException | None = None
+        self.signalled = False  # stopped by SIGTERM/SIGINT
         self._wake: list[threading.Event] = []
         self._busy = 0
         self._busy_lock = threading.Lock()
@@ -185,6 +186,7 @@ class QueueWorker:
             return lambda: None
 
         def handler(signum: int, frame: FrameType | None) -> None:
+            self.signalled = True
             name = signal.Signals(signum).name
             if self.stopping.is_set():
                 self.say(f"{name} again: cancelling the current batch now")
