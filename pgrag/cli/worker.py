@@ -164,4 +164,5 @@ def print_summary(s: WorkerSummary) -> None:
         f"chunks:    {s.chunks_written} written, {s.chunks_embedded} embedded, "
         f"{s.chunks_reused} reused"
     )
-    click.echo(f"time:      {s.seconds:.1f} s ({s.batches} batches)")
+    batches = f"{s.batches} batch{'' if s.batches == 1 else 'es'}"
+    click.echo(f"time:      {s.seconds:.1f} s ({batches})")
