@@ -53,6 +53,7 @@ from pgrag.errors import (
 )
 from pgrag.ingest.options import IngestOptions
 from pgrag.ingest.run import IngestRun
+from pgrag.ingest.workers import EmbeddedBatch
 from pgrag.progress import Progress
 from pgrag.worker.fetch import FetchLimits, load_allowlist
 from pgrag.worker.jobs import (
@@ -99,7 +100,9 @@ class QueueWorker:
     """Processes the document queue of the database ``dsn`` (see the module docstring).
 
     ``say`` receives one line per event worth telling an operator (a failed document, a lost
-    connection); ``progress`` counts finished documents and embedded chunks.
+    connection); ``progress`` counts finished documents and embedded chunks; ``on_embedded``
+    is called for each batch sent to the model, with its tenant, model and token count (where
+    usage is recorded).
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class QueueWorker:
         progress: Progress | None = None,
         say: Callable[[str], None] | None = None,
         worker_id: str | None = None,
+        on_embedded: Callable[[EmbeddedBatch], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.options = options or WorkerOptions()
@@ -130,7 +134,7 @@ class QueueWorker:
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._embedder = embedder
-        self._embedder_lock = threading.Lock()
+        self.on_embedded = on_embedded  # each batch sent to the model (tenant, model, tokens)
         self._timer: threading.Timer | None = None
 
     # -- control ---------------------------------------------------------------------------------
@@ -315,6 +319,7 @@ class QueueWorker:
                 None,
                 lifecycle=QueueLifecycle(self.worker_id, jobs),
                 cancel=self.cancel,
+                on_embedded=self.on_embedded,
             )
             result = run.ingest(job_sources(jobs, rules, self.options.fetch))
             with self.summary.lock:
