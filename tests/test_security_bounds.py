@@ -52,16 +52,18 @@ TIMEOUT_S = 3.0
 DIMS = 384
 # SQLSTATEs pgrag documents for its functions' arguments (docs/security.md, "Argument limits").
 DOCUMENTED_SQLSTATES = {"22023"}
-# Volatile (writing) functions executable by authenticated/service_role (never anon). Two are not
-# fuzzed here: their work is bounded by the caller's own rows (RLS), bm25_apply refuses another
-# tenant's rows before locking (tests/test_security_privileges.py), and delete_documents removes
-# only the caller's documents (tests/test_cli_lifecycle.py); submit_document is (FUZZED_WRITERS).
-# Any other volatile function an API role can execute fails test_only_known_writers_are_executable.
+# Volatile (writing) functions executable by authenticated/service_role (never anon). They are
+# fuzzed like the others, each call in a transaction that is rolled back afterwards. Besides
+# 22023 they may refuse another tenant's rows (42501: bm25_apply, before taking a lock) or a
+# chunk indexed twice (23505: bm25_apply, the caller's own rows only), as docs/security.md says;
+# submit_document may refuse a full queue (PR010). Any other volatile function an API role can
+# execute fails test_only_known_writers_are_executable.
 KNOWN_WRITERS = {"pgrag.bm25_apply", "pgrag.delete_documents", "public.submit_document"}
-# Writers fuzzed here like the readers, each call rolled back (test_property_the_writing_rpcs_...).
+WRITER_SQLSTATES = {"pgrag.bm25_apply": {"42501", "23505"}, "public.submit_document": {"PR010"}}
+# Writers whose new rows are checked inside their own (rolled-back) request: the rows they make
+# are not in the corpus, so test_property_the_writing_rpcs_... fuzzes them instead of the
+# readers' test.
 FUZZED_WRITERS = {"public.submit_document"}
-# SQLSTATEs the writing RPCs document besides 22023: PR010, the tenant's queue is full.
-WRITER_SQLSTATES = DOCUMENTED_SQLSTATES | {"PR010"}
 # Functions whose direct calls are checked only by their callers (none: every executable function
 # checks its own arguments).
 CHECKED_BY_CALLERS: set[str] = set()
@@ -192,14 +194,29 @@ def temp_usage(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+class _RollBack(Exception):
+    """Raised inside a request to roll back what a writing function did."""
+
+
 def call(
-    conn: psycopg.Connection[Any], role: str, statement: str, params: Any = ()
+    conn: psycopg.Connection[Any],
+    role: str,
+    statement: str,
+    params: Any = (),
+    *,
+    roll_back: bool = False,
 ) -> tuple[list[Any] | None, str | None, str, float]:
-    """Run ``statement`` as ``role``: (rows or None, SQLSTATE or None, message, seconds)."""
+    """Run ``statement`` as ``role``: (rows or None, SQLSTATE or None, message, seconds).
+    With ``roll_back`` the request's transaction is rolled back instead of committed."""
     started = time.perf_counter()
+    rows: list[Any] = []
     try:
         with replay(conn, role):
             rows = conn.execute(statement, params).fetchall()
+            if roll_back:
+                raise _RollBack
+    except _RollBack:
+        pass
     except psycopg.Error as exc:
         return None, exc.sqlstate, str(exc), time.perf_counter() - started
     return rows, None, "", time.perf_counter() - started
@@ -314,6 +331,35 @@ def test_mmr_order_refuses_more_than_1000_caller_made_candidates(corpus: Corpus)
         "embeddings",
         "at most 1000 elements",
     )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            "2147483647, array['acme'], array[1::bigint], array['english'], array['a'::tsvector]",
+            "sign must be 1 (add) or -1 (remove)",
+        ),
+        (
+            "1, array['acme','acme'], array[1::bigint], array['english'], array['a'::tsvector]",
+            "chunk_ids must have as many elements",
+        ),
+        (
+            "1, array['acme'], array[null::bigint], array['english'], array['a'::tsvector]",
+            "chunk_ids and the other arrays",
+        ),
+    ],
+    ids=["sign", "unequal-arrays", "null-chunk-id"],
+)
+def test_bm25_apply_refuses_a_malformed_batch_before_writing(
+    corpus: Corpus, arguments: str, message: str
+) -> None:
+    with api_connection(corpus.db) as conn:
+        rows, state, text, _ = call(
+            conn, "authenticated", f"select pgrag.bm25_apply({arguments})", roll_back=True
+        )
+    assert (state, rows) == ("22023", None), text
+    assert text.startswith(message), text
 
 
 @pytest.mark.parametrize(
@@ -685,6 +731,17 @@ def strategies(corpus: Corpus) -> dict[str, st.SearchStrategy[Any]]:
             st.lists(st.one_of(FLOAT8, st.none()), max_size=20),
             big([[0.5] * 5000, [1.0] * 1001]),
         ),
+        "tsvector[]": st.one_of(
+            st.lists(
+                st.one_of(
+                    st.sampled_from(["'a':1", "'globex':1,2 'acme':3A", "", "'x':1A"]),
+                    SHORT_TEXT,
+                    st.none(),
+                ),
+                max_size=12,
+            ),
+            big([["'w':1"] * 5000, ["'w':1"] * 10_001]),
+        ),
         "vector[]": st.one_of(
             st.lists(vectors, max_size=12).map(vector_array),
             big(
@@ -803,7 +860,10 @@ def run_one(
             worst.type_errors += 1
             return
     files, used = temp_usage(conn)
-    rows, state, message, seconds = call(conn, role, statement.as_string(), params)
+    writer = fn.qualified in KNOWN_WRITERS
+    rows, state, message, seconds = call(
+        conn, role, statement.as_string(), params, roll_back=writer
+    )
     files_after, used_after = temp_usage(conn)
     what = f"{role}: {fn.qualified}({describe(args)})"
     worst.calls += 1
@@ -813,13 +873,15 @@ def run_one(
     if used_after - used > worst.temp_bytes:
         worst.temp_bytes, worst.temp_call = used_after - used, what
     assert state != "57014", f"hit the {TIMEOUT_S} s statement_timeout: {what}"
-    assert state is None or state in DOCUMENTED_SQLSTATES, f"{state} {message}: {what}"
+    documented = DOCUMENTED_SQLSTATES | WRITER_SQLSTATES.get(fn.qualified, set())
+    assert state is None or state in documented, f"{state} {message}: {what}"
     assert seconds < TIMEOUT_S, what
     assert (files_after - files, used_after - used) == (0, 0), f"temp files: {what}"
     if state is not None:
         worst.refused += 1
-        if fn.qualified not in VALIDATORS:  # a validator names the argument it is given
-            assert re.match(r"^[a-z_0-9]+ ", message), message  # names the argument first
+        # a validator names the argument it is given; the others name theirs first
+        if state == "22023" and fn.qualified not in VALIDATORS:
+            assert re.match(r"^[a-z_0-9]+ ", message), message
         return
     assert rows is not None
     assert_no_foreign_rows(corpus, role, fn, rows)
@@ -868,7 +930,7 @@ def test_property_every_executable_function_bounds_hostile_arguments(corpus: Cor
     functions = [
         f
         for f in executable_functions(corpus.db)
-        if f.volatility != "v" and f.qualified not in CHECKED_BY_CALLERS
+        if f.qualified not in CHECKED_BY_CALLERS | FUZZED_WRITERS
     ]
     names = {f.qualified for f in functions}
     assert {
@@ -877,7 +939,7 @@ def test_property_every_executable_function_bounds_hostile_arguments(corpus: Cor
         "public.hybrid_search",
         "public.chunk_windows",
         "public.build_context",
-    } <= names
+    } | (KNOWN_WRITERS - FUZZED_WRITERS) <= names
     by_type = strategies(corpus)
     missing = {t for f in functions for _, t, _ in f.args if t not in by_type}
     assert not missing, f"add a strategy for argument types {missing}"
@@ -946,7 +1008,8 @@ def run_writer(
     if seconds > worst.seconds:
         worst.seconds, worst.seconds_call = seconds, what
     assert state != "57014", f"hit the {TIMEOUT_S} s statement_timeout: {what}"
-    assert state is None or state in WRITER_SQLSTATES, f"{state} {message}: {what}"
+    documented = DOCUMENTED_SQLSTATES | WRITER_SQLSTATES.get(fn.qualified, set())
+    assert state is None or state in documented, f"{state} {message}: {what}"
     assert seconds < TIMEOUT_S, what
     if state is not None:
         worst.refused += 1

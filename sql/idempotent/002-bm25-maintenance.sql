@@ -27,6 +27,29 @@ begin
     if coalesce(pg_catalog.cardinality(chunk_ids), 0) = 0 then
         return;
     end if;
+    -- The triggers always pass well-formed batches; a direct caller gets 22023 instead of a
+    -- constraint error or statistics multiplied by an arbitrary sign.
+    if sign is null or sign not in (-1, 1) then
+        raise exception 'sign must be 1 (add) or -1 (remove) (got %)', sign
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
+    perform pgrag.check_length('chunk_ids', pg_catalog.cardinality(chunk_ids), 10000);
+    if pg_catalog.cardinality(tenant_ids) is distinct from pg_catalog.cardinality(chunk_ids)
+       or pg_catalog.cardinality(languages) is distinct from pg_catalog.cardinality(chunk_ids)
+       or pg_catalog.cardinality(ftss) is distinct from pg_catalog.cardinality(chunk_ids) then
+        raise exception 'chunk_ids must have as many elements as tenant_ids, languages and ftss'
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
+    if pg_catalog.array_position(tenant_ids, null) is not null
+       or pg_catalog.array_position(chunk_ids, null) is not null
+       or pg_catalog.array_position(languages, null) is not null
+       or pg_catalog.array_position(ftss, null) is not null then
+        raise exception 'chunk_ids and the other arrays (tenant_ids, languages, ftss) may not contain nulls'
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
     -- Other tenants are refused before any lock is taken: a caller under row-level security
     -- (authenticated) indexes only rows of its own tenant (the triggers hand it its own rows),
     -- so it can never hold another tenant's writer lock while RLS refuses its rows.
@@ -97,7 +120,7 @@ begin
 end
 $$;
 comment on function pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector[]) is
-'Adds (sign 1) or removes (sign -1) chunks in the BM25 index: postings, document frequencies (pgrag.bm25_lexicon, shard (pid % 16) * 8 + a slot rotating per statement) and corpus statistics (shard pid % 16). Called by the triggers on pgrag.chunks with their transition rows.';
+'Adds (sign 1) or removes (sign -1) chunks in the BM25 index: postings, document frequencies (pgrag.bm25_lexicon, shard (pid % 16) * 8 + a slot rotating per statement) and corpus statistics (shard pid % 16). Called by the triggers on pgrag.chunks with their transition rows, at most 10,000 at a time; raises 22023 for a sign other than 1/-1, arrays of unequal length or with nulls, and 23505 when a chunk is added twice.';
 
 -- One trigger function for the three events. The batching statement is written once and names
 -- the event's transition tables in dynamic SQL: PL/pgSQL cannot pass a transition table to a

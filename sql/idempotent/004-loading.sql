@@ -334,6 +334,9 @@ begin
         raise exception 'delete_documents needs document_ids, source_uris or source_uri_patterns'
             using errcode = '22023';
     end if;
+    perform pgrag.check_length('document_ids', pg_catalog.cardinality(document_ids), 10000);
+    perform pgrag.check_length('source_uris', pg_catalog.cardinality(source_uris), 10000);
+    perform pgrag.check_length('source_uri_patterns', pg_catalog.cardinality(source_uri_patterns), 100);
     -- Lock the matching documents (in id order, as the loader does) so no ingest swaps them in
     -- while they are being removed.
     select pg_catalog.array_agg(m.id order by m.id) into v_ids
@@ -365,4 +368,4 @@ begin
 end
 $$;
 comment on function pgrag.delete_documents(bigint[], text[], text[], boolean) is
-'Removes the current tenant''s documents matching any of document_ids, source_uris or source_uri_patterns (LIKE patterns) with their chunks, atomically; the BM25 statistics follow through the chunk triggers. Returns (document_id, source_uri, chunk_count) of each; dry_run only lists them. Runs as the caller (RLS applies); raises 22023 without a tenant claim or without any criterion.';
+'Removes the current tenant''s documents matching any of document_ids, source_uris or source_uri_patterns (LIKE patterns) with their chunks, atomically; the BM25 statistics follow through the chunk triggers. Returns (document_id, source_uri, chunk_count) of each; dry_run only lists them. Runs as the caller (RLS applies); raises 22023 without a tenant claim, without any criterion, or with more than 10,000 document_ids or source_uris or 100 source_uri_patterns.';
