@@ -62,6 +62,12 @@ def leases_of(dsn: str, pid: int) -> int:
     return int(row[0]) if row else 0
 
 
+def ready(dsn: str) -> int:
+    with connect(dsn) as conn:
+        row = conn.execute("select count(*) from pgrag.documents where status = 'ready'").fetchone()
+    return int(row[0]) if row else 0
+
+
 def finish(dsn: str, timeout: float = 300) -> None:
     """``pgrag worker --once`` until the queue is empty (killed workers' leases expire first)."""
     deadline = time.monotonic() + timeout
@@ -103,14 +109,21 @@ def test_kill_9_at_20_random_moments_loses_and_duplicates_nothing(
     ready_at_kill: list[int] = []
     log = tmp_path / "workers.log"
     while len(kills) < 20:
-        proc = worker_process(db, "--batch", "5", "--lease", "2", "--poll", "0.2", log=log)
+        proc = worker_process(db, "--batch", "2", "--lease", "2", "--poll", "0.2", log=log)
         try:
             deadline = time.monotonic() + 180
             while leases_of(db, proc.pid) == 0:  # wait for its first claim
                 assert proc.poll() is None, log.read_text()[-2000:]
                 assert time.monotonic() < deadline, "the worker never claimed"
                 time.sleep(0.02)
-            moment = rng.uniform(0.0, 0.8)  # 20 kills spread over the queue's processing
+            # A random moment in the worker's progress, whatever the machine's speed: after it
+            # completed 0 to 4 more documents, then up to 0.3 s into the next batch.
+            target = ready(db) + rng.randint(0, 4)
+            while ready(db) < target:
+                assert proc.poll() is None, log.read_text()[-2000:]
+                assert time.monotonic() < deadline, "the worker made no progress"
+                time.sleep(0.01)
+            moment = rng.uniform(0.0, 0.3)
             time.sleep(moment)
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
@@ -118,9 +131,7 @@ def test_kill_9_at_20_random_moments_loses_and_duplicates_nothing(
         finally:
             proc.kill()
         assert queue_states(db), f"the queue emptied after {len(kills)} kills"
-        ready_at_kill.append(
-            sum(d["status"] == "ready" for d in documents_by_uri(db, "acme").values())
-        )
+        ready_at_kill.append(ready(db))
 
     finish(db)
     print(f"\nready documents at each kill: {ready_at_kill}")

@@ -41,7 +41,7 @@ from typing import Any
 import psycopg
 
 from pgrag.db import connect, one_line, set_request_tenant
-from pgrag.embedders import Embedder, embedder_for_database
+from pgrag.embedders import Embedder, LocalEmbedder, embedder_for_database
 from pgrag.errors import (
     Cancelled,
     ConfigError,
@@ -155,8 +155,8 @@ class QueueWorker:
     def run(self) -> WorkerSummary:
         """Run until stopped (or, with ``once``, until nothing is due); the summary."""
         started = time.perf_counter()
-        restore = self._install_signals()
         self._check_database()
+        restore = self._install_signals()
         threads = [
             threading.Thread(target=self._listen, name="pgrag-listener", daemon=True),
             threading.Thread(target=self._keep_leases, name="pgrag-leases", daemon=True),
@@ -222,6 +222,12 @@ class QueueWorker:
                 raise NotInstalled("pgrag is not installed here: run pgrag migrate.") from exc
             if self._embedder is None:
                 self._embedder = embedder_for_database(conn)
+        # The checks every batch's run makes (model and dimension, language, chunk size), once
+        # now: a worker that cannot work says so at start, not at its first document.
+        IngestRun(self.dsn, "-", self._embedder, self.options.ingest, False, None).conn.close()
+        # Load a local model now, not while holding the leases of a first batch.
+        if isinstance(self._embedder, LocalEmbedder):
+            self._embedder.load()
 
     # -- the slots -------------------------------------------------------------------------------
 
