@@ -71,8 +71,22 @@ def grounded_messages(question: str, context: str) -> list[ChatCompletionMessage
     ]
 
 
+@dataclass(frozen=True)
+class Answer:
+    """The chat model's answer and the tokens the endpoint reported for it (0 when it did not)."""
+
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 def answer(question: str, context: str, config: ChatConfig) -> str:
     """Ask the chat endpoint to answer ``question`` from ``context`` only; return its text."""
+    return answer_with_usage(question, context, config).text
+
+
+def answer_with_usage(question: str, context: str, config: ChatConfig) -> Answer:
+    """:func:`answer`, with the prompt and completion tokens of the response's usage."""
     import openai
 
     client = openai.OpenAI(
@@ -102,4 +116,11 @@ def answer(question: str, context: str, config: ChatConfig) -> str:
     text = (choices[0].message.content or "").strip() if choices else ""
     if not text:
         raise ChatError(f"the chat endpoint {where} returned an empty answer.")
-    return text
+    usage = getattr(response, "usage", None)
+    prompt = getattr(usage, "prompt_tokens", None)
+    completion = getattr(usage, "completion_tokens", None)
+    return Answer(
+        text,
+        prompt if isinstance(prompt, int) else 0,
+        completion if isinstance(completion, int) else 0,
+    )

@@ -73,6 +73,29 @@ def default_sizes(chunker: str, max_tokens: int) -> tuple[int, int]:
     return size, size // 8
 
 
+def chunk_settings(
+    chunker: str,
+    max_tokens: int,
+    model_name: str,
+    chunk_size: int | None = None,
+    overlap: int | None = None,
+) -> tuple[int, int]:
+    """The (chunk_size, overlap) a chunk run uses: the given values, else the defaults of
+    :func:`default_sizes` (a given chunk_size alone gets 1/8 (tokens) or 1/10 (words) of it as
+    overlap). A tokens chunk larger than the model reads (``max_tokens`` minus [CLS] and [SEP])
+    is refused: its end would be truncated away when embedded."""
+    sizes = default_sizes(chunker, max_tokens)
+    size = chunk_size or sizes[0]
+    if overlap is None:
+        overlap = size // (8 if chunker == "tokens" else 10) if chunk_size else sizes[1]
+    if chunker == "tokens" and size > max_tokens - 2:
+        raise ConfigError(
+            f"--chunk-size {size} exceeds what {model_name} reads "
+            f"({max_tokens} tokens): its chunks would be truncated."
+        )
+    return size, overlap
+
+
 # -- sentences -------------------------------------------------------------------------------------
 
 _ABBREV = re.compile(

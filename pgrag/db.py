@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import psycopg
 
-from pgrag.errors import ConfigError, DatabaseUnreachable
+from pgrag.errors import ConfigError, DatabaseUnreachable, ReplicaLagging
 
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
@@ -23,8 +24,23 @@ def one_line(message: str) -> str:
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
-def connect(dsn: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection[Any]:
-    """Open a connection, turning connection failures into :class:`DatabaseUnreachable`."""
+DSN_SOURCES = "--dsn / PGRAG_DSN / DATABASE_URL"
+DSN_HINT = "Check --dsn / PGRAG_DSN, or omit them to use the embedded database."
+
+
+def connect(
+    dsn: str,
+    *,
+    autocommit: bool = False,
+    sources: str = DSN_SOURCES,
+    hint: str = DSN_HINT,
+    **kwargs: Any,
+) -> psycopg.Connection[Any]:
+    """Open a connection, turning connection failures into :class:`DatabaseUnreachable`.
+
+    ``sources`` names where the connection string came from and ``hint`` what to check when
+    the server cannot be reached (the read replica's are ``READ_DSN_SOURCES``/``READ_DSN_HINT``).
+    """
     kwargs.setdefault("connect_timeout", 10)
     try:
         conn = psycopg.connect(dsn, autocommit=autocommit, **kwargs)
@@ -32,15 +48,14 @@ def connect(dsn: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Con
         raise ConfigError(
             f"invalid connection string ({one_line(str(exc))}): use a URL such as "
             "postgresql://user@localhost:5432/dbname or key=value pairs (host=... dbname=...) "
-            "in --dsn / PGRAG_DSN / DATABASE_URL."
+            f"in {sources}."
         ) from exc
     except psycopg.OperationalError as exc:
         # libpq's message: the reason, then often a tab-indented hint; keep both on one line.
         reason = one_line(str(exc)) or type(exc).__name__
         end = "" if reason.endswith((".", "?", "!")) else "."
         raise DatabaseUnreachable(
-            f"cannot connect to the database {redact(dsn)}: {reason}{end} "
-            "Check --dsn / PGRAG_DSN, or omit them to use the embedded database."
+            f"cannot connect to the database {redact(dsn)}: {reason}{end} {hint}"
         ) from exc
     register_vector_if_installed(conn)
     return conn
@@ -85,6 +100,48 @@ def register_vector_if_installed(conn: psycopg.Connection[Any]) -> bool:
     if not conn.autocommit:
         conn.rollback()
     return schema is not None
+
+
+READ_DSN_SOURCES = "--read-dsn / PGRAG_READ_DSN"
+READ_DSN_HINT = (
+    "Check --read-dsn / PGRAG_READ_DSN (the server searches read from, e.g. a hot standby), "
+    "or omit them to read from --dsn."
+)
+
+
+def wait_for_replay(
+    writer: psycopg.Connection[Any], reader: psycopg.Connection[Any], timeout: float = 60.0
+) -> str | None:
+    """Read your writes on a hot standby: wait until ``reader`` (a standby) has replayed the
+    WAL ``writer`` (its primary) has written so far; return that position.
+
+    Returns None at once when ``reader`` is not in recovery (a primary, or a server that
+    replicates otherwise): there is no position to wait for. Raises :class:`ReplicaLagging`
+    after ``timeout`` seconds.
+    """
+    row = reader.execute("select pg_catalog.pg_is_in_recovery()").fetchone()
+    if not row or not row[0]:
+        return None
+    written = writer.execute("select pg_catalog.pg_current_wal_lsn()::text").fetchone()
+    assert written is not None
+    target = str(written[0])
+    deadline = time.monotonic() + timeout
+    while True:
+        got = reader.execute(
+            "select coalesce(pg_catalog.pg_last_wal_replay_lsn() >= %s::pg_lsn, false), "
+            "pg_catalog.pg_last_wal_replay_lsn()::text",
+            (target,),
+        ).fetchone()
+        assert got is not None
+        if got[0]:
+            return target
+        if time.monotonic() > deadline:
+            raise ReplicaLagging(
+                f"the read replica has replayed WAL up to {got[1]} after {timeout:.0f} s, "
+                f"short of the primary's {target} that holds the writes just made: check its "
+                "replication (pg_stat_replication on the primary), or omit --read-dsn."
+            )
+        time.sleep(0.05)
 
 
 DEFAULT_TENANT = "default"

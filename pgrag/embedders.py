@@ -13,16 +13,25 @@ import os
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import psycopg
 
 from pgrag.errors import ConfigError, EmbeddingConfigError, EmbeddingError, NotInstalled
 from pgrag.openai_errors import describe_openai_error
 
+if TYPE_CHECKING:
+    import psycopg
+
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 LOCAL_BACKENDS = ("onnx", "sentence-transformers")
+# Names under which pgrag.embedding_config may record the local model.
+LOCAL_MODEL_ALIASES = frozenset({LOCAL_MODEL_NAME, "all-MiniLM-L6-v2", "all-minilm-l6-v2"})
+
+
+def vector_literal(vector: Sequence[float] | np.ndarray) -> str:
+    """``vector`` as pgvector's text form, ``[x,y,...]``, each float32 value written exactly."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 class Embedder(Protocol):
@@ -30,6 +39,8 @@ class Embedder(Protocol):
 
     provider: str
     model_name: str
+    tokens_used: int
+    """Input tokens of every embed() call so far (usage and cost accounting)."""
 
     @property
     def dims(self) -> int: ...
@@ -67,7 +78,7 @@ def local_backend(backend: str | None = None) -> str:
 
 def model_cache_dir() -> Path:
     """Where derived model files (the ONNX graph) are cached: ``$PGRAG_HOME/models``."""
-    from pgrag.local_server import pgrag_home
+    from pgrag.home import pgrag_home
 
     return pgrag_home() / "models"
 
@@ -83,12 +94,16 @@ class LocalEmbedder:
 
     provider = "local"
 
-    def __init__(self, batch_size: int = 64, backend: str | None = None) -> None:
+    def __init__(
+        self, batch_size: int = 64, backend: str | None = None, threads: int | None = None
+    ) -> None:
         self.model_name = LOCAL_MODEL_NAME
         self.backend = local_backend(backend)
         self.batch_size = batch_size
+        self.threads = threads  # ONNX Runtime's intra-op threads (None: one per core)
         self.calls = 0  # embed() calls that reached the model (tests count them)
         self.texts_embedded = 0
+        self.tokens_used = 0  # tokens the model read, [CLS]/[SEP] included
 
     @property
     def dims(self) -> int:
@@ -126,7 +141,7 @@ class LocalEmbedder:
 
         model_dir = local_model_path()
         try:
-            return OnnxSentenceEncoder(model_dir, model_cache_dir())
+            return OnnxSentenceEncoder(model_dir, model_cache_dir(), threads=self.threads)
         except ImportError as exc:  # onnxruntime, tokenizers, safetensors or onnx
             raise EmbeddingError(
                 f"the ONNX runtime of the local model is missing ({exc.name}): "
@@ -144,7 +159,12 @@ class LocalEmbedder:
         self.calls += 1
         self.texts_embedded += len(texts)
         if self.backend == "onnx":
-            return np.asarray(self._model.encode(list(texts), self.batch_size), dtype=np.float32)
+            model = self._model
+            before = model.tokens_read
+            vectors = np.asarray(model.encode(list(texts), self.batch_size), dtype=np.float32)
+            self.tokens_used += model.tokens_read - before
+            return vectors
+        self.tokens_used += sum(min(n + 2, self.max_tokens) for n in self.count_tokens_many(texts))
         vectors = self._model.encode(
             list(texts),
             batch_size=self.batch_size,
@@ -232,6 +252,7 @@ class OpenAIEmbedder:
         self._request_dims = self._dims if native is not None and self._dims != native else None
         self.calls = 0  # HTTP requests that succeeded
         self.texts_embedded = 0
+        self.tokens_used = 0  # prompt tokens the endpoint reported (counted here if it did not)
 
     @property
     def dims(self) -> int:
@@ -324,13 +345,25 @@ class OpenAIEmbedder:
             )
         self.calls += 1
         self.texts_embedded += len(batch)
+        usage = getattr(response, "usage", None)
+        reported = getattr(usage, "prompt_tokens", None)
+        self.tokens_used += (
+            int(reported)
+            if isinstance(reported, int)
+            else sum(min(self.count_tokens(t), OPENAI_MAX_INPUT_TOKENS) for t in batch)
+        )
         return vectors
 
 
 # -- choosing an embedder ----------------------------------------------------------------------
 
 PROVIDERS = ("local", "openai")
-_LOCAL_ALIASES = {LOCAL_MODEL_NAME, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
+
+
+def provider_for_model(model: str) -> str:
+    """The provider that runs ``model`` when none is named: local for the bundled model
+    (any of its names), else openai."""
+    return "local" if model in LOCAL_MODEL_ALIASES else "openai"
 
 
 def get_embedder(
@@ -351,7 +384,7 @@ def get_embedder(
                 f"EMBEDDING_DIMENSION={os.environ['EMBEDDING_DIMENSION']!r} is not a number."
             ) from exc
     if provider == "local":
-        if model and model not in _LOCAL_ALIASES:
+        if model and model not in LOCAL_MODEL_ALIASES:
             raise ConfigError(
                 f"the local embedder runs only the bundled {LOCAL_MODEL_NAME}, not {model}: "
                 "use --embedder openai for other models (or unset EMBEDDING_MODEL)."
@@ -370,6 +403,8 @@ def get_embedder(
 
 def read_embedding_config(conn: psycopg.Connection[Any]) -> tuple[int, str | None, str | None]:
     """(dims, model, provider) recorded in ``pgrag.embedding_config``."""
+    import psycopg
+
     try:
         row = conn.execute("select dims, model, provider from pgrag.embedding_config").fetchone()
     except psycopg.errors.UndefinedTable as exc:  # pgrag is not installed there

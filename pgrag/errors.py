@@ -36,6 +36,10 @@ class DatabaseUnreachable(PgragError):
     """The database could not be reached."""
 
 
+class ReplicaLagging(PgragError):
+    """A read replica has not replayed writes that the command needs to read."""
+
+
 class PgvectorMissing(PgragError):
     """The server has no pgvector extension available."""
 
@@ -60,12 +64,21 @@ class DocumentChanged(PgragError):
     """A document changed in the database while this run was loading it (another ingest)."""
 
 
+class ModelSwitchError(PgragError):
+    """A model switch (``pgrag reembed``) could not start, go on or finish."""
+
+
 class EmbeddingError(PgragError):
     """The embedding backend failed."""
 
 
 class ExtractionError(PgragError):
     """A document could not be read or yielded no text."""
+
+
+class TextSearchUnavailable(PgragError):
+    """The database cannot embed a query itself: no PL/Python (and the query is not cached),
+    or pgrag or its model is not installed for the server's Python."""
 
 
 class MissingExtra(PgragError):
@@ -119,6 +132,7 @@ class SqlStateError:
 
     error: type[PgragError]
     message: str | None = None
+    hint: bool = False  # append the server's hint to its message
 
 
 SQLSTATE_ERRORS: dict[str, SqlStateError] = {
@@ -134,6 +148,23 @@ SQLSTATE_ERRORS: dict[str, SqlStateError] = {
     ),
     # raised by public.submit_document: the tenant's queue is at pgrag.queue_settings' limit.
     "PR010": SqlStateError(QueueFull),
+    # Model switches (sql/idempotent/030-reembed.sql): the server's message and hint.
+    # PR201: a write that waited for a switch stored embeddings of the previous model.
+    "PR201": SqlStateError(EmbeddingConfigError, hint=True),
+    # PR202: no re-embed is running, another one is, or embeddings of another model.
+    "PR202": SqlStateError(ModelSwitchError, hint=True),
+    # PR203: pgrag.chunks could not be locked for the switch's metadata-only DDL.
+    "PR203": SqlStateError(ModelSwitchError, hint=True),
+    # pgrag's text functions (sql/idempotent/051-text-search.sql, docs/sql-api.md): the
+    # server's primary message says what is missing, its hint what to do instead.
+    # PR301: no PL/Python on the server and the query is not in the query-embedding cache.
+    "PR301": SqlStateError(TextSearchUnavailable),
+    # PR302: the server's Python cannot import pgrag.
+    "PR302": SqlStateError(TextSearchUnavailable),
+    # PR303: the model or its runtime is not installed for the server's Python.
+    "PR303": SqlStateError(TextSearchUnavailable),
+    # PR304: the database holds embeddings of another model or dimension than PL/Python makes.
+    "PR304": SqlStateError(EmbeddingConfigError),
     # invalid_parameter_value: pgrag's argument checks (pgrag.check_argument and its siblings);
     # the message starts with the argument's name and gives its range.
     "22023": SqlStateError(ConfigError),
@@ -148,4 +179,7 @@ def from_database_error(exc: psycopg.Error) -> PgragError | None:
     if meaning.message is not None:
         return meaning.error(meaning.message)
     primary = exc.diag.message_primary
-    return meaning.error(f"{primary}.") if primary else None
+    if not primary:
+        return None
+    hint = exc.diag.message_hint if meaning.hint else None
+    return meaning.error(f"{primary}. {hint}" if hint else f"{primary}.")

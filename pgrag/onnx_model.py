@@ -256,7 +256,7 @@ class OnnxSentenceEncoder:
     unit-length float32 rows in the input order.
     """
 
-    def __init__(self, model_dir: Path, cache_dir: Path) -> None:
+    def __init__(self, model_dir: Path, cache_dir: Path, threads: int | None = None) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -269,6 +269,8 @@ class OnnxSentenceEncoder:
         # Idle worker threads sleep instead of spinning: the ingester overlaps embedding with
         # database work, and the machine may be shared.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if threads is not None:  # e.g. 1 inside a PostgreSQL backend: one core per connection
+            options.intra_op_num_threads = threads
         weights = load_weights(model_dir)
         values = [ort.OrtValue.ortvalue_from_numpy(w) for w in weights.values()]
         options.add_external_initializers(list(weights), values)
@@ -277,6 +279,7 @@ class OnnxSentenceEncoder:
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_length=self.max_length)
         self._tokenizer.no_padding()
+        self.tokens_read = 0  # tokens the model read (special tokens included, after truncation)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         out = np.empty((len(texts), self._session.get_outputs()[0].shape[1]), dtype=np.float32)
@@ -285,6 +288,7 @@ class OnnxSentenceEncoder:
             rows = order[start : start + batch_size]
             encodings = self._tokenizer.encode_batch([texts[i] for i in rows])
             width = max(len(e.ids) for e in encodings)
+            self.tokens_read += sum(len(e.ids) for e in encodings)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for j, encoding in enumerate(encodings):

@@ -8,10 +8,11 @@ embedding, passes named arguments, acts as the caller's tenant, and turns rows i
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import psycopg
@@ -21,6 +22,9 @@ from psycopg.types.json import Jsonb
 from pgrag.db import set_request_tenant
 from pgrag.embedders import Embedder, embedder_for_database
 from pgrag.errors import ConfigError, from_database_error
+
+if TYPE_CHECKING:
+    from pgrag.query_cache import QueryEmbeddings
 
 API_SCHEMA = "public"
 """Schema of the client-facing functions (what PostgREST exposes and psql calls unqualified)."""
@@ -329,3 +333,62 @@ def build_context(
     if isinstance(sources, str):
         sources = json.loads(sources)
     return Context(rows[0]["context"] or "", list(sources or []))
+
+
+def search_text(
+    conn: psycopg.Connection[Any],
+    query_text: str,
+    options: SearchOptions,
+    *,
+    tenant: str,
+    queries: QueryEmbeddings,
+) -> tuple[list[SearchHit], float]:
+    """Search ``query_text`` as ``tenant``, embedding it through ``queries`` (the
+    query-embedding cache, then the model); returns the hits and the search call's latency (ms).
+
+    When the database switched embedding models between the embedding and the search (a
+    re-embed's switch, ``pgrag reembed``), the query is embedded again with the new model and
+    searched again, once: a query embedding of the previous model would fail on another
+    dimension, or rank the new embeddings badly on the same one."""
+    for attempt in (1, 2):
+        vector = None if options.mode == "keyword" else queries.embed(query_text)
+        started = time.perf_counter()
+        try:
+            hits = search(conn, query_text, options, tenant=tenant, query_embedding=vector)
+        except (ConfigError, psycopg.errors.DataException):
+            if vector is None or attempt == 2 or queries.still_current(conn):
+                raise
+            queries.switch_to_database_model()
+            continue
+        latency = (time.perf_counter() - started) * 1000.0
+        if vector is None or attempt == 2 or queries.still_current(conn):
+            return hits, latency
+        queries.switch_to_database_model()
+    raise AssertionError("unreachable")
+
+
+def context_text(
+    conn: psycopg.Connection[Any],
+    query_text: str,
+    options: ContextOptions,
+    *,
+    tenant: str,
+    queries: QueryEmbeddings,
+) -> tuple[Context, float]:
+    """:func:`build_context` for ``query_text``, embedded through ``queries``, with the same
+    protection against a model switch as :func:`search_text`; the context and its latency (ms)."""
+    for attempt in (1, 2):
+        vector = queries.embed(query_text)
+        started = time.perf_counter()
+        try:
+            ctx = build_context(conn, query_text, options, tenant=tenant, query_embedding=vector)
+        except (ConfigError, psycopg.errors.DataException):
+            if attempt == 2 or queries.still_current(conn):
+                raise
+            queries.switch_to_database_model()
+            continue
+        latency = (time.perf_counter() - started) * 1000.0
+        if attempt == 2 or queries.still_current(conn):
+            return ctx, latency
+        queries.switch_to_database_model()
+    raise AssertionError("unreachable")

@@ -29,6 +29,9 @@ pytest_plugins = [
     "plugins.dev_tools",
     "plugins.embedder",
     "plugins.queue",
+    "plugins.openai_server",
+    # pgrag's PL/Python functions: outside the server (plpy stub) and on PostgreSQL 15.
+    "plugins.plpython",
     "plugins.sample_files",
     "plugins.search_corpus",
     # Servers beyond the embedded one (PostgreSQL 15 + PL/Python, Citus, hot standby).

@@ -57,6 +57,8 @@ def database_commands(dataset: Path, doc: Path) -> dict[str, list[str]]:
         "delete": ["delete", str(doc), "--yes"],
         "embed": ["embed", "widget"],
         "worker": ["worker", "--once"],
+        "reembed": ["reembed", "--status"],
+        "stats": ["stats"],
     }
 
 
@@ -71,6 +73,8 @@ BAD_VALUES: dict[str, list[str]] = {
     "delete": ["delete", "--id", "first"],
     "embed": ["embed"],
     "worker": ["worker", "--batch", "0"],
+    "reembed": ["reembed", "--model", "m", "--dims", "0"],
+    "stats": ["stats", "--since", "yesterday"],
     "sql-bundle": ["sql-bundle", "--dims", "0"],
     "db start": ["db", "start", "--port", "1"],
     "db stop": ["db", "stop", "--now"],
@@ -114,7 +118,20 @@ def test_the_tables_cover_every_command(dataset: Path, doc: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", ["status", "migrate", "search", "ask", "eval", "ingest", "delete", "embed", "worker"]
+    "command",
+    [
+        "status",
+        "migrate",
+        "search",
+        "ask",
+        "eval",
+        "ingest",
+        "delete",
+        "embed",
+        "reembed",
+        "stats",
+        "worker",
+    ],
 )
 def test_a_malformed_connection_string_is_one_line(command: str, dataset: Path, doc: Path) -> None:
     args = database_commands(dataset, doc)[command]
@@ -126,7 +143,20 @@ def test_a_malformed_connection_string_is_one_line(command: str, dataset: Path, 
 
 
 @pytest.mark.parametrize(
-    "command", ["status", "migrate", "search", "ask", "eval", "ingest", "delete", "embed", "worker"]
+    "command",
+    [
+        "status",
+        "migrate",
+        "search",
+        "ask",
+        "eval",
+        "ingest",
+        "delete",
+        "embed",
+        "reembed",
+        "stats",
+        "worker",
+    ],
 )
 def test_an_unreachable_server_is_one_line(command: str, dataset: Path, doc: Path) -> None:
     args = database_commands(dataset, doc)[command]

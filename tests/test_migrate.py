@@ -53,7 +53,10 @@ def test_every_table_has_rls_and_every_tenant_table_keys_on_tenant(db: str) -> N
             "pgrag.embedding_config",
             "pgrag.fetch_allowlist",
             "pgrag.queue_settings",
+            "pgrag.model_prices",
+            "pgrag.reembeds",
             "pgrag.schema_migrations",
+            "pgrag.settings",
             "pgrag.text_search_configs",
         }
         for table, _ in tables:

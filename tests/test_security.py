@@ -34,6 +34,8 @@ API_FUNCTIONS = (
     "hybrid_search",
     "chunk_windows",
     "build_context",
+    "hybrid_search_text",
+    "log_search",
 )
 # The document queue's RPCs: a tenant submits and reads its queue (authenticated and
 # service_role; anon has no tenant and writes nothing).
@@ -443,22 +445,41 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 # Every privilege held on pgrag's objects by a role other than the owner: (object, grantee,
 # privilege). A change here is a security decision; update the list together with
 # sql/idempotent/9NN-*.sql (the privileges band) and docs/security.md.
-TENANT_TABLES = ("bm25_lexicon", "bm25_postings", "chunks", "corpus_stats", "documents")
+TENANT_TABLES = (
+    "bm25_lexicon",
+    "bm25_postings",
+    "chunks",
+    "corpus_stats",
+    "documents",
+    "query_embeddings",
+)
+# Tenant tables a tenant may not write freely (sql/idempotent/900-row-security.sql): its usage it
+# only reads, its search log it adds to (column by column), reads and deletes, the re-embed
+# queue is the owner's and service_role's alone.
+READ_ONLY_TENANT_TABLES = ("token_usage",)
+APPEND_ONLY_TENANT_TABLES = ("search_log",)
+OWNER_TENANT_TABLES = ("chunk_embeddings_next",)
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
 # the writing roles only.
 PGRAG_FUNCTIONS = (
+    "cached_query_embedding(text)",
     "check_argument",
     "check_length",
     "check_filters",
     "check_query_embedding",
+    "check_query_text(text)",
     "chunk_fts",
+    "compute_query_embedding(text)",
     "current_tenant_id()",
+    "embed_query(text)",
     "fused_candidates",
     "identifier_terms",
     "keyword_candidates",
     "keyword_query",
     "mmr_order",
+    "normalize_query(text)",
+    "query_cache_key(text)",
     "ready_chunks",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",
@@ -466,7 +487,20 @@ PGRAG_FUNCTIONS = (
     "vector_candidates",
     "windows",
 )
-WRITER_FUNCTIONS = ("bm25_apply", "delete_documents", "text_search_config_allowed")
+# Writers: the chunks triggers' helpers, delete_documents, the query-embedding cache's writers,
+# and chunk_text (chunking, for the roles that write documents).
+WRITER_FUNCTIONS = (
+    "bm25_apply",
+    "check_chunk_arguments",
+    "chunk_text",
+    "delete_documents",
+    "prune_query_cache",
+    "query_cache_get",
+    "query_cache_max_entries",
+    "query_cache_put",
+    "text_search_config_allowed",
+)
+
 # The loader's and the worker's functions (the document lifecycle): the owner and service_role.
 WORKER_FUNCTIONS = (
     "abort_documents",
@@ -500,42 +534,51 @@ QUEUE_SUBMITTED_COLUMNS = (
 )
 
 
-def writable_columns(conn: psycopg.Connection[Any]) -> set[str]:
-    """Columns authenticated may write: all but identities, generated columns and is_public;
-    of the document queue, only what a submission sets."""
+def writable_columns(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> set[str]:
+    """Columns authenticated may write: all but identities, generated columns and is_public
+    (of the document queue, see QUEUE_SUBMITTED_COLUMNS)."""
     rows = conn.execute(
         "select c.relname || '.' || a.attname from pg_class c join pg_attribute a "
         "on a.attrelid = c.oid where c.relnamespace = 'pgrag'::regnamespace "
         "and c.relname = any(%s) and a.attnum > 0 and not a.attisdropped "
         "and a.attidentity = '' and a.attgenerated = '' and a.attname <> 'is_public'",
-        (list(TENANT_TABLES),),
+        (list(tables),),
     ).fetchall()
-    queue = {f"{QUEUE_TABLE}.{c}" for c in QUEUE_SUBMITTED_COLUMNS}
-    return {r[0] for r in rows} | queue
+    return {r[0] for r in rows}
 
 
-def expected_grants(columns: set[str]) -> set[tuple[str, str, str]]:
+def expected_grants(
+    columns: set[str], appended: set[str], tables: tuple[str, ...] = TENANT_TABLES
+) -> set[tuple[str, str, str]]:
     out: set[tuple[str, str, str]] = set()
     out |= {("schema pgrag", role, "USAGE") for role in API_ROLES}
-    for table in TENANT_TABLES:
+    every = (*tables, *READ_ONLY_TENANT_TABLES, *APPEND_ONLY_TENANT_TABLES, *OWNER_TENANT_TABLES)
+    for table in every:
         for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
             out.add((f"table pgrag.{table}", "service_role", priv))
+    for table in (*tables, *APPEND_ONLY_TENANT_TABLES):
         out |= {(f"table pgrag.{table}", "authenticated", p) for p in ("SELECT", "DELETE")}
+    out |= {(f"table pgrag.{t}", "authenticated", "SELECT") for t in READ_ONLY_TENANT_TABLES}
     # authenticated writes column by column: never an id or is_public.
-    assert not {c for c in columns if c.endswith((".id", ".is_public"))}
+    assert not {c for c in columns | appended if c.endswith((".id", ".is_public"))}
     for column in columns:
         out |= {(f"column pgrag.{column}", "authenticated", p) for p in ("INSERT", "UPDATE")}
-    out |= {(f"table pgrag.{table}", "anon", "SELECT") for table in TENANT_TABLES}
+    out |= {(f"column pgrag.{column}", "authenticated", "INSERT") for column in appended}
+    out |= {
+        (f"table pgrag.{table}", "anon", "SELECT")
+        for table in (*tables, *READ_ONLY_TENANT_TABLES, *APPEND_ONLY_TENANT_TABLES)
+    }
     # The queue: no DELETE for authenticated (withdraw with delete_documents), nothing for anon.
     for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
         out.add((f"table pgrag.{QUEUE_TABLE}", "service_role", priv))
     out.add((f"table pgrag.{QUEUE_TABLE}", "authenticated", "SELECT"))
     out |= {("table pgrag.queue_status", r, "SELECT") for r in ("authenticated", "service_role")}
     out |= {("table pgrag.embedding_config", role, "SELECT") for role in API_ROLES}
+    out |= {("table pgrag.settings", role, "SELECT") for role in API_ROLES}
     out |= {("table pgrag.text_search_configs", role, "SELECT") for role in API_ROLES}
     out |= {("table pgrag.queue_settings", r, "SELECT") for r in ("authenticated", "service_role")}
     out.add(("table pgrag.fetch_allowlist", "service_role", "SELECT"))
-    for seq in ("chunks_id_seq", "documents_id_seq"):
+    for seq in ("chunks_id_seq", "documents_id_seq", "search_log_id_seq"):
         out |= {(f"sequence pgrag.{seq}", r, "USAGE") for r in ("authenticated", "service_role")}
     for fn in PGRAG_FUNCTIONS:
         out |= {(f"function pgrag.{fn}", role, "EXECUTE") for role in API_ROLES}
@@ -592,7 +635,13 @@ def _normalise(obj: str) -> str:
 def test_audit_every_grant_on_pgrag_objects_and_the_api(db: str) -> None:
     with connect(db) as conn:
         rows = conn.execute(AUDIT_SQL, (list(PUBLIC_FUNCTIONS),)).fetchall()
-        expected = expected_grants(writable_columns(conn))
+        tables = TENANT_TABLES
+        queue = {f"{QUEUE_TABLE}.{c}" for c in QUEUE_SUBMITTED_COLUMNS}
+        expected = expected_grants(
+            writable_columns(conn, tables) | queue,
+            writable_columns(conn, APPEND_ONLY_TENANT_TABLES),
+            tables,
+        )
     granted = {(_normalise(o), g, p) for o, g, p in rows}
     assert not [r for r in granted if r[1] == "PUBLIC"], "PUBLIC holds a privilege"
     assert granted == expected, (

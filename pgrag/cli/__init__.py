@@ -1,9 +1,9 @@
 """The ``pgrag`` command line: the root group and its ``--dsn``.
 
 Each group of commands has its module: ``database`` (db, migrate, status), ``ingest`` (ingest,
-delete, embed), ``worker`` (the document queue), ``search`` (search, ask), ``eval``, ``bundle``
-(sql-bundle). ``common`` turns
-every error into one line and a documented exit status; ``state`` holds what commands share.
+delete, embed), ``worker`` (the document queue), ``search`` (search, ask), ``eval``, ``reembed``,
+``stats``, ``bundle`` (sql-bundle). ``common`` turns every error into one line and a documented
+exit status; ``state`` holds what commands share.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from pgrag import __version__
-from pgrag.cli import bundle, database, ingest, search, worker
+from pgrag.cli import bundle, database, ingest, reembed, search, stats, worker
 from pgrag.cli import eval as eval_command
 from pgrag.cli.common import PgragGroup
 from pgrag.cli.state import CliState
@@ -25,9 +25,16 @@ from pgrag.cli.state import CliState
     help="PostgreSQL connection string (env PGRAG_DSN, then DATABASE_URL). "
     "Without one, pgrag uses its embedded database, starting it on demand.",
 )
+@click.option(
+    "--read-dsn",
+    envvar="PGRAG_READ_DSN",
+    metavar="URL",
+    help="Where search, ask and eval read from, e.g. a hot standby (env PGRAG_READ_DSN); "
+    "writes (ingest, eval's ingest) still go to --dsn. Default: --dsn.",
+)
 @click.version_option(__version__, prog_name="pgrag")
 @click.pass_context
-def main(ctx: click.Context, dsn: str | None) -> None:
+def main(ctx: click.Context, dsn: str | None, read_dsn: str | None) -> None:
     """pgrag: retrieval-augmented generation inside Postgres.
 
     \b
@@ -37,7 +44,7 @@ def main(ctx: click.Context, dsn: str | None) -> None:
       pgrag worker             process documents submitted through SQL or PostgREST
       pgrag search "question"  hybrid BM25 + vector search with citations
     """
-    ctx.obj = CliState(dsn)
+    ctx.obj = CliState(dsn, read_dsn)
 
 
 # -- the commands, one module per group of them ---------------------------------------------------
@@ -52,4 +59,6 @@ main.add_command(worker.worker)
 main.add_command(search.search)
 main.add_command(search.ask)
 main.add_command(eval_command.evaluate)
+main.add_command(reembed.reembed_command, "reembed")
+main.add_command(stats.stats)
 main.add_command(bundle.sql_bundle)

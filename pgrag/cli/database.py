@@ -110,6 +110,15 @@ def status(state: CliState, as_json: bool) -> None:
     )
     if st.dims is not None:
         click.echo(f"embedding: {st.dims} dims, model {st.model or '(set by the first ingest)'}")
+    if st.text_search is not None:
+        how = {
+            "plpython": "PL/Python (queries embedded inside the database)",
+            "stub": "stubs (no PL/Python: cached queries only)",
+        }
+        line = f"text search: {how.get(st.text_search, st.text_search)}"
+        if st.text_search_wanted and st.text_search_wanted != st.text_search:
+            line += f"; pgrag migrate would install {st.text_search_wanted}"
+        click.echo(line)
     for m in st.migrations:
         applied = m.record.applied_at.strftime("%Y-%m-%d %H:%M") if m.record else ""
         click.echo(f"  {m.state:<8} {m.file.name:<40} {m.file.sha256[:12]}  {applied}")

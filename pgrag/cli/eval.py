@@ -8,7 +8,8 @@ import click
 
 from pgrag.cli.common import echo_json, json_option, pass_state, progress_option, tenant_option
 from pgrag.cli.state import CliState
-from pgrag.db import connect
+from pgrag.db import connect, wait_for_replay
+from pgrag.query_cache import QueryEmbeddings
 from pgrag.search import query_embedder
 
 
@@ -61,7 +62,9 @@ def evaluate(
 
     DATASET_DIR holds corpus.jsonl, queries.jsonl and qrels/test.tsv. The corpus is ingested
     into its own tenant (later runs skip unchanged documents); latency is the p50/p95 of one
-    search call returning 10 rows, query embedding excluded.
+    search call returning 10 rows, query embedding excluded. Query embeddings come from the
+    query-embedding cache when an earlier run embedded them. With --read-dsn the ingest writes
+    to --dsn and the searches run on the read DSN once it has replayed the ingest.
     """
     from pgrag import eval as ev
     from pgrag.progress import Progress, ProgressMode
@@ -71,14 +74,24 @@ def evaluate(
     parsed = [ev.parse_mode(spec) for spec in (modes or ev.DEFAULT_EVAL_MODES)]
     tenant = tenant or f"beir-{dataset.name}"
     mode: ProgressMode = "off" if progress is False or (as_json and not progress) else "auto"
-    dsn = state.dsn()
-    with connect(dsn) as conn:
-        embedder = query_embedder(conn)
-    if not no_ingest:
+    if no_ingest:
+        with state.connect_read() as conn:
+            embedder = query_embedder(conn)
+    else:
+        # Writes go to --dsn; with a separate read replica, the searches below wait until it
+        # has replayed them, so they never measure a partly replicated corpus.
+        dsn = state.dsn()
+        with connect(dsn) as conn:
+            embedder = query_embedder(conn)
         ev.ingest_dataset(dsn, dataset, tenant=tenant, embedder=embedder, progress=mode)
-    embeddings = ev.embed_queries(embedder, dataset)
+        if state.separate_reads:
+            with connect(dsn, autocommit=True) as writer, state.connect_read() as reader:
+                wait_for_replay(writer, reader)
     results: dict[str, ev.ModeResult] = {}
-    with connect(dsn) as conn:
+    with state.connect_read_and_write() as (conn, writer):
+        queries = QueryEmbeddings(writer, tenant, embedder)
+        embeddings = ev.embed_queries(embedder, dataset, queries)
+        queries.record_usage()
         for name, options in parsed:
             total = 2 * len(dataset.queries)
             with Progress(f"eval {name}", total, mode, unit="searches") as bar:

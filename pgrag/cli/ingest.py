@@ -16,7 +16,7 @@ from pgrag.cli.common import (
 )
 from pgrag.cli.state import CliState
 from pgrag.db import DEFAULT_TENANT, connect
-from pgrag.embedders import PROVIDERS, get_embedder, read_embedding_config
+from pgrag.embedders import PROVIDERS, get_embedder, read_embedding_config, vector_literal
 from pgrag.ingest import IngestOptions, IngestSummary, ingest_paths
 
 
@@ -296,4 +296,4 @@ def embed(state: CliState, text: str, as_json: bool) -> None:
             }
         )
         return
-    click.echo("[" + ",".join(repr(float(x)) for x in vector) + "]")
+    click.echo(vector_literal(vector))

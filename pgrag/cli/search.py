@@ -18,9 +18,9 @@ from pgrag.cli.common import (
     tenant_option,
 )
 from pgrag.cli.state import CliState
-from pgrag.db import connect
 from pgrag.documents import tenant_is_empty
 from pgrag.errors import NothingToDo
+from pgrag.query_cache import QueryEmbeddings
 from pgrag.search import (
     FUSIONS,
     MODES,
@@ -29,10 +29,10 @@ from pgrag.search import (
     SearchFilters,
     SearchHit,
     SearchOptions,
-    build_context,
-    query_embedder,
+    context_text,
+    search_text,
 )
-from pgrag.search import search as run_search
+from pgrag.search_log import log_search
 
 NOTHING_FOUND = "No relevant information found."
 DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
@@ -209,7 +209,14 @@ def search(
     tenant: str,
     as_json: bool,
 ) -> None:
-    """Search the ingested documents for QUERY and show the best chunks with their sources."""
+    """Search the ingested documents for QUERY and show the best chunks with their sources.
+
+    \b
+    The query embedding comes from the query-embedding cache when the same query (normalised)
+    was embedded before for this tenant and model; otherwise the model embeds it and it is
+    cached. Cache hits and model calls count as usage (pgrag stats); the search is logged when
+    the operator turned the search log on (pgrag.settings.search_log).
+    """
     options = SearchOptions(
         mode=literal(mode, MODES),
         limit=limit,
@@ -221,9 +228,19 @@ def search(
         filters=make_filters(document_ids, metadata_json, source_types, after, before),
     )
     options.validate()
-    with connect(state.dsn()) as conn:
-        embedder = None if mode == "keyword" else query_embedder(conn)
-        hits = run_search(conn, query, options, tenant=tenant, embedder=embedder)
+    with state.connect_read_and_write() as (conn, writer):
+        queries = QueryEmbeddings(writer, tenant)
+        hits, latency_ms = search_text(conn, query, options, tenant=tenant, queries=queries)
+        queries.record_usage()
+        log_search(
+            writer,
+            tenant,
+            options.mode,
+            latency_ms,
+            len(hits),
+            hits[0].score if hits else None,
+            query,
+        )
         empty = tenant_is_empty(conn, tenant) if not hits else None
     if empty:
         if as_json:
@@ -315,7 +332,8 @@ def ask(
     configured (OPENAI_API_KEY and/or OPENAI_BASE_URL) the answer is generated from those
     sources only; without one, the context and sources are printed.
     """
-    from pgrag.answer import ChatConfig, answer
+    from pgrag.answer import ChatConfig, answer_with_usage
+    from pgrag.usage import Usage, record_usage_quietly
 
     options = ContextOptions(
         token_budget=token_budget,
@@ -325,8 +343,20 @@ def ask(
         mmr_lambda=mmr_lambda,
         filters=make_filters(document_ids, metadata_json, source_types, after, before),
     )
-    with connect(state.dsn()) as conn:
-        ctx = build_context(conn, question, options, tenant=tenant, embedder=query_embedder(conn))
+    with state.connect_read_and_write() as (conn, writer):
+        queries = QueryEmbeddings(writer, tenant)
+        ctx, latency_ms = context_text(conn, question, options, tenant=tenant, queries=queries)
+        queries.record_usage()
+        top = ctx.sources[0].get("score") if ctx.sources else None
+        log_search(
+            writer,
+            tenant,
+            "context",
+            latency_ms,
+            len(ctx.sources),
+            float(top) if isinstance(top, int | float) else None,
+            question,
+        )
         empty = tenant_is_empty(conn, tenant) if ctx.empty else None
     if empty:
         if as_json:
@@ -339,7 +369,15 @@ def ask(
         else:
             click.echo(NOTHING_FOUND)
         return
-    text = answer(question, ctx.context, config) if config else None
+    text = None
+    if config is not None:
+        reply = answer_with_usage(question, ctx.context, config)
+        text = reply.text
+        record_usage_quietly(
+            state.dsn(),
+            tenant,
+            Usage("chat", "openai", config.model, reply.input_tokens, reply.output_tokens),
+        )
     if as_json:
         echo_json(
             {

@@ -25,6 +25,7 @@ from pgrag.search import SearchHit, SearchOptions, search
 
 if TYPE_CHECKING:
     from pgrag.ingest import IngestSummary
+    from pgrag.query_cache import QueryEmbeddings
 
 # Named modes: each is one SearchOptions preset (limit is set by the evaluator).
 EVAL_MODES: dict[str, SearchOptions] = {
@@ -102,10 +103,16 @@ class ModeResult:
         }
 
 
-def embed_queries(embedder: Embedder, dataset: BeirDataset) -> dict[str, np.ndarray]:
-    """Every query's embedding, computed once in batches (not part of the measured latency)."""
+def embed_queries(
+    embedder: Embedder, dataset: BeirDataset, queries: QueryEmbeddings | None = None
+) -> dict[str, np.ndarray]:
+    """Every query's embedding, computed once in batches (not part of the measured latency).
+
+    With ``queries`` (the query-embedding cache of the eval's tenant) queries embedded before
+    are read back and the model embeds only the others."""
     ids = list(dataset.queries)
-    vectors = embedder.embed([dataset.queries[qid] for qid in ids])
+    texts = [dataset.queries[qid] for qid in ids]
+    vectors = queries.embed_many(texts) if queries is not None else embedder.embed(texts)
     return {qid: np.asarray(vectors[i], dtype=np.float32) for i, qid in enumerate(ids)}
 
 

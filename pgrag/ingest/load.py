@@ -21,6 +21,7 @@ from pgrag.db import connect, set_request_tenant
 from pgrag.ingest.lifecycle import STAGE, Lifecycle, SwapRow, record_embedding_model
 from pgrag.ingest.plan import Doc
 from pgrag.ingest.workers import Worker
+from pgrag.usage import Operation, Usage, record_usage
 
 
 def create_stage_table(conn: psycopg.Connection[Any]) -> list[tuple[str, int]]:
@@ -53,9 +54,11 @@ class Loader(Worker):
         provider: str,
         lifecycle: Lifecycle,
         on_commit: Callable[[list[Doc], set[int]], None] | None = None,
+        operation: Operation = "ingest",
     ) -> None:
         super().__init__("pgrag-loader")
         self.on_commit = on_commit
+        self.operation = operation
         self.tenant = tenant
         self.model = model
         self.provider = provider
@@ -67,16 +70,25 @@ class Loader(Worker):
     def close(self) -> None:
         self.conn.close()
 
-    def _do_stage(self, rows: Sequence[dict[str, Any]]) -> None:
+    def _do_stage(self, payload: tuple[Sequence[dict[str, Any]], int, int]) -> None:
+        rows, tokens, requests = payload
         names = [name for name, _ in self.columns]
         copy_sql = sql.SQL("copy {} ({}) from stdin (format binary)").format(
             sql.Identifier("pg_temp", "pgrag_stage"),
             sql.SQL(", ").join(sql.Identifier(c) for c in names),
         )
-        with self.conn.transaction(), self.conn.cursor() as cur, cur.copy(copy_sql) as copy:
-            copy.set_types([oid for _, oid in self.columns])
-            for row in rows:
-                copy.write_row([row[name] for name in names])
+        with self.conn.transaction():
+            with self.conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                copy.set_types([oid for _, oid in self.columns])
+                for row in rows:
+                    copy.write_row([row[name] for name in names])
+            # The batch's embedding tokens, in the same transaction: counted once, even when
+            # the run is killed (staged rows and usage commit together).
+            record_usage(
+                self.conn,
+                self.tenant,
+                Usage(self.operation, self.provider, self.model, tokens, 0, requests),
+            )
 
     def _do_fail(self, payload: tuple[int, str]) -> None:
         doc_id, message = payload

@@ -16,13 +16,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import psycopg
 
-from pgrag.chunking import Chunk, default_sizes, make_chunker, token_counter
+from pgrag.chunking import Chunk, chunk_settings, make_chunker, token_counter
 from pgrag.db import DEFAULT_TENANT, connect
 from pgrag.embedders import Embedder, get_embedder, read_embedding_config
 from pgrag.errors import (
@@ -37,8 +37,9 @@ from pgrag.ingest.lifecycle import FailedSource, IngestLifecycle, Lifecycle
 from pgrag.ingest.load import Loader, isolate_large_tenant
 from pgrag.ingest.options import IngestOptions, IngestSummary
 from pgrag.ingest.plan import LISTED_TWICE, Doc, Planner, failure_reason
-from pgrag.ingest.workers import EmbeddedBatch, EmbeddingStage
+from pgrag.ingest.workers import EmbeddingStage
 from pgrag.progress import Progress, ProgressMode
+from pgrag.usage import Operation
 
 GROUP_DOCS = 64  # documents looked up together
 BATCH_CHUNKS = 64  # chunks embedded, COPYed and committed together (progress moves per batch)
@@ -59,7 +60,7 @@ class IngestRun:
         *,
         lifecycle: Lifecycle | None = None,
         cancel: threading.Event | None = None,
-        on_embedded: Callable[[EmbeddedBatch], None] | None = None,
+        operation: Operation = "ingest",
     ) -> None:
         self.dsn = dsn
         self.tenant = tenant
@@ -67,7 +68,7 @@ class IngestRun:
         self.summary = IngestSummary()
         self.lifecycle: Lifecycle = lifecycle or IngestLifecycle()
         self.cancel = cancel
-        self.on_embedded = on_embedded
+        self.operation = operation  # whose embedding tokens (pgrag.record_usage)
         self.conn = connect(dsn, autocommit=True)
         try:
             self._setup(embedder, progress, total)
@@ -80,19 +81,13 @@ class IngestRun:
     ) -> None:
         options = self.options
         self.embedder, switch = self._check_embedder(embedder)
-        sizes = default_sizes(options.chunker, self.embedder.max_tokens)
-        self.chunk_size = options.chunk_size or sizes[0]
-        if options.overlap is not None:
-            self.overlap = options.overlap
-        elif options.chunk_size:
-            self.overlap = self.chunk_size // (8 if options.chunker == "tokens" else 10)
-        else:
-            self.overlap = sizes[1]
-        if options.chunker == "tokens" and self.chunk_size > self.embedder.max_tokens - 2:
-            raise ConfigError(
-                f"--chunk-size {self.chunk_size} exceeds what {self.embedder.model_name} reads "
-                f"({self.embedder.max_tokens} tokens): its chunks would be truncated."
-            )
+        self.chunk_size, self.overlap = chunk_settings(
+            options.chunker,
+            self.embedder.max_tokens,
+            self.embedder.model_name,
+            options.chunk_size,
+            options.overlap,
+        )
         self.counter = token_counter(self.embedder)
         self.chunker = make_chunker(
             options.chunker,
@@ -153,23 +148,33 @@ class IngestRun:
         if embedder.dims != dims:
             raise EmbeddingConfigError(
                 f"{embedder.provider}:{embedder.model_name} makes {embedder.dims}-dimension "
-                f"embeddings but this database holds {dims}: use a database installed with "
-                f"pgrag migrate --dims {embedder.dims}, or a model of {dims} dimensions."
+                f"embeddings but this database holds {dims}: switch every tenant's embeddings "
+                f"to it online with pgrag reembed --model {embedder.model_name} --dims "
+                f"{embedder.dims}, or use a model of {dims} dimensions."
             )
         if model is not None and (provider, model) != (embedder.provider, embedder.model_name):
             if not self.options.switch_model:
                 raise EmbeddingConfigError(
                     f"this database holds embeddings of {provider}:{model}; "
                     f"{embedder.provider}:{embedder.model_name} would mix models. Keep "
-                    f"--embedder {provider} --model {model}, or re-embed everything with "
-                    "pgrag ingest --switch-model (then re-ingest every source), "
-                    "or use a new database."
+                    f"--embedder {provider} --model {model}, switch every tenant's embeddings "
+                    f"online with pgrag reembed --model {embedder.model_name} (searches keep "
+                    "working), or offline with pgrag ingest --switch-model (clears every "
+                    "embedding; then re-ingest every source)."
                 )
             return embedder, True
         return embedder, False
 
     def _switch_model(self, embedder: Embedder) -> None:
         """Record a new model; every stored embedding is cleared and every document pending."""
+        running = self.conn.execute(
+            "select provider || ':' || model from pgrag.reembeds where status = 'running'"
+        ).fetchone()
+        if running:
+            raise EmbeddingConfigError(
+                f"a re-embed to {running[0]} is running (pgrag reembed): let it finish, or "
+                "cancel it with pgrag reembed --cancel, before --switch-model."
+            )
         with self.conn.transaction():
             self.conn.execute(
                 "update pgrag.embedding_config set model = %s, provider = %s",
@@ -276,6 +281,7 @@ class IngestRun:
                 self.embedder.provider,
                 self.lifecycle,
                 self._committed,
+                self.operation,
             )
             loader.start()
             self.loader = loader
@@ -288,7 +294,6 @@ class IngestRun:
                 self.planner.stored_metadata,
                 self.cancel,
             )
-            self.embedding.on_embedded = self._embedded if self.on_embedded else None
             self.embedding.start()
         return self.embedding
 
@@ -351,11 +356,6 @@ class IngestRun:
     def _check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
             raise Cancelled("cancelled: the worker is stopping")
-
-    def _embedded(self, batch: EmbeddedBatch) -> None:
-        """The embedding stage embedded a batch: the hook for usage (tenant, model, tokens)."""
-        if self.on_embedded is not None:
-            self.on_embedded(replace(batch, tenant=self.tenant))
 
     def _committed(self, done: list[Doc], superseded: set[int]) -> None:
         """Called by the loader after the swap of ``done`` committed (``superseded``: the ids

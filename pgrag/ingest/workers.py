@@ -12,7 +12,6 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -107,18 +106,6 @@ class Worker(threading.Thread):
                         return
 
 
-@dataclass(frozen=True)
-class EmbeddedBatch:
-    """One batch the embedding stage sent to the model: who, which model, how much (the hook
-    where token usage per tenant and model is recorded)."""
-
-    tenant: str
-    provider: str
-    model: str
-    texts: int
-    tokens: int
-
-
 class EmbeddingStage(Worker):
     """Embeds batches (only chunks whose text is new) and forwards them to the loader.
 
@@ -137,7 +124,6 @@ class EmbeddingStage(Worker):
         abort: threading.Event | None = None,
     ) -> None:
         super().__init__("pgrag-embedding", abort)
-        self.on_embedded: Callable[[EmbeddedBatch], None] | None = None
         self.loader = loader
         self.embedder = embedder
         self.options = options
@@ -153,17 +139,14 @@ class EmbeddingStage(Worker):
         summary = self.summary
         need: dict[str, int] = {}  # text -> row in the embedding matrix
         texts: list[str] = []
-        tokens = 0
         for doc, chunk in batch:
             fresh = force or chunk.sha256 not in doc.old_shas
             if fresh and chunk.content not in need:
                 need[chunk.content] = len(texts)
                 texts.append(chunk.content)
-                tokens += chunk.token_count
+        before = self.embedder.tokens_used
         vectors = self._embed(texts) if texts else None
-        if texts and self.on_embedded is not None:
-            e = self.embedder
-            self.on_embedded(EmbeddedBatch("", e.provider, e.model_name, len(texts), tokens))
+        tokens = self.embedder.tokens_used - before
         rows: list[dict[str, Any]] = []  # keyed by the staging table's columns
         for doc, chunk in batch:
             pos = need.get(chunk.content)
@@ -187,7 +170,7 @@ class EmbeddingStage(Worker):
                     "metadata": chunk.metadata,
                 }
             )
-        self.loader.put("stage", rows)
+        self.loader.put("stage", (rows, tokens, 1 if texts else 0))
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``; the local model works in slices so Ctrl-C stops it within ~1 s."""

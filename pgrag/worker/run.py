@@ -53,7 +53,6 @@ from pgrag.errors import (
 )
 from pgrag.ingest.options import IngestOptions
 from pgrag.ingest.run import IngestRun
-from pgrag.ingest.workers import EmbeddedBatch
 from pgrag.progress import Progress
 from pgrag.worker.fetch import FetchLimits, load_allowlist
 from pgrag.worker.jobs import (
@@ -100,9 +99,9 @@ class QueueWorker:
     """Processes the document queue of the database ``dsn`` (see the module docstring).
 
     ``say`` receives one line per event worth telling an operator (a failed document, a lost
-    connection); ``progress`` counts finished documents and embedded chunks; ``on_embedded``
-    is called for each batch sent to the model, with its tenant, model and token count (where
-    usage is recorded).
+    connection); ``progress`` counts finished documents and embedded chunks. The embedding tokens
+    of each batch are recorded per tenant and model as operation ``worker`` (``pgrag.record_usage``,
+    in the transaction that stages the batch, as ``pgrag ingest`` records ``ingest``).
     """
 
     def __init__(
@@ -114,7 +113,6 @@ class QueueWorker:
         progress: Progress | None = None,
         say: Callable[[str], None] | None = None,
         worker_id: str | None = None,
-        on_embedded: Callable[[EmbeddedBatch], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.options = options or WorkerOptions()
@@ -134,7 +132,6 @@ class QueueWorker:
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._embedder = embedder
-        self.on_embedded = on_embedded  # each batch sent to the model (tenant, model, tokens)
         self._timer: threading.Timer | None = None
 
     # -- control ---------------------------------------------------------------------------------
@@ -325,7 +322,7 @@ class QueueWorker:
                 None,
                 lifecycle=QueueLifecycle(self.worker_id, jobs),
                 cancel=self.cancel,
-                on_embedded=self.on_embedded,
+                operation="worker",
             )
             result = run.ingest(job_sources(jobs, rules, self.options.fetch))
             with self.summary.lock:

@@ -5,7 +5,7 @@
 --   pgrag.claim_documents, renew_leases, release_documents, complete_documents,
 --   skip_documents, fail_attempts and next_claim_at (the owner and service_role: pgrag worker);
 --   the trigger that versions a submission and the one that wakes workers (NOTIFY pgrag_queue).
---   Relies on: pgrag.document_queue, queue_settings (incremental/009-document-queue.sql);
+--   Relies on: pgrag.document_queue, queue_settings (incremental/011-document-queue.sql);
 --   the loader's transitions (004-loading.sql); the argument checks (001-helpers.sql).
 --
 -- States (docs/ingest.md, "Lifecycle"): a submission makes the document pending (a ready one

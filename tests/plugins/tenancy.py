@@ -1,7 +1,8 @@
 """Two tenants and a PostgREST-like login role, for the tenancy and security tests.
 
 Fixtures: ``authenticator`` (session: the LOGIN NOINHERIT role granted the API roles) and
-``two_tenants`` (CORPUS loaded with real embeddings). Helpers: ``request`` (one PostgREST-style
+``two_tenants`` (CORPUS loaded with real embeddings, and CACHED_QUERY in each tenant's
+query-embedding cache). Helpers: ``request`` (one PostgREST-style
 request as a role with claims), ``claims_for``, ``api_dsn``, ``load_two_tenants``,
 ``tenant_tables``, ``tenants_in``.
 """
@@ -24,6 +25,8 @@ from pgrag.db import connect
 AUTHENTICATOR = "pgrag_test_authenticator"
 API_ROLES = ("anon", "authenticated", "service_role")
 TENANTS = ("acme", "globex")
+# A query each tenant's query-embedding cache holds (pgrag.query_embeddings).
+CACHED_QUERY = "what is the vacation policy?"
 
 # Same words in both tenants, so every query matches rows of both and only RLS tells them apart.
 CORPUS: dict[str, list[tuple[str, bool, list[str]]]] = {
@@ -168,6 +171,12 @@ def load_two_tenants(db: str, local_embedder: Any) -> Loaded:
                     chunks[tenant].append(chunk_id)
                     if is_public:
                         public_chunks.append(chunk_id)
+            # Every tenant table holds rows of both tenants: a cached query embedding each.
+            conn.execute(
+                "insert into pgrag.query_embeddings (tenant_id, model, query_sha256, embedding) "
+                "values (%s, 'all-MiniLM-L6-v2', pgrag.query_cache_key(%s), %s)",
+                (tenant, CACHED_QUERY, local_embedder.embed([CACHED_QUERY])[0]),
+            )
         conn.execute(
             "update pgrag.embedding_config set model = 'all-MiniLM-L6-v2', provider = 'local'"
         )
@@ -175,8 +184,10 @@ def load_two_tenants(db: str, local_embedder: Any) -> Loaded:
     return Loaded(db, documents, chunks, public_documents, public_chunks)
 
 
-def tenant_tables(db: str) -> list[str]:
-    """Every table of schema pgrag with a tenant_id column (read from the catalog)."""
+def tenant_tables(db: str, readable_by: str | None = None) -> list[str]:
+    """Every table of schema pgrag with a tenant_id column (read from the catalog); with
+    ``readable_by``, those that role may select from (a running re-embed's queue is the owner's
+    alone)."""
     with connect(db) as conn:
         return [
             r[0]
@@ -184,9 +195,28 @@ def tenant_tables(db: str) -> list[str]:
                 "select c.relname from pg_class c "
                 "where c.relnamespace = 'pgrag'::regnamespace and c.relkind in ('r', 'p') "
                 "and exists (select 1 from pg_attribute a where a.attrelid = c.oid "
-                "and a.attname = 'tenant_id' and not a.attisdropped) order by 1"
+                "and a.attname = 'tenant_id' and not a.attisdropped) "
+                "and (%s::text is null or has_table_privilege(%s::text, c.oid, 'select')) "
+                "order by 1",
+                (readable_by, readable_by),
             )
         ]
+
+
+def usage_and_search_log_rows(db: str) -> None:
+    """A row of usage and of the search log for each tenant (written as the owner), and of the
+    query-embedding cache where it is installed (issue 14)."""
+    with connect(db) as conn:
+        cache = conn.execute("select to_regclass('pgrag.query_embeddings')").fetchone()
+        conn.execute("update pgrag.settings set search_log = true")
+        for tenant in TENANTS:
+            conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
+            conn.execute("select pgrag.record_usage('query', 'local', 'm', 7)")
+            conn.execute("select public.log_search('hybrid', 5, 1, 0.5)")
+            if cache and cache[0]:
+                conn.execute("select pgrag.query_cache_put('m', 'vacation', '[1,2,3]')")
+        conn.execute("update pgrag.settings set search_log = false")
+        conn.commit()
 
 
 def tenants_in(conn: psycopg.Connection[Any], table: str) -> dict[str, int]:

@@ -1,0 +1,490 @@
+-- Switching the embedding model without downtime: start, claim, store, switch, cancel.
+-- Contract. Provides: pgrag.reembed_start, reembed_claim, reembed_store, reembed_switch,
+--   reembed_cancel, reembed_status (the owner's: pgrag reembed, later pgrag worker), the helpers
+--   reembed_sync and lock_chunks_exclusively, and the deferred check that no transaction stores
+--   embeddings of a model the database no longer records (trigger documents_embedding_model).
+--   Relies on: pgrag.reembeds and pgrag.chunk_embeddings_next (incremental/009),
+--   pgrag.tenant_index_name (the isolated tenants' graphs), pgrag.check_argument.
+--
+-- How a switch stays online:
+--   1. reembed_start records the target and adds pgrag.chunks.embedding_next (metadata only,
+--      under a brief exclusive lock taken in 200 ms attempts, so readers never queue for long).
+--   2. Any number of processes loop: in one transaction, reembed_claim (FOR UPDATE SKIP LOCKED
+--      on the queue rows; the locks die with a killed process, so its batch is claimed again),
+--      embed the texts with the new model, reembed_store, commit. Searches read
+--      chunks.embedding with the old model all along. A claim that finds the queue empty first
+--      queues chunks written since (reembed_sync): new chunks, and chunks whose content_sha256
+--      changed since their embedding was computed.
+--   3. reembed_switch, one transaction: writers of pgrag.chunks wait (SHARE ROW EXCLUSIVE),
+--      readers do not. Unless every chunk has an embedding of the new model for its current
+--      content it queues the rest and returns switched = false (the caller embeds them and
+--      calls it again). Otherwise it copies the vectors into chunks.embedding_next, clearing
+--      the old column in the new row versions (so the old graphs get no entries for them),
+--      builds the HNSW graphs on the new column (shared, public-only, each isolated tenant's),
+--      records the model in pgrag.embedding_config, and only then takes the exclusive lock to
+--      drop the old column and graphs and rename the new ones: readers wait for that step only.
+--   A write that was blocked by the switch and commits after it would store embeddings of the
+--   old model: the deferred trigger documents_embedding_model refuses it (PR201) at commit.
+
+create or replace function pgrag.lock_chunks_exclusively(max_wait interval default '5 minutes')
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_deadline timestamptz := pg_catalog.clock_timestamp() operator(pg_catalog.+) max_wait;
+    v_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+begin
+    loop
+        begin
+            -- A short attempt: readers queued behind a waiting exclusive lock wait at most this.
+            perform pg_catalog.set_config('lock_timeout', '200ms', true);
+            lock table pgrag.chunks in access exclusive mode;
+            perform pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
+            return;
+        exception when lock_not_available or deadlock_detected then
+            if pg_catalog.clock_timestamp() > v_deadline then
+                raise exception 'could not lock pgrag.chunks within %: other transactions kept using it', max_wait
+                    using errcode = 'PR203',
+                          hint = 'look for long transactions on pgrag.chunks (pg_stat_activity) and run the command again.';
+            end if;
+            perform pg_catalog.pg_sleep(0.05);
+        end;
+    end loop;
+end
+$$;
+comment on function pgrag.lock_chunks_exclusively(interval) is
+'Takes an ACCESS EXCLUSIVE lock on pgrag.chunks for the rest of the transaction, in attempts of 200 ms with short pauses (readers queued behind a waiting attempt never wait longer), for at most max_wait (then PR203). Used by the re-embed functions for their metadata-only DDL.';
+
+create or replace function pgrag.reembed_start(model text, provider text, dims integer)
+returns table (reembed_id bigint, started boolean, from_model text, from_provider text, from_dims integer)
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_job pgrag.reembeds;
+    v_config pgrag.embedding_config;
+begin
+    if reembed_start.model is null or reembed_start.model operator(pg_catalog.!~) '[^[:space:]]'
+       or pg_catalog.length(reembed_start.model) > 200 then
+        raise exception 'model must be a non-blank model name of at most 200 characters'
+            using errcode = '22023';
+    end if;
+    if reembed_start.provider is null or reembed_start.provider operator(pg_catalog.!~) '[^[:space:]]'
+       or pg_catalog.length(reembed_start.provider) > 100 then
+        raise exception 'provider must be a non-blank provider name (local, openai) of at most 100 characters'
+            using errcode = '22023';
+    end if;
+    if reembed_start.dims is null then
+        raise exception 'dims must be given: the dimension of the new model''s embeddings'
+            using errcode = '22023';
+    end if;
+    perform pgrag.check_argument('dims', reembed_start.dims, 1, 2000);
+    -- Start, switch and cancel run one at a time (a transaction-level advisory lock, taken
+    -- first by each: they lock the same rows in different orders). A second process starting
+    -- the same re-embed waits for the first and joins it.
+    perform pg_catalog.pg_advisory_xact_lock(123589602928386);  -- 0x7067726167_02: "pgrag", 2
+    select c.* into v_config from pgrag.embedding_config as c for update;
+    select r.* into v_job from pgrag.reembeds as r where r.status = 'running' for update;
+    if found then
+        if v_job.model = reembed_start.model and v_job.provider = reembed_start.provider
+           and v_job.dims = reembed_start.dims then
+            -- Another process started this one: join it.
+            return query select v_job.id, false, v_job.from_model, v_job.from_provider, v_job.from_dims;
+            return;
+        end if;
+        raise exception 'a re-embed to %:% (% dimensions) is running', v_job.provider, v_job.model, v_job.dims
+            using errcode = 'PR202',
+                  hint = 'let it finish (pgrag reembed with the same --model joins it), or cancel it (pgrag reembed --cancel).';
+    end if;
+    if v_config.model = reembed_start.model and v_config.provider = reembed_start.provider
+       and v_config.dims = reembed_start.dims then
+        raise exception 'this database already holds embeddings of %:% (% dimensions): nothing to re-embed',
+            reembed_start.provider, reembed_start.model, reembed_start.dims
+            using errcode = '22023';
+    end if;
+    insert into pgrag.reembeds (model, provider, dims, from_model, from_provider, from_dims)
+    values (reembed_start.model, reembed_start.provider, reembed_start.dims,
+            v_config.model, v_config.provider, v_config.dims)
+    returning * into v_job;
+    -- The new column, beside the old one: no rewrite, a brief exclusive lock.
+    perform pgrag.lock_chunks_exclusively();
+    if exists (select 1 from pg_catalog.pg_attribute as a
+               where a.attrelid = 'pgrag.chunks'::pg_catalog.regclass
+                 and a.attname = 'embedding_next' and not a.attisdropped) then
+        alter table pgrag.chunks drop column embedding_next;
+    end if;
+    execute pg_catalog.format(
+        'alter table pgrag.chunks add column embedding_next @extschema:vector@.vector(%s)',
+        reembed_start.dims);
+    comment on column pgrag.chunks.embedding_next is
+    'Embedding of the running re-embed''s model (pgrag.reembeds), filled by its switch; not read by searches.';
+    delete from pgrag.chunk_embeddings_next;
+    return query select v_job.id, true, v_job.from_model, v_job.from_provider, v_job.from_dims;
+end
+$$;
+comment on function pgrag.reembed_start(text, text, integer) is
+'Starts re-embedding every tenant''s chunks with model (of provider, dims dimensions) beside the stored embeddings, which searches keep using until pgrag.reembed_switch: records the target in pgrag.reembeds and adds the column pgrag.chunks.embedding_next (a brief exclusive lock, no rewrite). Returns the re-embed and started = false when the same re-embed is already running (the caller joins it). Raises PR202 when another one is running, 22023 for a bad argument or when the database already holds that model. For the owner of pgrag.chunks.';
+
+create or replace function pgrag.reembed_sync()
+returns bigint
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_waiting bigint;
+begin
+    -- Rows of chunks deleted since they were queued.
+    delete from pgrag.chunk_embeddings_next as s
+     where not exists (select 1 from pgrag.chunks as c
+                       where c.tenant_id = s.tenant_id and c.id = s.chunk_id);
+    -- Embeddings computed for content the chunk no longer has.
+    update pgrag.chunk_embeddings_next as s
+       set embedding = null, content_sha256 = null, embedded_at = null
+      from pgrag.chunks as c
+     where c.tenant_id = s.tenant_id and c.id = s.chunk_id
+       and s.embedding is not null
+       and s.content_sha256 is distinct from c.content_sha256;
+    -- Chunks written since the queue was filled (all of them the first time).
+    insert into pgrag.chunk_embeddings_next (tenant_id, chunk_id)
+    select c.tenant_id, c.id
+    from pgrag.chunks as c
+    where not exists (select 1 from pgrag.chunk_embeddings_next as s
+                      where s.tenant_id = c.tenant_id and s.chunk_id = c.id)
+    on conflict do nothing;
+    select pg_catalog.count(*) into v_waiting
+    from pgrag.chunk_embeddings_next as s
+    where s.embedding is null;
+    return v_waiting;
+end
+$$;
+comment on function pgrag.reembed_sync() is
+'Brings the running re-embed''s queue (pgrag.chunk_embeddings_next) up to date with pgrag.chunks: drops rows of deleted chunks, queues again chunks whose content_sha256 changed since their new embedding was computed, queues chunks not there yet. Returns the chunks waiting for their new embedding.';
+
+create or replace function pgrag.reembed_claim(batch_size integer default 64)
+returns table (tenant_id text, chunk_id bigint, content text, content_sha256 text)
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_n integer := coalesce(pgrag.check_argument('batch_size', batch_size, 1, 10000), 64);
+begin
+    if not exists (select 1 from pgrag.reembeds as r where r.status = 'running') then
+        raise exception 'no re-embed is running'
+            using errcode = 'PR202',
+                  hint = 'start one with pgrag reembed --model ... (pgrag.reembed_start); it may have been switched or cancelled meanwhile.';
+    end if;
+    for attempt in 1 .. 2 loop
+        return query
+        select s.tenant_id, s.chunk_id, c.content, c.content_sha256
+        from pgrag.chunk_embeddings_next as s
+        join pgrag.chunks as c on c.tenant_id = s.tenant_id and c.id = s.chunk_id
+        where s.embedding is null
+        order by s.tenant_id, s.chunk_id
+        limit v_n
+        for update of s skip locked;
+        exit when found or attempt = 2;
+        -- Nothing queued: queue what was written since (the first claim fills the queue).
+        perform pgrag.reembed_sync();
+    end loop;
+end
+$$;
+comment on function pgrag.reembed_claim(integer) is
+'Claims up to batch_size (1-10,000, default 64) chunks waiting for their embedding of the running re-embed''s model: (tenant_id, chunk_id, content, content_sha256), locked FOR UPDATE SKIP LOCKED until the caller''s transaction ends, so concurrent workers never get the same chunk and a killed worker''s batch is claimed again. Embed the contents with the new model and call pgrag.reembed_store in the same transaction. When nothing is queued it first queues chunks written since (pgrag.reembed_sync); no row means every chunk is done, or claimed by another worker. PR202 when no re-embed is running.';
+
+create or replace function pgrag.reembed_store(
+    model text,
+    tenant_ids text[],
+    chunk_ids bigint[],
+    content_sha256s text[],
+    embeddings @extschema:vector@.vector[]
+)
+returns bigint
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_job pgrag.reembeds;
+    v_n bigint;
+begin
+    select r.* into v_job from pgrag.reembeds as r where r.status = 'running';
+    if not found then
+        raise exception 'no re-embed is running: it was switched or cancelled meanwhile'
+            using errcode = 'PR202';
+    end if;
+    if reembed_store.model is distinct from v_job.model then
+        raise exception 'the running re-embed is to %; embeddings of % would mix models', v_job.model, reembed_store.model
+            using errcode = 'PR202';
+    end if;
+    if pg_catalog.cardinality(tenant_ids) is distinct from pg_catalog.cardinality(chunk_ids)
+       or pg_catalog.cardinality(chunk_ids) is distinct from pg_catalog.cardinality(content_sha256s)
+       or pg_catalog.cardinality(chunk_ids) is distinct from pg_catalog.cardinality(embeddings) then
+        raise exception 'tenant_ids, chunk_ids, content_sha256s and embeddings must have one element per chunk'
+            using errcode = '22023';
+    end if;
+    if exists (select 1 from pg_catalog.unnest(embeddings) as e(v)
+               where e.v is null or @extschema:vector@.vector_dims(e.v) <> v_job.dims
+                  or (e.v operator(@extschema:vector@.<=>) e.v) = 'NaN'::double precision) then
+        raise exception 'embeddings must be non-zero vectors of % dimensions, the re-embed''s', v_job.dims
+            using errcode = '22023';
+    end if;
+    update pgrag.chunk_embeddings_next as s
+       set embedding = v.embedding, content_sha256 = v.sha, embedded_at = pg_catalog.now()
+      from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids),
+                      pg_catalog.unnest(content_sha256s), pg_catalog.unnest(embeddings))
+           as v(tenant_id, chunk_id, sha, embedding)
+     where s.tenant_id = v.tenant_id and s.chunk_id = v.chunk_id;
+    get diagnostics v_n = row_count;
+    return v_n;
+end
+$$;
+comment on function pgrag.reembed_store(text, text[], bigint[], text[], @extschema:vector@.vector[]) is
+'Stores embeddings of the running re-embed''s model for chunks claimed with pgrag.reembed_claim (one array element per chunk; content_sha256 as the claim returned it). Returns the rows stored (rows of chunks deleted meanwhile are skipped). PR202 when no re-embed is running or model is not its model; 22023 when an embedding is null, zero or not of its dimension.';
+
+create or replace function pgrag.reembed_switch()
+returns table (switched boolean, waiting bigint, chunk_count bigint, model text, provider text, dims integer)
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_job pgrag.reembeds;
+    v_waiting bigint;
+    v_count bigint;
+    v_index record;
+    v_acl record;
+    v_built text[] := '{}';
+    v_comments text[] := '{}';
+    v_name text;
+begin
+    perform pg_catalog.pg_advisory_xact_lock(123589602928386);  -- one of start, switch, cancel
+    select r.* into v_job from pgrag.reembeds as r where r.status = 'running' for update;
+    if not found then
+        raise exception 'no re-embed is running'
+            using errcode = 'PR202',
+                  hint = 'start one with pgrag reembed --model ...; it may have been switched or cancelled meanwhile.';
+    end if;
+    -- Writers of pgrag.chunks wait from here to commit (readers do not): the chunks and their
+    -- contents stay those the check below sees. (Before the configuration row: the order in
+    -- which a loader takes them.)
+    lock table pgrag.chunks in share row exclusive mode;
+    perform 1 from pgrag.embedding_config as c for update;
+    v_waiting := pgrag.reembed_sync();
+    if v_waiting > 0 then
+        return query select false, v_waiting, null::bigint, v_job.model, v_job.provider, v_job.dims;
+        return;
+    end if;
+
+    -- New row versions carry the new vector in embedding_next and none in embedding: the old
+    -- graphs (partial indexes, embedding is not null) get no entries for them, and searches
+    -- running meanwhile read the old versions.
+    update pgrag.chunks as c
+       set embedding_next = s.embedding, embedding = null
+      from pgrag.chunk_embeddings_next as s
+     where s.tenant_id = c.tenant_id and s.chunk_id = c.id;
+    get diagnostics v_count = row_count;
+    delete from pgrag.chunk_embeddings_next;
+
+    -- The graphs of the new column, as the old column has them: the shared one, anon's
+    -- public-only one, and each isolated tenant's own (pgrag.isolate_tenant), with their
+    -- storage parameters and comments.
+    for v_index in
+        select i.name, i.predicate, o.oid, o.reloptions
+        from (
+            select 'chunks_embedding_hnsw' as name, 'embedding_next is not null' as predicate
+            union all
+            select 'chunks_public_embedding_hnsw', 'is_public and embedding_next is not null'
+            union all
+            select pgrag.tenant_index_name(t.tenant_id),
+                   pg_catalog.format('tenant_id operator(pg_catalog.=) %L and embedding_next is not null',
+                                     t.tenant_id)
+            from (select s.tenant_id from pgrag.corpus_stats as s
+                  union
+                  select d.tenant_id from pgrag.documents as d) as t
+        ) as i
+        join pg_catalog.pg_class as o
+          on o.oid = pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', i.name))
+        order by i.name
+    loop
+        execute pg_catalog.format(
+            'create index %I on pgrag.chunks using hnsw (embedding_next @extschema:vector@.vector_cosine_ops)%s where %s',
+            v_index.name operator(pg_catalog.||) '_next',
+            case when v_index.reloptions is null then ''
+                 else ' with (' operator(pg_catalog.||) pg_catalog.array_to_string(v_index.reloptions, ', ')
+                      operator(pg_catalog.||) ')' end,
+            v_index.predicate);
+        v_built := v_built operator(pg_catalog.||) v_index.name::text;
+        v_comments := v_comments operator(pg_catalog.||) pg_catalog.obj_description(v_index.oid, 'pg_class');
+    end loop;
+    -- Any other index on the old column goes with it.
+    for v_index in
+        select o.relname::text as name
+        from pg_catalog.pg_depend as dep
+        join pg_catalog.pg_class as o on o.oid = dep.objid and o.relkind = 'i'
+        join pg_catalog.pg_attribute as a
+          on a.attrelid = dep.refobjid and a.attnum = dep.refobjsubid
+        where dep.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+          and dep.refobjid = 'pgrag.chunks'::pg_catalog.regclass
+          and a.attname = 'embedding'
+          and not (o.relname::text = any (v_built))
+    loop
+        raise notice 'pgrag: index pgrag.% on the old embeddings is dropped by the switch; create it again on the new ones',
+            v_index.name;
+    end loop;
+
+    -- Column privileges of the old column (authenticated writes it), for the new one.
+    for v_acl in
+        select a.privilege_type, a.grantee
+        from pg_catalog.pg_attribute as at,
+             pg_catalog.aclexplode(at.attacl) as a
+        where at.attrelid = 'pgrag.chunks'::pg_catalog.regclass and at.attname = 'embedding'
+          and not at.attisdropped
+    loop
+        execute pg_catalog.format('grant %s (embedding_next) on pgrag.chunks to %s', v_acl.privilege_type,
+            case when v_acl.grantee = 0 then 'public' else v_acl.grantee::pg_catalog.regrole::text end);
+    end loop;
+
+    update pgrag.documents as d
+       set embedding_model = v_job.model
+     where d.embedding_model is not null and d.embedding_model is distinct from v_job.model;
+    update pgrag.embedding_config
+       set model = v_job.model, provider = v_job.provider, dims = v_job.dims;
+    update pgrag.reembeds as r
+       set status = 'switched', chunk_count = v_count, finished_at = pg_catalog.clock_timestamp()
+     where r.id = v_job.id;
+
+    -- The swap, metadata only: readers wait for this step alone.
+    perform pgrag.lock_chunks_exclusively();
+    foreach v_name in array v_built loop
+        execute pg_catalog.format('drop index pgrag.%I', v_name);
+    end loop;
+    alter table pgrag.chunks drop column embedding;
+    alter table pgrag.chunks rename column embedding_next to embedding;
+    for i in 1 .. coalesce(pg_catalog.cardinality(v_built), 0) loop
+        execute pg_catalog.format('alter index pgrag.%I rename to %I',
+                                  v_built[i] operator(pg_catalog.||) '_next', v_built[i]);
+        if v_comments[i] is not null then
+            execute pg_catalog.format('comment on index pgrag.%I is %L', v_built[i], v_comments[i]);
+        end if;
+    end loop;
+    comment on column pgrag.chunks.embedding is
+    'Embedding of content by the model pgrag.embedding_config records, of its dimension (chosen at install, changed by pgrag reembed).';
+    return query select true, 0::bigint, v_count, v_job.model, v_job.provider, v_job.dims;
+end
+$$;
+comment on function pgrag.reembed_switch() is
+'Switches the database to the running re-embed''s model in one transaction: writers of pgrag.chunks wait meanwhile, readers keep searching the old embeddings. When some chunk has no embedding of the new model for its current content, queues it (pgrag.reembed_sync) and returns switched = false with the count waiting: embed them (reembed_claim/reembed_store) and call it again. Otherwise moves the new embeddings into pgrag.chunks, builds the HNSW graphs on them (shared, public-only, isolated tenants''), records model, provider and dimension in pgrag.embedding_config (and each document''s embedding_model), then under a brief exclusive lock drops the old embeddings and graphs and renames the new ones. PR202 when no re-embed is running. For the owner of pgrag.chunks.';
+
+create or replace function pgrag.reembed_cancel()
+returns boolean
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform pg_catalog.pg_advisory_xact_lock(123589602928386);  -- one of start, switch, cancel
+    update pgrag.reembeds as r
+       set status = 'cancelled', finished_at = pg_catalog.clock_timestamp()
+     where r.status = 'running';
+    if not found then
+        return false;
+    end if;
+    delete from pgrag.chunk_embeddings_next;
+    perform pgrag.lock_chunks_exclusively();
+    if exists (select 1 from pg_catalog.pg_attribute as a
+               where a.attrelid = 'pgrag.chunks'::pg_catalog.regclass
+                 and a.attname = 'embedding_next' and not a.attisdropped) then
+        alter table pgrag.chunks drop column embedding_next;
+    end if;
+    return true;
+end
+$$;
+comment on function pgrag.reembed_cancel() is
+'Cancels the running re-embed (false when none runs): its new embeddings and pgrag.chunks.embedding_next are dropped; the database keeps its model. For the owner of pgrag.chunks.';
+
+create or replace function pgrag.reembed_status()
+returns table (
+    reembed_id bigint,
+    status text,
+    model text,
+    provider text,
+    dims integer,
+    from_model text,
+    from_provider text,
+    from_dims integer,
+    started_at timestamptz,
+    finished_at timestamptz,
+    chunk_count bigint,
+    embedded bigint,
+    waiting bigint
+)
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    select r.id, r.status, r.model, r.provider, r.dims, r.from_model, r.from_provider, r.from_dims,
+           r.started_at, r.finished_at,
+           case when r.status = 'running'
+                then (select coalesce(pg_catalog.sum(s.chunk_count), 0)::bigint from pgrag.corpus_stats as s)
+                else r.chunk_count end,
+           case when r.status = 'running'
+                then (select pg_catalog.count(*) from pgrag.chunk_embeddings_next as e
+                      where e.embedding is not null) end,
+           case when r.status = 'running'
+                then (select pg_catalog.count(*) from pgrag.chunk_embeddings_next as e
+                      where e.embedding is null) end
+    from pgrag.reembeds as r
+    order by r.id desc
+    limit 1
+$$;
+comment on function pgrag.reembed_status() is
+'The latest re-embed: target and previous model, status, times; while running, chunk_count (all chunks, from the corpus statistics), embedded (new embeddings stored) and waiting (queued, not yet embedded); once switched, the chunks switched. No row when none ever ran.';
+
+-- A write blocked by a switch commits after it: a loader that checked the model before the
+-- switch would store embeddings of the previous model beside the new ones. Every loader records
+-- the model it embedded with in documents.embedding_model (pgrag.replace_document_chunks does),
+-- so the check runs at commit, after any wait, against the model recorded then.
+create or replace function pgrag.check_document_embedding_model()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_model text;
+begin
+    select c.model into v_model from pgrag.embedding_config as c;
+    if v_model is not null and new.embedding_model is distinct from v_model then
+        raise exception 'the embedding model of this database is now % (a re-embed switched models) but this transaction stored embeddings of % (document %)',
+            v_model, new.embedding_model, new.id
+            using errcode = 'PR201',
+                  hint = 'nothing of the transaction was saved; run it again: pgrag ingest embeds with the model the database records.';
+    end if;
+    return null;
+end
+$$;
+comment on function pgrag.check_document_embedding_model() is
+'Constraint trigger function (deferred, after insert or update of embedding_model on pgrag.documents): at commit, refuses (PR201) a document whose embedding_model is not the model pgrag.embedding_config records, e.g. embeddings of the previous model stored by a write that waited for a re-embed''s switch.';
+
+drop trigger if exists documents_embedding_model on pgrag.documents;
+create constraint trigger documents_embedding_model
+    after insert or update of embedding_model on pgrag.documents
+    deferrable initially deferred
+    for each row when (new.embedding_model is not null)
+    execute function pgrag.check_document_embedding_model();
