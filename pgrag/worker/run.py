@@ -213,7 +213,7 @@ class QueueWorker:
                 conn.execute("select pgrag.next_claim_at()")
             except psycopg.errors.UndefinedFunction as exc:
                 raise NotInstalled(
-                    "this database has no document queue: run pgrag migrate (pgrag 009+)."
+                    "this database has no document queue: run pgrag migrate (incremental 011)."
                 ) from exc
             except psycopg.errors.UndefinedTable as exc:
                 raise NotInstalled("pgrag is not installed here: run pgrag migrate.") from exc
