@@ -6,7 +6,9 @@ exception each one means in Python (as ``psycopg.errors`` maps every SQLSTATE to
 standard meaning, left as psycopg errors (the CLI prints them with
 ``pgrag.db.database_error_message``): ``42501`` insufficient_privilege (another tenant's rows,
 a published document without the publishing privilege) and ``23514`` check_violation (a
-text-search configuration not allowed for stored chunks).
+text-search configuration not allowed for stored chunks). ``sql/citus/`` raises ``0A000``
+feature_not_supported (``pgrag migrate --citus`` on a database without the citus extension or
+a coordinator without workers), which the migrator reports as a :class:`MigrationError`.
 """
 
 from __future__ import annotations

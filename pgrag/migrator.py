@@ -13,12 +13,18 @@ and decides for itself whether to run:
 
 1. ``settings``: ``set pgrag.embedding_dims = N`` (only when a dimension is asked for);
 2. ``preflight``: refuses, before anything is applied, a server without pgvector, an applied
-   incremental file that changed, and a database installed with another dimension;
+   incremental file that changed, a database installed with another dimension, and (but for
+   ``pgrag migrate --citus``) a database whose tables Citus distributes;
 3. one step per incremental file: skipped when recorded, applied and recorded otherwise;
 4. ``idempotent``: the whole tier, when one of its files is not ``applied``; then
    ``pg_notify('pgrst', 'reload schema')``. A file of :data:`SERVER_DEPENDENT` is not
    ``applied`` either when what it installed is not what this server would get now (the text
-   functions' PL/Python or stub variant, passed to the file as ``pgrag.text_search_variant``).
+   functions' PL/Python or stub variant, passed to the file as ``pgrag.text_search_variant``);
+5. ``citus`` (``pgrag migrate --citus`` only, :mod:`pgrag.citus`): ``citus/NNN-name.sql``, what
+   a Citus coordinator needs on top (distribution by tenant; docs/scaling.md), applied as the
+   idempotent tier is, after it, when one of its files is not ``applied``. Its records (kind
+   ``idempotent``, names ``citus/...``) go whenever the idempotent tier is applied, so the Citus
+   tier follows every re-application of the tier it builds on.
 
 What ``applied`` means is written once, in :func:`state_sql`: a file is *pending* (not
 recorded), *changed* (recorded with another SHA-256), *stale* (an idempotent file recorded
@@ -54,8 +60,8 @@ from pgrag.errors import (
     PgvectorMissing,
 )
 
-Kind = Literal["incremental", "idempotent"]
-KINDS: tuple[Kind, ...] = ("incremental", "idempotent")
+Kind = Literal["incremental", "idempotent", "citus"]
+KINDS: tuple[Kind, ...] = ("incremental", "idempotent")  # the tiers every installation runs
 FILE_NAME = re.compile(r"^\d{3}-[a-z][a-z0-9_-]*\.sql$")
 DEFAULT_DIMS = 384
 MAX_DIMS = 2000  # pgvector's HNSW limit for the vector type
@@ -73,10 +79,12 @@ SECURE_SEARCH_PATH_SQL = f"select {_SECURE_SEARCH_PATH}"
 PGVECTOR_MISSING = "PR101"
 DIMENSION_MISMATCH = "PR102"
 CHANGED_MIGRATION = "PR103"
+CITUS_NEEDED = "PR104"
 _ERRORS: dict[str, type[PgragError]] = {
     PGVECTOR_MISSING: PgvectorMissing,
     DIMENSION_MISMATCH: ConfigError,
     CHANGED_MIGRATION: ChecksumMismatch,
+    CITUS_NEEDED: MigrationError,
 }
 
 State = Literal["pending", "applied", "changed", "stale"]
@@ -134,6 +142,11 @@ class MigrationFile:
         return f"{self.kind}/{self.path.name}"
 
     @property
+    def recorded_kind(self) -> str:
+        """``kind`` as pgrag.schema_migrations records it (a Citus file as ``idempotent``)."""
+        return "incremental" if self.kind == "incremental" else "idempotent"
+
+    @property
     def text(self) -> str:
         return self.path.read_text(encoding="utf-8")
 
@@ -153,15 +166,17 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def discover(root: Path | None = None) -> list[MigrationFile]:
+def discover(root: Path | None = None, *, citus: bool = False) -> list[MigrationFile]:
     """All migration files, incremental first, each tier in numeric order; names are checked.
 
     Incremental files are numbered 001, 002, ... without gaps. Idempotent files may leave gaps
-    (privileges sit in a late band, ``900-...``), but no two share a number.
+    (privileges sit in a late band, ``900-...``), but no two share a number. With ``citus``,
+    the files of ``citus/`` follow (numbered as the idempotent tier).
     """
     root = root or sql_dir()
     files: list[MigrationFile] = []
-    for kind in KINDS:
+    kinds: tuple[Kind, ...] = (*KINDS, "citus") if citus else KINDS
+    for kind in kinds:
         folder = root / kind
         paths = sorted(p for p in folder.iterdir() if p.suffix == ".sql") if folder.is_dir() else []
         previous = 0
@@ -249,7 +264,7 @@ select w.ord, w.name, w.kind, w.sha256,
        case
            when m.name is null then 'pending'
            when m.sha256 <> w.sha256 then 'changed'
-           when w.kind = 'idempotent'
+           when w.kind in ('idempotent', 'citus')
                 and (m.applied_at < i.latest or i.pending or w.drifted) then 'stale'
            else 'applied'
        end as state
@@ -318,19 +333,40 @@ def _execute_file(f: MigrationFile) -> str:
     execute pg_catalog.replace({_file_text(f)},
         {literal(VECTOR_SCHEMA_TOKEN)}, pg_catalog.quote_ident(vs));
     insert into pgrag.schema_migrations (name, kind, sha256, version)
-    values ({literal(f.name)}, {literal(f.kind)}, {literal(f.sha256)}, {literal(__version__)})
+    values ({literal(f.name)}, {literal(f.recorded_kind)}, {literal(f.sha256)},
+            {literal(__version__)})
     on conflict (name) do update
         set sha256 = excluded.sha256, applied_at = pg_catalog.now(), version = excluded.version;"""
+
+
+def _refuse_distributed() -> str:
+    """PL/pgSQL refusing a database whose pgrag tables Citus distributes (only the Citus step
+    knows how to apply the tiers there)."""
+    return f"""    if pg_catalog.to_regclass('pg_catalog.pg_dist_partition') is not null then
+        execute 'select exists (select from pg_catalog.pg_dist_partition as p '
+                'where p.logicalrelid operator(pg_catalog.=) '
+                'pg_catalog.to_regclass(''pgrag.chunks''))'
+        into distributed;
+        if distributed then
+            raise exception 'pgrag: this database''s tables are distributed over Citus'
+                using errcode = '{CITUS_NEEDED}',
+                      hint = 'install and upgrade it with pgrag migrate --citus on the '
+                             'coordinator (docs/scaling.md); the SQL bundle and the Supabase '
+                             'files install single servers';
+        end if;
+    end if;"""
 
 
 def _preflight(files: Sequence[MigrationFile], dims: int | None) -> Step:
     incremental = [f for f in files if f.kind == "incremental"]
     asked = literal(str(dims)) if dims is not None else "null"
+    citus = any(f.kind == "citus" for f in files)
     body = f"""
 declare
     wanted text := coalesce(nullif(pg_catalog.current_setting('pgrag.embedding_dims', true), ''),
                             {asked});
     installed integer;
+    distributed boolean;
     rec record;
 begin
 {_prologue()}
@@ -363,6 +399,7 @@ begin
                           installed, installed, installed);
         end if;
     end if;
+{"" if citus else _refuse_distributed()}
 end
 """
     return Step("preflight", "-- preflight: pgvector, changed files, dimension\n" + _do(body))
@@ -420,7 +457,8 @@ begin
     -- What the server-dependent files install here (see SERVER_DEPENDENT).
     perform pg_catalog.set_config('pgrag.text_search_variant', {TEXT_SEARCH_WANTED_SQL}, true);
 {steps}
-    -- The tier is recorded as a whole: records of idempotent files this version lacks go.
+    -- The tier is recorded as a whole: records of idempotent files this version lacks go (and
+    -- those of the Citus tier, which must follow it: pgrag migrate --citus applies it next).
     delete from pgrag.schema_migrations as m
     where m.kind = 'idempotent' and m.name <> all (array[{names}]);
     perform pg_catalog.pg_notify('pgrst', 'reload schema');
@@ -431,6 +469,32 @@ end
     return Step("idempotent", f"-- idempotent tier: {listing}\n" + _do(body), tuple(tier))
 
 
+def _citus_step(files: Sequence[MigrationFile]) -> Step:
+    tier = [f for f in files if f.kind == "citus"]
+    names = ", ".join(literal(f.name) for f in tier)
+    steps = "\n".join(_execute_file(f) for f in tier)
+    body = f"""
+declare
+    vs name;
+begin
+{_prologue()}
+    if not exists (select from {_states(files, 4)} as s
+                   where s.kind = 'citus' and s.state <> 'applied') then
+        raise notice 'pgrag: the Citus tier is up to date';
+        return;
+    end if;
+    vs := ({VECTOR_SCHEMA_SQL});
+{steps}
+    delete from pgrag.schema_migrations as m
+    where m.name like 'citus/%' and m.name <> all (array[{names}]);
+    perform pg_catalog.pg_notify('pgrst', 'reload schema');
+    raise notice 'pgrag: applied the Citus tier ({len(tier)} files)';
+end
+"""
+    listing = ", ".join(f.name for f in tier)
+    return Step("citus", f"-- Citus tier: {listing}\n" + _do(body), tuple(tier))
+
+
 @dataclass(frozen=True)
 class InstallSteps:
     """The steps of one installation (see the module docstring), by role."""
@@ -439,6 +503,7 @@ class InstallSteps:
     preflight: Step
     incremental: list[Step]
     idempotent: Step
+    citus: Step | None = None
 
     @property
     def checks(self) -> list[Step]:
@@ -448,7 +513,7 @@ class InstallSteps:
     @property
     def work(self) -> list[Step]:
         """The steps that apply files, in order."""
-        return [*self.incremental, self.idempotent]
+        return [*self.incremental, self.idempotent, *([self.citus] if self.citus else [])]
 
 
 def install_steps(
@@ -460,7 +525,8 @@ def install_steps(
 
     ``dims`` is the dimension asked for: a new database gets it (default 384), an installed one
     with another is refused; None asks for nothing. ``vector_schema`` is where pgvector is
-    created when the database lacks it.
+    created when the database lacks it. Files of kind ``citus`` (``discover(citus=True)``) add
+    the Citus step.
     """
     check_dims(dims)
     if not vector_schema or "\x00" in vector_schema:
@@ -474,6 +540,7 @@ def install_steps(
             _incremental_step(f, dims, vector_schema) for f in files if f.kind == "incremental"
         ],
         idempotent=_idempotent_step(files),
+        citus=_citus_step(files) if any(f.kind == "citus" for f in files) else None,
     )
 
 
@@ -560,10 +627,17 @@ class Migrator:
     """Brings one database to the SQL shipped with this version of pgrag."""
 
     def __init__(
-        self, dsn: str, root: Path | None = None, vector_schema: str = DEFAULT_VECTOR_SCHEMA
+        self,
+        dsn: str,
+        root: Path | None = None,
+        vector_schema: str = DEFAULT_VECTOR_SCHEMA,
+        *,
+        citus: bool = False,
     ) -> None:
+        """``citus``: the Citus tier too (run it through :func:`pgrag.citus.migrate_citus`,
+        which checks the coordinator and sets the session's Citus settings)."""
         self.dsn = dsn
-        self.files = discover(root)
+        self.files = discover(root, citus=citus)
         self.vector_schema = vector_schema
 
     def status(self) -> Status:
@@ -604,9 +678,13 @@ class Migrator:
         before = {m.file.name: m for m in read_states(conn, self.files)}
         if dry_run:
             # A step runs when one of its files is not applied: exactly what the step checks.
-            would_run = [
-                s for s in steps.work if any(before[f.name].state != "applied" for f in s.files)
-            ]
+            # The Citus step also runs after any other (the idempotent tier drops its records).
+            would_run: list[Step] = []
+            for s in steps.work:
+                if any(before[f.name].state != "applied" for f in s.files) or (
+                    s is steps.citus and would_run
+                ):
+                    would_run.append(s)
             config = _read_embedding_config(conn)
             return MigrateResult(
                 applied=[f.name for s in would_run for f in s.files],

@@ -20,7 +20,7 @@ from pgrag.errors import (
 
 SQL = Path(__file__).resolve().parents[1] / "sql"
 # Standard codes pgrag's SQL raises with their standard meaning, left as psycopg errors.
-STANDARD = {"42501", "23514"}
+STANDARD = {"42501", "23514", "0A000"}
 
 
 def raised_sqlstates() -> set[str]:

@@ -454,16 +454,17 @@ def test_vector_search_uses_the_hnsw_index(
     assert any(n.get("Index Name") == "chunks_embedding_hnsw" for p in plans for n in p.nodes)
 
 
-# pgrag.ready_chunks holds the documents join and the filters once for every search; it must be
-# inlined into each caller's statement (a Function Scan would read every ready chunk first) so
-# that the filters and the caller's conditions reach the index scans.
+# pgrag.searchable holds the ready status and the filters once for every search; it must be
+# inlined into each caller's statement (a call per row would hide the filters from the planner)
+# so that the filters and the caller's conditions reach the index scans.
 ALL_TYPES = ["pdf", "markdown", "html", "text", "url"]
 
 
 def assert_inlined(plans: list[Plan]) -> None:
     assert plans
-    scans = [n for p in plans for n in p.nodes if n["Node Type"] == "Function Scan"]
-    assert not [n for n in scans if n.get("Function Name") == "ready_chunks"]
+    nodes = [json.dumps(n) for p in plans for n in p.nodes]
+    assert not [n for n in nodes if "searchable(" in n]
+    assert [n for n in nodes if "status = 'ready'" in n]
 
 
 def test_filters_reach_the_hnsw_scan_of_the_vector_arm(
@@ -479,9 +480,9 @@ def test_filters_reach_the_hnsw_scan_of_the_vector_arm(
     )
     assert len(rows) == 3
     assert_inlined(plans)
-    walk = arm_plan(plans, "embedded_only => true) as c\n            where c.tenant_id")
+    walk = arm_plan(plans, "created_before => $6)\n              and c.tenant_id")
     (hnsw,) = walk.scans("chunks")
-    # The partial index's predicate (embedding is not null) is proven through the function,
+    # The partial index's predicate (embedding is not null) is proven,
     # the tenant condition is checked in the scan, the filter on the document in its scan.
     assert hnsw["Index Name"] == "chunks_embedding_hnsw"
     assert "tenant_id = 'acme'" in hnsw["Filter"]
@@ -491,7 +492,7 @@ def test_filters_reach_the_hnsw_scan_of_the_vector_arm(
     assert "source_type = ANY" in document["Filter"]
 
 
-def test_anon_walks_the_public_hnsw_index_through_ready_chunks(
+def test_anon_walks_the_public_hnsw_index(
     seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
 ) -> None:
     q = local_embedder.embed(["solar panels in summer"])[0]
@@ -500,7 +501,7 @@ def test_anon_walks_the_public_hnsw_index_through_ready_chunks(
         conn, "select chunk_id from pgrag.vector_candidates(%s, 3)", (q,), role="anon"
     )
     assert_inlined(plans)
-    walk = arm_plan(plans, "embedded_only => true) as c\n            where c.is_public")
+    walk = arm_plan(plans, "created_before => $6)\n              and c.is_public")
     assert [n["Index Name"] for n in walk.scans("chunks")] == ["chunks_public_embedding_hnsw"]
 
 
@@ -520,7 +521,7 @@ def test_document_filter_reaches_the_btree_of_the_exact_vector_path(
     )
     assert rows
     assert_inlined(plans)
-    exact = arm_plan(plans, "embedded_only => true) as c\n                where (v_tenant")
+    exact = arm_plan(plans, "and (not v_public or (c.is_public and d.is_public))")
     (chunks,) = exact.scans("chunks")
     assert chunks["Node Type"] in ("Index Scan", "Bitmap Heap Scan")
     conditions = chunks.get("Index Cond") or next(
@@ -541,10 +542,12 @@ def test_filters_reach_the_key_lookups_of_the_keyword_arm(
     )
     assert rows
     assert_inlined(plans)
-    batch = arm_plan(plans, "join pgrag.ready_chunks(document_ids")
+    batch = arm_plan(plans, "and (v_neg is null or not c.fts")
     (chunks,) = batch.scans("chunks")
     assert chunks["Index Name"] == "chunks_pkey"
-    assert "tenant_id = u.t" in chunks["Index Cond"] and "id = u.id" in chunks["Index Cond"]
+    # The key lookup: the caller's tenant (said of the chunks as well, for Citus) and the id.
+    assert f"tenant_id = '{TENANT}'" in chunks["Index Cond"]
+    assert "id = u.id" in chunks["Index Cond"]
     (document,) = batch.scans("documents")
     assert document["Index Name"] == "documents_pkey"
     assert "source_type = ANY" in document["Filter"]
@@ -553,7 +556,7 @@ def test_filters_reach_the_key_lookups_of_the_keyword_arm(
     assert "@>" in join_filters
 
 
-def test_no_search_function_scans_ready_chunks_as_a_function(
+def test_every_search_function_inlines_the_filters(
     seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
 ) -> None:
     q = local_embedder.embed(["inverter error"])[0]

@@ -418,18 +418,15 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         results = call_all(conn, query_embedding)
         windowed = windows(conn, sorted(c for t in two_tenants.chunks.values() for c in t))
         tenant = conn.execute("select pgrag.current_tenant_id()").fetchone()
-        # pgrag.ready_chunks pins no search_path (it must be inlined): called directly, with
+        # pgrag.searchable pins no search_path (it must be inlined): called directly, with
         # every filter set, it must not reach the caller's operators either.
-        ready = {
-            r[0]
-            for r in conn.execute(
-                "select chunk_id from pgrag.ready_chunks("
-                "document_ids => (select array_agg(id) from pgrag.documents), "
-                "metadata_filter => '{}', "
-                "source_types => array['pdf', 'markdown', 'html', 'text', 'url'], "
-                "created_after => '-infinity', created_before => 'infinity')"
-            )
-        }
+        ready = conn.execute(
+            "select pgrag.searchable('ready', 1, '{\"a\": 1}', '{}', 'text', 'epoch', "
+            "document_ids => array[1], metadata_filter => '{\"a\": 1}', "
+            "source_types => array['pdf', 'markdown', 'html', 'text', 'url'], "
+            "created_after => '-infinity', created_before => 'infinity'), "
+            "pgrag.searchable('pending', 1, '{}', '{}', 'text', 'epoch')"
+        ).fetchone()
         logged = [r[0] for r in conn.execute("select what from evil.log")]
     assert logged == []
     assert tenant == ("acme",)
@@ -437,7 +434,7 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
         assert results[name], name
         assert results[name] <= set(two_tenants.chunks["acme"]), name
     assert windowed == set(two_tenants.chunks["acme"])
-    assert ready == set(two_tenants.chunks["acme"])
+    assert ready == (True, False)
 
 
 # -- audit -----------------------------------------------------------------------------------------
@@ -479,8 +476,9 @@ PGRAG_FUNCTIONS = (
     "keyword_query",
     "mmr_order",
     "normalize_query(text)",
+    "propagate_request_claims()",
     "query_cache_key(text)",
-    "ready_chunks",
+    "searchable",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",
     "text_search_config",

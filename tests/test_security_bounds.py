@@ -68,9 +68,12 @@ NEED_PLPYTHON = {
 # (query_cache_get counts a hit) touch only the caller's tenant's entries
 # (tests/test_query_cache.py).
 # Any other volatile function an API role can execute fails test_only_known_writers_are_executable.
+# pgrag.propagate_request_claims (anon too) writes no row: it sets the transaction's own claims
+# again for a Citus cluster's workers, takes no argument, and does nothing without Citus.
 KNOWN_WRITERS = {
     "pgrag.bm25_apply",
     "pgrag.delete_documents",
+    "pgrag.propagate_request_claims",
     "pgrag.query_cache_get",
     "pgrag.query_cache_put",
     "pgrag.prune_query_cache",

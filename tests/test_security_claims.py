@@ -141,6 +141,23 @@ def test_service_role_may_act_as_a_tenant_for_the_worker(two_tenants: Loaded) ->
         assert conn.execute("select pgrag.current_tenant_id()").fetchone() == ("globex",)
 
 
+@pytest.mark.parametrize("role", ["anon", "authenticated", "service_role"])
+def test_propagate_request_claims_changes_nothing_without_citus(
+    two_tenants: Loaded, role: str
+) -> None:
+    """PostgREST's db-pre-request on a Citus coordinator; on one server a no-op for every role."""
+    claims = {"role": role, "tenant_id": "acme"}
+    with request(two_tenants.db, role, claims, commit=False) as conn:
+        before = conn.execute(
+            "select current_setting('request.jwt.claims'), pgrag.current_tenant_id()"
+        ).fetchone()
+        conn.execute("select pgrag.propagate_request_claims()")
+        after = conn.execute(
+            "select current_setting('request.jwt.claims'), pgrag.current_tenant_id()"
+        ).fetchone()
+    assert before == after and after is not None and after[1] == "acme"
+
+
 # Replays PostgREST's own per-request statement (set_config of role and claims) in a pgbench
 # script; the claims it sends are made by pgrag.set_request_tenant.
 REPLAYS_POSTGREST = {"benchmarks/load.py"}

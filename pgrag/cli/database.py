@@ -73,11 +73,22 @@ def db_url() -> None:
     "1536 for OpenAI text-embedding-3-small). Env EMBEDDING_DIMENSION.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the SQL that would run; change nothing.")
+@click.option(
+    "--citus",
+    is_flag=True,
+    help="On a Citus coordinator: then distribute pgrag's tables by tenant (sql/citus/; "
+    "docs/scaling.md). Use it for every migrate of that database.",
+)
 @json_option
 @pass_state
-def migrate(state: CliState, dims: int | None, dry_run: bool, as_json: bool) -> None:
+def migrate(state: CliState, dims: int | None, dry_run: bool, citus: bool, as_json: bool) -> None:
     """Install or upgrade pgrag's SQL in the database."""
-    result = Migrator(state.dsn()).migrate(dims, dry_run=dry_run)
+    if citus:
+        from pgrag.citus import migrate_citus
+
+        result = migrate_citus(state.dsn(), dims, dry_run=dry_run)
+    else:
+        result = Migrator(state.dsn()).migrate(dims, dry_run=dry_run)
     if as_json:
         echo_json({"applied": result.applied, "dims": result.dims, "dry_run": result.dry_run})
         return

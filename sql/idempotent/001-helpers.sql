@@ -1,6 +1,7 @@
 -- Helpers every other file relies on: the request's tenant, argument checks, housekeeping triggers.
--- Contract. Provides: pgrag.current_tenant_id (every policy and search function) and
---   pgrag.set_request_tenant (trusted direct sessions: the CLI and the ingester); the tenant_id
+-- Contract. Provides: pgrag.current_tenant_id (every policy and search function),
+--   pgrag.set_request_tenant (trusted direct sessions: the CLI and the ingester) and
+--   pgrag.propagate_request_claims (the claims for a Citus cluster's workers); the tenant_id
 --   defaults of documents and chunks; the argument checks pgrag.check_argument, check_length,
 --   check_filters, check_query_embedding and text_search_config (SQLSTATE 22023, docs/security.md "Argument
 --   limits"); updated_at and chunk-language triggers. Relies on: the tables of the incremental
@@ -58,10 +59,52 @@ begin
     -- Local to the transaction: it ends with the transaction, so a pooled server connection
     -- never carries it to the next client.
     perform pg_catalog.set_config('request.jwt.claims', v_claims::text, true);
+    -- On a Citus coordinator, the same for the workers the transaction uses (no-op elsewhere).
+    perform pgrag.propagate_request_claims();
 end
 $$;
 comment on function pgrag.set_request_tenant(text) is
-'Acts as tenant for the rest of the current transaction: sets request.jwt.claims (transaction-local, as PostgREST does) with tenant at the claim path pgrag.tenant_claim names (default tenant_id). For trusted direct sessions (the pgrag CLI and ingester call only this); raises 22023 for a null or blank tenant.';
+'Acts as tenant for the rest of the current transaction: sets request.jwt.claims (transaction-local, as PostgREST does) with tenant at the claim path pgrag.tenant_claim names (default tenant_id), on a Citus coordinator for its workers too (pgrag.propagate_request_claims). For trusted direct sessions (the pgrag CLI and ingester call only this); raises 22023 for a null or blank tenant.';
+
+-- On a Citus coordinator the RLS policies run on the workers, whose pgrag.current_tenant_id()
+-- reads request.jwt.claims there. Citus replays SET LOCAL (not set_config(), which PostgREST and
+-- pgrag.set_request_tenant use) on the workers of the transaction while
+-- citus.propagate_set_commands = local: this sets the values the transaction already has again
+-- that way. Without Citus (that setting does not exist) it does nothing. PostgREST's
+-- db-pre-request on Citus (docs/scaling.md); pgrag.set_request_tenant calls it.
+create or replace function pgrag.propagate_request_claims()
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_propagate text := pg_catalog.current_setting('citus.propagate_set_commands', true);
+    v_claims text;
+    v_path text;
+begin
+    if v_propagate is null then
+        return;
+    end if;
+    v_claims := pg_catalog.current_setting('request.jwt.claims', true);
+    v_path := pg_catalog.current_setting('pgrag.tenant_claim', true);
+    -- Only the values this transaction has: no argument, so it cannot make anyone another
+    -- tenant. The claim path too, so that current_tenant_id() reads the same claim there.
+    -- Propagation is on for these two statements only: left on, Citus would send the workers
+    -- the whole query string of any later SET LOCAL a client sends.
+    perform pg_catalog.set_config('citus.propagate_set_commands', 'local', true);
+    if v_claims is not null then
+        execute pg_catalog.format('set local request.jwt.claims = %L', v_claims);
+    end if;
+    if nullif(v_path, '') is not null then
+        execute pg_catalog.format('set local pgrag.tenant_claim = %L', v_path);
+    end if;
+    perform pg_catalog.set_config('citus.propagate_set_commands', v_propagate, true);
+end
+$$;
+comment on function pgrag.propagate_request_claims() is
+'Citus: sets the current request.jwt.claims and pgrag.tenant_claim again with SET LOCAL, which a Citus coordinator replays on its workers, where the shards'' RLS policies read the tenant. Takes no argument (only the values the transaction has). PostgREST''s db-pre-request on a Citus coordinator (docs/scaling.md); pgrag.set_request_tenant calls it. Does nothing on a server without Citus.';
 
 create or replace function pgrag.touch_updated_at()
 returns trigger

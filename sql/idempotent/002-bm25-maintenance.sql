@@ -90,7 +90,10 @@ begin
             from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids),
                             pg_catalog.unnest(ftss)) as c(tenant_id, id, fts)
         ) as o
-        where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id;
+        where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id
+          -- The same rows; said of p itself, so that a Citus cluster routes the delete to the
+          -- shards of these tenants (it runs inside the delete of a shard's chunks).
+          and p.tenant_id = any (tenant_ids);
     end if;
 
     -- Document frequencies, in key order (one lock order for every writer of a shard).

@@ -1,5 +1,5 @@
 -- Candidate generation: the rows a search may return, the vector arm and the keyword arm.
--- Contract. Provides: pgrag.ready_chunks (the documents join and the filters, for every search);
+-- Contract. Provides: pgrag.searchable (ready documents and the filters, for every search);
 --   pgrag.vector_candidates and pgrag.keyword_candidates, each returning (tenant_id, chunk_id,
 --   distance or score) best first with every filter applied inside the arm; and
 --   pgrag.tenant_chunk_count. Relies on: argument checks and pgrag.current_tenant_id
@@ -7,56 +7,56 @@
 --   (006-vector-isolation.sql), the BM25 tables (002-bm25-maintenance.sql keeps them). Callers:
 --   the fusion (008-fusion.sql) and the public API (009-api.sql), as the calling role.
 
--- The rows a search may return, written once: chunks of ready documents that pass the five
--- filters, with their document's columns. Every search selects from it (both arms, windows, the
--- public API) and the planner inlines it into the caller's statement, so the filters and the
--- caller's own conditions reach the scans (index conditions, partial-index predicates) as if
--- written there; tests/test_retrieval.py checks the plans. Inlining needs language sql, one
--- select, not strict, not volatile, no security definer and no SET clause: so this is the one
--- pgrag function that does not pin search_path. Every name and operator in its body is
--- schema-qualified instead (pgspot checks it; the Makefile exempts this function from PS005).
-create or replace function pgrag.ready_chunks(
+-- What a search may return, written once: a chunk of a ready document that passes the five
+-- filters. Every search statement (both arms, windows, the public API) joins pgrag.chunks c to
+-- pgrag.documents d on (tenant_id, document_id) and calls this in its WHERE clause with their
+-- columns; the planner inlines it, so the filters reach the scans (index conditions, filters in
+-- the documents scan) as if written there; tests/test_retrieval.py checks the plans. Inlining
+-- needs language sql, one expression, not strict, no security definer and no SET clause: so this
+-- is the one pgrag function that does not pin search_path. Every name and operator in its body
+-- is schema-qualified instead (pgspot checks it; the Makefile exempts this function from PS005).
+-- The tables are named in each statement, not read inside a set-returning function (as the
+-- earlier pgrag.ready_chunks did): a Citus coordinator decides whether a statement is
+-- distributed before PostgreSQL inlines functions, and refuses a statement whose distributed
+-- tables only appear once a function is inlined.
+create or replace function pgrag.searchable(
+    status text,
+    document_id bigint,
+    document_metadata jsonb,
+    chunk_metadata jsonb,
+    source_type text,
+    created_at timestamptz,
     document_ids bigint[] default null,
     metadata_filter jsonb default null,
     source_types text[] default null,
     created_after timestamptz default null,
-    created_before timestamptz default null,
-    embedded_only boolean default false
+    created_before timestamptz default null
 )
-returns table (
-    tenant_id text, chunk_id bigint, document_id bigint, chunk_index integer, content text,
-    page integer, heading_path text[], embedding @extschema:vector@.vector, fts tsvector,
-    is_public boolean, document_is_public boolean, title text, source_uri text, source_type text
-)
+returns boolean
 language sql
-stable
+immutable
 parallel safe
 security invoker
 as $$
-    select c.tenant_id, c.id, c.document_id, c.chunk_index, c.content, c.page, c.heading_path,
-           c.embedding, c.fts, c.is_public, d.is_public, d.title, d.source_uri, d.source_type
-    from pgrag.chunks as c
-    join pgrag.documents as d on d.tenant_id operator(pg_catalog.=) c.tenant_id
-                             and d.id operator(pg_catalog.=) c.document_id
-    where d.status operator(pg_catalog.=) 'ready'
-      -- On the table's own column: the embedding this function returns is relabelled to the
-      -- declared type (vector without a dimension), which would hide from the planner that a
-      -- partial HNSW index's predicate (embedding is not null) holds.
-      and (not ready_chunks.embedded_only or c.embedding is not null)
-      and (ready_chunks.document_ids is null
-           or c.document_id operator(pg_catalog.=) any (ready_chunks.document_ids))
-      and (ready_chunks.metadata_filter is null
-           or (d.metadata operator(pg_catalog.||) c.metadata)
-              operator(pg_catalog.@>) ready_chunks.metadata_filter)
-      and (ready_chunks.source_types is null
-           or d.source_type operator(pg_catalog.=) any (ready_chunks.source_types))
-      and (ready_chunks.created_after is null
-           or d.created_at operator(pg_catalog.>=) ready_chunks.created_after)
-      and (ready_chunks.created_before is null
-           or d.created_at operator(pg_catalog.<) ready_chunks.created_before)
+    select searchable.status operator(pg_catalog.=) 'ready'
+       and (searchable.document_ids is null
+            or searchable.document_id operator(pg_catalog.=) any (searchable.document_ids))
+       and (searchable.metadata_filter is null
+            or (searchable.document_metadata operator(pg_catalog.||) searchable.chunk_metadata)
+               operator(pg_catalog.@>) searchable.metadata_filter)
+       and (searchable.source_types is null
+            or searchable.source_type operator(pg_catalog.=) any (searchable.source_types))
+       and (searchable.created_after is null
+            or searchable.created_at operator(pg_catalog.>=) searchable.created_after)
+       and (searchable.created_before is null
+            or searchable.created_at operator(pg_catalog.<) searchable.created_before)
 $$;
-comment on function pgrag.ready_chunks(bigint[], jsonb, text[], timestamptz, timestamptz, boolean) is
-'Chunks of ready documents passing the filters (document_ids; metadata_filter: jsonb containment over document || chunk metadata; source_types; created_after/before: the document''s created_at; embedded_only: chunks with an embedding), with their document''s title, source_uri, source_type and is_public. Null filters pass everything. Inlined by the planner into the calling query (no SET clause, every name qualified), so the caller''s conditions and these filters reach the index scans. Runs as the caller: row-level security applies.';
+comment on function pgrag.searchable(text, bigint, jsonb, jsonb, text, timestamptz, bigint[], jsonb, text[], timestamptz, timestamptz) is
+'Whether a search may return a chunk, from its document''s status, document_id, metadata, source_type and created_at and its own metadata: the document is ready and the filters pass (document_ids; metadata_filter: jsonb containment over document || chunk metadata; source_types; created_after/before: the document''s created_at). Null filters pass everything. Inlined by the planner into the calling query (no SET clause, every name qualified), so the filters reach the scans. Reads no table.';
+
+-- Earlier versions read the chunks of ready documents through a set-returning function, which a
+-- Citus coordinator cannot plan (above); pgrag.searchable replaces it.
+drop function if exists pgrag.ready_chunks(bigint[], jsonb, text[], timestamptz, timestamptz, boolean);
 
 create or replace function pgrag.tenant_chunk_count(tenant text)
 returns bigint
@@ -176,12 +176,15 @@ begin
                (pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id))[1 : $1],
                (pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id))[1 : $1]
         from (
-            select c.tenant_id, c.chunk_id,
+            select c.tenant_id, c.id as chunk_id,
                    c.embedding operator(@extschema:vector@.<=>) $2 as distance
-            from pgrag.ready_chunks(metadata_filter => $3, source_types => $4,
-                                    created_after => $5, created_before => $6,
-                                    embedded_only => true) as c
-            where %s
+            from pgrag.chunks as c
+            join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+            where c.embedding is not null
+              and pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata,
+                                   d.source_type, d.created_at, metadata_filter => $3,
+                                   source_types => $4, created_after => $5, created_before => $6)
+              and %s
             order by c.embedding operator(@extschema:vector@.<=>) $2
             limit $7
         ) as h$q$,
@@ -212,12 +215,16 @@ begin
             -- files, and the fence keeps the planner from turning the exact scan into an HNSW walk.
             select v.tenant_id, v.chunk_id, v.distance
             from (
-                select c.tenant_id, c.chunk_id,
+                select c.tenant_id, c.id as chunk_id,
                        c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
-                from pgrag.ready_chunks(document_ids, metadata_filter, source_types,
-                                        created_after, created_before, embedded_only => true) as c
-                where (v_tenant is null or c.tenant_id = v_tenant)
-                  and (not v_public or (c.is_public and c.document_is_public))
+                from pgrag.chunks as c
+                join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+                where c.embedding is not null
+                  and pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata,
+                                       d.source_type, d.created_at, document_ids, metadata_filter,
+                                       source_types, created_after, created_before)
+                  and (v_tenant is null or c.tenant_id = v_tenant)
+                  and (not v_public or (c.is_public and d.is_public))
                 offset 0
             ) as v
             order by v.distance, v.chunk_id
@@ -366,9 +373,15 @@ begin
                 pg_catalog.unnest(v_ids[v_off + 1 : least(v_off + v_batch, v_limit)]),
                 pg_catalog.unnest(v_scores[v_off + 1 : least(v_off + v_batch, v_limit)])
             ) with ordinality as u(t, id, s, ord)
-            join pgrag.ready_chunks(document_ids, metadata_filter, source_types, created_after,
-                                    created_before) as c on c.tenant_id = u.t and c.chunk_id = u.id
-            where (v_neg is null or not c.fts operator(pg_catalog.@@) v_neg)
+            join pgrag.chunks as c on c.tenant_id = u.t and c.id = u.id
+            join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+            where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
+                                   d.created_at, document_ids, metadata_filter, source_types,
+                                   created_after, created_before)
+              -- Every candidate is the caller's tenant's when there is one: said of c as well,
+              -- so that a sharded cluster (Citus) sends this to that tenant's shards alone.
+              and (v_tenant is null or c.tenant_id = v_tenant)
+              and (v_neg is null or not c.fts operator(pg_catalog.@@) v_neg)
               and (v_pos is null or c.fts operator(pg_catalog.@@) v_pos)
             order by u.ord
             limit v_k - v_found;

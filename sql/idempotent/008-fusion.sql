@@ -125,6 +125,7 @@ set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
+    v_tenant text := pgrag.current_tenant_id();
     v_fusion text := pg_catalog.lower(coalesce(fusion, 'weighted'));
     -- Argument limits (docs/security.md): each arm fetches at most 2,000 candidates.
     v_rrf_k double precision := coalesce(pgrag.check_argument('rrf_k', rrf_k, 0, 10000), 60);
@@ -190,7 +191,9 @@ begin
                c.embedding
         from f
         cross join mm
+        -- (the caller's tenant said of c too: a sharded cluster then reads that tenant's shards)
         join pgrag.chunks as c on c.tenant_id = f.t and c.id = f.id
+                              and (v_tenant is null or c.tenant_id = v_tenant)
     ),
     ranked as (
         select pg_catalog.row_number() over (
@@ -223,9 +226,24 @@ $$;
 comment on function pgrag.fused_candidates(text, @extschema:vector@.vector, integer, integer, text, integer, double precision, double precision, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
 'Hybrid candidates: both arms (greatest(candidate_count, select_count) each, at most 2,000; filters inside), fused by RRF or weighted min-max scores, min_score as a cosine-similarity floor, optionally re-ordered by MMR (at most 500 picks from the best 1,000); select_count rows, best first. Arguments outside their limits (docs/security.md) raise SQLSTATE 22023.';
 
+-- PL/pgSQL (a Citus coordinator cannot plan SQL-language functions that join its tables around
+-- unbound parameters). The hits are hit_ids, not chunk_ids: a PL/pgSQL argument cannot share the
+-- name of a result column. Earlier versions (language sql, argument chunk_ids) are dropped
+-- first: CREATE OR REPLACE cannot rename an argument (grants: 910-function-privileges.sql).
+do $$
+begin
+    if exists (select from pg_catalog.pg_proc as p
+               where p.oid operator(pg_catalog.=) pg_catalog.to_regprocedure(
+                         'pgrag.windows(text[], bigint[], integer, double precision[], double precision)')
+                 and p.proargnames[2] operator(pg_catalog.<>) 'hit_ids') then
+        drop function pgrag.windows(text[], bigint[], integer, double precision[], double precision);
+    end if;
+end
+$$;
+
 create or replace function pgrag.windows(
     tenant_ids text[],
-    chunk_ids bigint[],
+    hit_ids bigint[],
     window_size integer default 1,
     scores double precision[] default null,
     decay double precision default 0.5
@@ -236,32 +254,58 @@ returns table (
     title text, source_uri text, source_type text, hit_chunk_ids bigint[], best_chunk_id bigint,
     first_hit bigint, token_count integer
 )
-language sql
+language plpgsql
 stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+#variable_conflict use_column
+declare
+    v_tenant text := pgrag.current_tenant_id();
+    v_tenants text[] := windows.tenant_ids;
+    v_ids bigint[] := windows.hit_ids;
+    v_scores double precision[] := windows.scores;
+begin
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
-    select pgrag.check_length('tenant_ids', pg_catalog.cardinality(windows.tenant_ids), 2000),
-           pgrag.check_length('chunk_ids', pg_catalog.cardinality(windows.chunk_ids), 2000),
-           pgrag.check_length('scores', pg_catalog.cardinality(windows.scores), 2000),
-           pgrag.check_argument('window_size', windows.window_size, 0, 10),
-           pgrag.check_argument('decay', windows.decay, 0, 1),
-           (select pg_catalog.count(pgrag.check_argument('scores', u.s, -1e6, 1e6))
-            from pg_catalog.unnest(windows.scores) as u(s));
+    perform pgrag.check_length('tenant_ids', pg_catalog.cardinality(windows.tenant_ids), 2000),
+            pgrag.check_length('hit_ids', pg_catalog.cardinality(windows.hit_ids), 2000),
+            pgrag.check_length('scores', pg_catalog.cardinality(windows.scores), 2000),
+            pgrag.check_argument('window_size', windows.window_size, 0, 10),
+            pgrag.check_argument('decay', windows.decay, 0, 1),
+            (select pg_catalog.count(pgrag.check_argument('scores', u.s, -1e6, 1e6))
+             from pg_catalog.unnest(windows.scores) as u(s));
 
+    -- Hits given by chunk id alone (public.chunk_windows): the tenant of each, among the chunks
+    -- the caller may see (ids of other tenants' or unknown chunks are dropped, with their score).
+    if windows.tenant_ids is null then
+        select pg_catalog.array_agg(c.tenant_id order by u.ord),
+               pg_catalog.array_agg(u.id order by u.ord),
+               pg_catalog.array_agg(windows.scores[u.ord] order by u.ord)
+        into v_tenants, v_ids, v_scores
+        from pg_catalog.unnest(windows.hit_ids) with ordinality as u(id, ord)
+        join pgrag.chunks as c on c.id = u.id
+        where v_tenant is null or c.tenant_id = v_tenant;
+    end if;
+
+    -- Every statement below says the caller's tenant (when there is one) of each table it
+    -- reads: the same rows (the hits are the tenant's: the arms and RLS return no others), and
+    -- a sharded cluster (Citus) sends it to that tenant's shards alone.
+    return query
     with hits as (
         select u.t, u.id, u.ord, coalesce(u.s, 1.0) as s
-        from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids), pg_catalog.unnest(scores))
+        from rows from (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_ids), pg_catalog.unnest(v_scores))
              with ordinality as u(t, id, s, ord)
         where u.id is not null
     ),
     hc as (
         select h.t, h.id, h.ord, h.s, c.document_id, c.chunk_index
         from hits as h
-        join pgrag.ready_chunks() as c on c.tenant_id = h.t and c.chunk_id = h.id
-        where pgrag.current_tenant_id() is null or c.tenant_id = pgrag.current_tenant_id()
+        join pgrag.chunks as c on c.tenant_id = h.t and c.id = h.id
+        join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+        where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
+                               d.created_at)
+          and (v_tenant is null or c.tenant_id = v_tenant)
     ),
     -- The neighbours that exist: a range on the (tenant_id, document_id, chunk_index) key.
     expanded as (
@@ -274,6 +318,7 @@ as $$
           on n.tenant_id = hc.t and n.document_id = hc.document_id
          and n.chunk_index >= hc.chunk_index - coalesce(windows.window_size, 0)
          and n.chunk_index <= hc.chunk_index + coalesce(windows.window_size, 0)
+         and (v_tenant is null or n.tenant_id = v_tenant)
         group by hc.t, hc.document_id, n.chunk_index
     ),
     present as (
@@ -286,6 +331,7 @@ as $$
         from expanded as e
         join pgrag.chunks as c
           on c.tenant_id = e.t and c.document_id = e.document_id and c.chunk_index = e.idx
+         and (v_tenant is null or c.tenant_id = v_tenant)
     ),
     marked as (
         select p.*,
@@ -320,7 +366,9 @@ as $$
            w.token_count
     from w
     join pgrag.documents as d on d.tenant_id = w.t and d.id = w.document_id
-    order by w.first_hit
+                             and (v_tenant is null or d.tenant_id = v_tenant)
+    order by w.first_hit;
+end
 $$;
 comment on function pgrag.windows(text[], bigint[], integer, double precision[], double precision) is
-'Windows of +/- window_size neighbouring chunks around hits (tenant_ids, chunk_ids in rank order), overlapping or adjacent windows of a document merged, each neighbour''s overlap_chars prefix stripped; chunk score = best hit score * decay^distance; ordered by the best hit they contain. Neighbours are read by a range on chunk_index (only rows that exist). Limits: at most 2,000 hits, window_size 0-10, decay 0-1, scores finite within +/- 1e6; else SQLSTATE 22023.';
+'Windows of +/- window_size neighbouring chunks around hits (tenant_ids, hit_ids in rank order; tenant_ids null: the tenant of each hit among the chunks the caller may see), overlapping or adjacent windows of a document merged, each neighbour''s overlap_chars prefix stripped; chunk score = best hit score * decay^distance; ordered by the best hit they contain. Neighbours are read by a range on chunk_index (only rows that exist). Limits: at most 2,000 hits, window_size 0-10, decay 0-1, scores finite within +/- 1e6; else SQLSTATE 22023.';

@@ -6,6 +6,12 @@
 --   (001-helpers.sql). Callers: anon, authenticated and service_role
 --   (910-function-privileges.sql); every function runs as its caller, so row-level security
 --   applies, and scopes rows to pgrag.current_tenant_id() when a tenant claim is present.
+--
+-- Also plannable by a Citus coordinator (docs/scaling.md, sql/idempotent/README.md "Citus"):
+-- the functions that read tables are PL/pgSQL (Citus cannot plan a SQL-language function's
+-- joins around unbound parameters) and name the tables they read, and each join of a candidate
+-- list to the chunks says the caller's tenant of the chunks too, which changes no row (every
+-- candidate is the tenant's) and lets Citus send the statement to that tenant's shards.
 
 -- Every row names the tenant that owns it (tenant_id, the last column), so a client can tell
 -- sources of different tenants apart (anon sees the public documents of every tenant). Earlier
@@ -48,20 +54,25 @@ returns table (
     source_type text, page integer, heading_path text[], content text,
     similarity double precision, rank bigint, tenant_id text
 )
-language sql
+language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+#variable_conflict use_column
+declare
+    v_tenant text := pgrag.current_tenant_id();
+begin
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
-    select pgrag.check_query_embedding('query_embedding', vector_search.query_embedding),
-           pgrag.check_argument('match_count', vector_search.match_count, 0, 1000, true),
-           pgrag.check_argument('min_similarity', vector_search.min_similarity, '-Infinity', 'Infinity'),
-           pgrag.check_argument('ef_search', vector_search.ef_search, 1, 1000, true),
-           pgrag.check_filters(vector_search.document_ids, vector_search.source_types,
-                               vector_search.metadata_filter);
+    perform pgrag.check_query_embedding('query_embedding', vector_search.query_embedding),
+            pgrag.check_argument('match_count', vector_search.match_count, 0, 1000, true),
+            pgrag.check_argument('min_similarity', vector_search.min_similarity, '-Infinity', 'Infinity'),
+            pgrag.check_argument('ef_search', vector_search.ef_search, 1, 1000, true),
+            pgrag.check_filters(vector_search.document_ids, vector_search.source_types,
+                                vector_search.metadata_filter);
 
-    select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
+    return query
+    select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
            c.heading_path, c.content, 1 - v.distance,
            pg_catalog.row_number() over (order by v.distance, v.chunk_id), c.tenant_id
     from pgrag.vector_candidates(vector_search.query_embedding,
@@ -69,9 +80,14 @@ as $$
                                  vector_search.ef_search, vector_search.document_ids,
                                  vector_search.metadata_filter, vector_search.source_types,
                                  vector_search.created_after, vector_search.created_before) as v
-    join pgrag.ready_chunks() as c on c.tenant_id = v.tenant_id and c.chunk_id = v.chunk_id
-    where vector_search.min_similarity is null or 1 - v.distance >= vector_search.min_similarity
-    order by v.distance, v.chunk_id
+    join pgrag.chunks as c on c.tenant_id = v.tenant_id and c.id = v.chunk_id
+                          and (v_tenant is null or c.tenant_id = v_tenant)
+    join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+    where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
+                           d.created_at)
+      and (vector_search.min_similarity is null or 1 - v.distance >= vector_search.min_similarity)
+    order by v.distance, v.chunk_id;
+end
 $$;
 comment on function public.vector_search(@extschema:vector@.vector, integer, double precision, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
 'Semantic search: the match_count ready chunks nearest to query_embedding by cosine distance (HNSW; iterative scans under tenant/filters; exact scan for small visible sets), with similarity = 1 - cosine distance >= min_similarity. Filters: document_ids, metadata_filter (jsonb containment over document || chunk metadata), source_types, created_after/before (document created_at). Tenant from request.jwt.claims; RLS applies. Limits: match_count 0-1000 (more counts as 1000), min_similarity any number but NaN, ef_search 1-1000 (more counts as 1000), query_embedding of the stored dimension and non-zero, document_ids at most 1,000, source_types 100, metadata_filter 10,000 bytes; else SQLSTATE 22023.';
@@ -93,16 +109,21 @@ returns table (
     source_type text, page integer, heading_path text[], content text,
     score double precision, rank bigint, tenant_id text
 )
-language sql
+language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+#variable_conflict use_column
+declare
+    v_tenant text := pgrag.current_tenant_id();
+begin
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work (keyword_candidates
     -- checks the others).
-    select pgrag.check_argument('match_count', keyword_search.match_count, 0, 1000, true);
+    perform pgrag.check_argument('match_count', keyword_search.match_count, 0, 1000, true);
 
-    select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
+    return query
+    select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
            c.heading_path, c.content, k.score,
            pg_catalog.row_number() over (order by k.score desc, k.chunk_id), c.tenant_id
     from pgrag.keyword_candidates(keyword_search.query_text, least(keyword_search.match_count, 1000),
@@ -110,8 +131,13 @@ as $$
                                   keyword_search.document_ids, keyword_search.metadata_filter,
                                   keyword_search.source_types, keyword_search.created_after,
                                   keyword_search.created_before) as k
-    join pgrag.ready_chunks() as c on c.tenant_id = k.tenant_id and c.chunk_id = k.chunk_id
-    order by k.score desc, k.chunk_id
+    join pgrag.chunks as c on c.tenant_id = k.tenant_id and c.id = k.chunk_id
+                          and (v_tenant is null or c.tenant_id = v_tenant)
+    join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+    where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
+                           d.created_at)
+    order by k.score desc, k.chunk_id;
+end
 $$;
 comment on function public.keyword_search(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
 'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search. Limits: match_count 0-1000 (more counts as 1000), query_text at most 10,000 characters and 64 distinct terms, language an existing configuration, k1 0-10, b 0-1, filters as vector_search; else SQLSTATE 22023.';
@@ -149,6 +175,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    v_tenant text := pgrag.current_tenant_id();
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work; fused_candidates
     -- checks the arguments it receives as they are.
     v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 1000, true), 10);
@@ -163,14 +190,18 @@ begin
     end if;
     if v_w = 0 then
         return query
-        select c.chunk_id, c.document_id, c.chunk_index, c.title, c.source_uri, c.source_type, c.page,
+        select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
                c.heading_path, c.content, f.vector_rank, f.vector_score, f.keyword_rank,
                f.keyword_score, f.score, f.ord, c.tenant_id
         from pgrag.fused_candidates(query_text, query_embedding, v_k, v_cand, fusion, rrf_k,
                                     vector_weight, keyword_weight, min_score, mmr_lambda,
                                     language, ef_search, document_ids, metadata_filter,
                                     source_types, created_after, created_before) as f
-        join pgrag.ready_chunks() as c on c.tenant_id = f.tenant_id and c.chunk_id = f.chunk_id
+        join pgrag.chunks as c on c.tenant_id = f.tenant_id and c.id = f.chunk_id
+                              and (v_tenant is null or c.tenant_id = v_tenant)
+        join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+        where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
+                               d.created_at)
         order by f.ord;
         return;
     end if;
@@ -202,6 +233,7 @@ begin
     from w
     join f on f.tenant_id = w.tenant_id and f.chunk_id = w.best_chunk_id
     join pgrag.chunks as c on c.tenant_id = f.tenant_id and c.id = f.chunk_id
+                          and (v_tenant is null or c.tenant_id = v_tenant)
     order by w.first_hit;
 end
 $$;
@@ -233,21 +265,13 @@ as $$
            (select pg_catalog.count(pgrag.check_argument('scores', u.s, -1e6, 1e6))
             from pg_catalog.unnest(chunk_windows.scores) as u(s));
 
-    with ids as (
-        select c.tenant_id, u.id, u.ord
-        from pg_catalog.unnest(chunk_windows.chunk_ids) with ordinality as u(id, ord)
-        join pgrag.chunks as c on c.id = u.id
-        where pgrag.current_tenant_id() is null or c.tenant_id = pgrag.current_tenant_id()
-    )
+    -- pgrag.windows finds the tenant of each chunk id among the rows the caller may see (this
+    -- SQL function reads no table itself: a Citus coordinator could not plan it).
     select w.document_id, w.first_chunk_index, w.last_chunk_index, w.chunk_ids, w.content, w.page,
            w.heading_path, w.score, w.title, w.source_uri, w.hit_chunk_ids, w.token_count,
            pg_catalog.row_number() over (order by w.score desc, w.first_hit), w.tenant_id
-    from pgrag.windows(
-        (select pg_catalog.array_agg(ids.tenant_id order by ids.ord) from ids),
-        (select pg_catalog.array_agg(ids.id order by ids.ord) from ids),
-        chunk_windows.window_size,
-        (select pg_catalog.array_agg(chunk_windows.scores[ids.ord] order by ids.ord) from ids),
-        chunk_windows.decay) as w
+    from pgrag.windows(null, chunk_windows.chunk_ids, chunk_windows.window_size,
+                       chunk_windows.scores, chunk_windows.decay) as w
     order by w.score desc, w.first_hit
 $$;
 comment on function public.chunk_windows(bigint[], integer, double precision[], double precision) is

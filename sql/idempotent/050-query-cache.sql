@@ -115,11 +115,14 @@ begin
     if v_tenant is null or query_text is null then
         return false;
     end if;
-    insert into pgrag.query_embeddings as q (tenant_id, model, query_sha256, embedding)
+    -- (now() in VALUES, not in DO UPDATE SET: a Citus coordinator refuses functions there that
+    -- are not immutable; the same time either way, the transaction's start)
+    insert into pgrag.query_embeddings as q (tenant_id, model, query_sha256, embedding,
+                                             last_used_at)
     values (v_tenant, query_cache_put.model, pgrag.query_cache_key(query_text),
-            query_cache_put.embedding)
+            query_cache_put.embedding, pg_catalog.now())
     on conflict on constraint query_embeddings_pkey do update
-        set embedding = excluded.embedding, last_used_at = pg_catalog.now();
+        set embedding = excluded.embedding, last_used_at = excluded.last_used_at;
     -- The bound: the tenant's least recently used entries of this model beyond it go.
     select pg_catalog.count(*) into v_count
     from pgrag.query_embeddings as q

@@ -13,7 +13,8 @@ set local search_path = pg_catalog, pg_temp;
 -- Functions in pgrag: none for PUBLIC, and for each API role only the internal helpers its
 -- calls reach. Every pgrag function is SECURITY INVOKER, and an invoker function needs the
 -- caller to hold EXECUTE on each function it calls: the search functions of the API reach
--- the helpers of the first list (and every policy calls current_tenant_id); a write to
+-- the helpers of the first list (and every policy calls current_tenant_id; PostgREST calls
+-- propagate_request_claims as its db-pre-request on Citus); a write to
 -- pgrag.chunks fires triggers that call bm25_apply as the writer. Trigger functions need no
 -- grant; the loader's and worker's functions are for the owner and service_role (below). A helper added to the call
 -- chain of an API function must be added here (tests/test_security_privileges.py checks the
@@ -31,7 +32,8 @@ begin
           and p.prokind = 'f'
           and not p.prosecdef
           and p.proname = any (array[
-              'current_tenant_id', 'tenant_chunk_count', 'keyword_query', 'ready_chunks',
+              'current_tenant_id', 'propagate_request_claims', 'tenant_chunk_count',
+              'keyword_query', 'searchable',
               'vector_candidates', 'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
               'tenant_index_name', 'chunk_fts', 'identifier_terms', 'check_argument', 'check_length',
               'check_filters',

@@ -24,8 +24,8 @@ def dev_tool(name: str) -> str | None:
 # search_path) would prevent: each qualifies every name and operator in its body instead (pgspot
 # checks that; the Makefile exempts exactly these from PS005), and has no setting at all.
 INLINED_FUNCTIONS = (
-    "pgrag.ready_chunks(bigint[],jsonb,text[],timestamp with time zone,timestamp with time zone,"
-    "boolean)",
+    "pgrag.searchable(text,bigint,jsonb,jsonb,text,timestamp with time zone,bigint[],jsonb,text[],"
+    "timestamp with time zone,timestamp with time zone)",
 )
 
 

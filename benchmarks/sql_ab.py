@@ -1,0 +1,209 @@
+"""Two versions of pgrag's SQL on the same data: per-function latency, interleaved, in one run.
+
+For a change to the SQL functions (a release that rewrites bodies), this answers "is a single
+server slower now?" on this noisy shared machine. The corpus is loaded into a database
+installed from a git revision's ``sql/`` (version A, default ``main``), which is then copied
+(``CREATE DATABASE ... TEMPLATE``: the same rows and index pages; an HNSW graph built twice
+differs) and upgraded to this checkout's ``sql/`` (version B). Every query of every function
+then runs on both, alternately (A then B, then B then A for the next query), through one
+long-lived connection per database (as a pool's), as tenant ``t0`` through row-level security
+(the claims of ``pgrag.set_request_tenant``, then role ``authenticated``, as a PostgREST request
+runs). Results must be equal; the ratios B/A of p50 and p95 are what to quote.
+
+Corpus: the 10k-chunk single-tenant corpus of ``benchmarks/latency.py`` (SciFact abstracts
+re-used with variations, real MiniLM vectors plus noise, binary COPY, HNSW built after).
+
+    .venv/bin/python benchmarks/sql_ab.py                       # main against this checkout
+    .venv/bin/python benchmarks/sql_ab.py --base main --size 10000 --queries 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from common import latency_summary  # noqa: E402
+from latency import EMBED_CHARS, embed_cached, load, load_scifact, synthetic  # noqa: E402
+
+from pgrag.db import connect, set_request_tenant  # noqa: E402
+from pgrag.migrator import Migrator  # noqa: E402
+from pgrag.testing import create_database, drop_database, server  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "sql_ab.json"
+TENANT = "t0"
+
+CALLS = {
+    "vector_search": "select * from public.vector_search(%(e)s, 10)",
+    "keyword_search": "select * from public.keyword_search(%(q)s, 10)",
+    "hybrid_search": "select * from public.hybrid_search(%(q)s, %(e)s, 10)",
+    "hybrid_search rrf": "select * from public.hybrid_search(%(q)s, %(e)s, 10, fusion => 'rrf')",
+    "hybrid_search window 1 + mmr": (
+        "select * from public.hybrid_search(%(q)s, %(e)s, 10, window_size => 1, mmr_lambda => 0.7)"
+    ),
+    "chunk_windows": "select * from public.chunk_windows(%(ids)s, 1)",
+    "build_context": "select * from public.build_context(%(q)s, %(e)s)",
+}
+
+
+def install(admin: str, name: str, root: Path) -> str:
+    dsn = create_database(admin, name)
+    Migrator(dsn, root=root).migrate()
+    return dsn
+
+
+def sql_of_revision(revision: str, into: Path) -> Path:
+    """``sql/`` of a git revision, extracted into ``into``; the folder holding its tiers."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", revision, "sql"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "sql"
+
+
+def as_tenant(conn: psycopg.Connection[Any]) -> None:
+    """The tenant's claims for this transaction, then its role: rows through RLS."""
+    set_request_tenant(conn, TENANT)
+    conn.execute("set local role authenticated")
+
+
+def call(
+    conn: psycopg.Connection[Any], query: str, params: dict[str, Any]
+) -> tuple[float, list[tuple[Any, ...]]]:
+    with conn.transaction():
+        as_tenant(conn)
+        t = time.perf_counter()
+        rows = conn.execute(query, params).fetchall()
+        return (time.perf_counter() - t) * 1000, rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--base", default="main", help="git revision of version A (default main)")
+    parser.add_argument("--size", type=int, default=10_000, help="chunks (default 10,000)")
+    parser.add_argument("--queries", type=int, default=100, help="queries per function")
+    parser.add_argument("--base-docs", type=int, default=1000)
+    parser.add_argument(
+        "--admin-dsn", help="superuser DSN of a server with pgvector (default: embedded)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    base = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", args.base],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "sql"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    texts, queries = load_scifact()
+    texts = texts[: args.base_docs]
+    queries = queries[: args.queries]
+    vectors = embed_cached("scifact-corpus", [t[:EMBED_CHARS] for t in texts])
+    qvecs = embed_cached("scifact-queries", queries)
+    s_texts, s_vecs = synthetic(args.size, texts, vectors, np.random.default_rng(42))
+    changed = " + uncommitted changes" if dirty else ""
+    versions = {"A": f"{args.base} ({base})", "B": f"checkout ({head}{changed})"}
+    print(f"A = sql/ of {versions['A']}, B = sql/ of this {versions['B']}", flush=True)
+
+    result: dict[str, Any] = {
+        "command": "python benchmarks/sql_ab.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "versions": versions,
+        "size": args.size,
+        "queries": len(queries),
+        "functions": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp, server(args.admin_dsn, "pgrag-sql-ab-") as admin:
+        with psycopg.connect(admin) as conn:
+            row = conn.execute("select version()").fetchone()
+            result["server"] = row[0] if row else None
+        # B is a copy of A (CREATE DATABASE ... TEMPLATE): the same rows, the same index pages
+        # (an HNSW graph built twice differs), then this checkout's SQL applied over it.
+        dsns = {"A": install(admin, "sql_ab_a", sql_of_revision(args.base, Path(tmp)))}
+        try:
+            print(f"  A loaded: {load(dsns['A'], s_texts, s_vecs, tenants=1)}", flush=True)
+            dsns["B"] = create_database(admin, "sql_ab_b", template="sql_ab_a")
+            print(f"  B migrated: {Migrator(dsns['B']).migrate().applied}", flush=True)
+            conns = {name: connect(dsn) for name, dsn in dsns.items()}
+            with conns["A"] as a, conns["B"] as b:
+                ids = [
+                    [
+                        r[0]
+                        for r in a.execute(
+                            "select id from pgrag.chunks where tenant_id = %s "
+                            "order by embedding <=> %s limit 8",
+                            (TENANT, v),
+                        )
+                    ]
+                    for v in qvecs
+                ]
+                a.commit()
+                for fname, query in CALLS.items():
+                    ms: dict[str, list[float]] = {"A": [], "B": []}
+                    differ = 0
+                    for i, (q, v) in enumerate(zip(queries, qvecs, strict=True)):
+                        params = {"q": q, "e": v, "ids": ids[i]}
+                        order = ("A", "B") if i % 2 == 0 else ("B", "A")
+                        rows = {}
+                        for name in order:
+                            conn = a if name == "A" else b
+                            if i == 0:  # warm-up: both connections plan and cache once
+                                for _ in range(5):
+                                    call(conn, query, params)
+                            t, rows[name] = call(conn, query, params)
+                            ms[name].append(t)
+                        differ += rows["A"] != rows["B"]
+                    sa, sb = latency_summary(ms["A"]), latency_summary(ms["B"])
+                    entry = {
+                        "A": sa,
+                        "B": sb,
+                        "ratio_p50": round(sb["p50_ms"] / sa["p50_ms"], 3),
+                        "ratio_p95": round(sb["p95_ms"] / sa["p95_ms"], 3),
+                        "queries_with_different_rows": differ,
+                    }
+                    result["functions"][fname] = entry
+                    print(
+                        f"  {fname:30s} A p50 {sa['p50_ms']:7.2f} p95 {sa['p95_ms']:7.2f} | "
+                        f"B p50 {sb['p50_ms']:7.2f} p95 {sb['p95_ms']:7.2f} | "
+                        f"B/A {entry['ratio_p50']:.2f} / {entry['ratio_p95']:.2f}"
+                        f"  differ {differ}",
+                        flush=True,
+                    )
+        finally:
+            for dsn in dsns.values():
+                drop_database(admin, dsn)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
