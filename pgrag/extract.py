@@ -644,7 +644,12 @@ def is_url(value: str) -> bool:
 
 
 def extract_url(url: str, timeout: float | None = None) -> ExtractedDocument:
-    """Fetch ``url`` over HTTP; the extractor follows the Content-Type (then the path)."""
+    """Fetch ``url`` over HTTP; the extractor follows the Content-Type (then the path).
+
+    For ``pgrag ingest``, whose user names the URL. URLs a tenant submits are fetched by the
+    worker with :func:`pgrag.worker.fetch.fetch` (allow-list, address checks, limits) and
+    converted with :func:`document_from_response`.
+    """
     if timeout is None:
         timeout = float(os.environ.get("PGRAG_HTTP_TIMEOUT", DEFAULT_URL_TIMEOUT))
     request = urllib.request.Request(url, headers={"User-Agent": "pgrag-ingest"})
@@ -666,6 +671,14 @@ def extract_url(url: str, timeout: float | None = None) -> ExtractedDocument:
         raise ExtractionError(f"{url}: cannot fetch ({exc})") from exc
     if len(data) > URL_MAX_BYTES:
         raise ExtractionError(f"{url}: larger than {URL_MAX_BYTES // (1 << 20)} MB")
+    return document_from_response(url, data, content_type, charset)
+
+
+def document_from_response(
+    url: str, data: bytes, content_type: str, charset: str | None
+) -> ExtractedDocument:
+    """The document an HTTP response body is: PDF, HTML, Markdown or text by its Content-Type
+    (then the URL path's extension); ``source_type = 'url'``."""
     if not data.strip():
         raise ExtractionError(f"{url}: empty response")
     sha = hashlib.sha256(data).hexdigest()
@@ -699,9 +712,13 @@ def extract_url(url: str, timeout: float | None = None) -> ExtractedDocument:
         )
     if _looks_binary(data[:SNIFF_BYTES]):
         raise ExtractionError(f"{url}: binary content, not {fmt}")
+    text = ""
     if charset:
-        text = data.decode(charset, errors="replace")
-    else:
+        try:
+            text = data.decode(charset, errors="replace")
+        except LookupError:  # a charset Python does not know: detect it instead
+            charset = None
+    if not charset:
         text, charset = decode_bytes(data)
     doc_ = ExtractedDocument.from_text(url, text, source_type=fmt)
     if fmt == "html":

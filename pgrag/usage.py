@@ -2,8 +2,9 @@
 
 The SQL function is the one writer of ``pgrag.token_usage`` (per tenant, day, operation and
 model, as sharded counters); this module only calls it as the tenant. Document embeddings are
-recorded by the ingester (``ingest``), ``pgrag reembed`` (``reembed``) and the worker
-(``worker``, through :func:`record_embedding_usage`); query embeddings and query-cache hits by
+recorded by the ingester (``ingest``), ``pgrag reembed`` (``reembed``) and the document
+queue's worker (``worker``: the same loader as ``ingest``, which records each batch's tokens in
+the transaction that stages it); query embeddings and query-cache hits by
 ``pgrag search``/``ask``/``eval`` (``query``); chat completions by ``pgrag ask`` (``chat``).
 Cost is computed in SQL too (``pgrag.usage_costs``, with the operator's ``pgrag.model_prices``).
 """

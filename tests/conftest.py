@@ -28,6 +28,7 @@ pytest_plugins = [
     "plugins.databases",
     "plugins.dev_tools",
     "plugins.embedder",
+    "plugins.queue",
     "plugins.openai_server",
     # pgrag's PL/Python functions: outside the server (plpy stub) and on PostgreSQL 15.
     "plugins.plpython",

@@ -56,6 +56,7 @@ def database_commands(dataset: Path, doc: Path) -> dict[str, list[str]]:
         "ingest": ["ingest", str(doc)],
         "delete": ["delete", str(doc), "--yes"],
         "embed": ["embed", "widget"],
+        "worker": ["worker", "--once"],
         "reembed": ["reembed", "--status"],
         "stats": ["stats"],
     }
@@ -71,6 +72,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "ingest": ["ingest", ".", "--chunker", "sentences-of-klingon"],
     "delete": ["delete", "--id", "first"],
     "embed": ["embed"],
+    "worker": ["worker", "--batch", "0"],
     "reembed": ["reembed", "--model", "m", "--dims", "0"],
     "stats": ["stats", "--since", "yesterday"],
     "sql-bundle": ["sql-bundle", "--dims", "0"],
@@ -117,7 +119,19 @@ def test_the_tables_cover_every_command(dataset: Path, doc: Path) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    ["status", "migrate", "search", "ask", "eval", "ingest", "delete", "embed", "reembed", "stats"],
+    [
+        "status",
+        "migrate",
+        "search",
+        "ask",
+        "eval",
+        "ingest",
+        "delete",
+        "embed",
+        "reembed",
+        "stats",
+        "worker",
+    ],
 )
 def test_a_malformed_connection_string_is_one_line(command: str, dataset: Path, doc: Path) -> None:
     args = database_commands(dataset, doc)[command]
@@ -130,7 +144,19 @@ def test_a_malformed_connection_string_is_one_line(command: str, dataset: Path, 
 
 @pytest.mark.parametrize(
     "command",
-    ["status", "migrate", "search", "ask", "eval", "ingest", "delete", "embed", "reembed", "stats"],
+    [
+        "status",
+        "migrate",
+        "search",
+        "ask",
+        "eval",
+        "ingest",
+        "delete",
+        "embed",
+        "reembed",
+        "stats",
+        "worker",
+    ],
 )
 def test_an_unreachable_server_is_one_line(command: str, dataset: Path, doc: Path) -> None:
     args = database_commands(dataset, doc)[command]
@@ -152,8 +178,8 @@ def commands_with_a_language_option() -> list[str]:
     )
 
 
-def test_search_and_ingest_take_a_language() -> None:
-    assert commands_with_a_language_option() == ["ingest", "search"]
+def test_search_ingest_and_worker_take_a_language() -> None:
+    assert commands_with_a_language_option() == ["ingest", "search", "worker"]
 
 
 @pytest.fixture
@@ -176,6 +202,13 @@ def test_an_unknown_language_is_one_line_from_search_in_every_mode(corpus: str) 
 def test_an_unknown_language_is_one_line_from_ingest(db: str, doc: Path) -> None:
     line = assert_one_line_error(
         invoke("--dsn", db, "ingest", str(doc), "--language", "klingon"), exit_code=1
+    )
+    assert "klingon" in line and "pg_ts_config" in line
+
+
+def test_an_unknown_language_is_one_line_from_the_worker_at_start(db: str) -> None:
+    line = assert_one_line_error(
+        invoke("--dsn", db, "worker", "--once", "--language", "klingon"), exit_code=1
     )
     assert "klingon" in line and "pg_ts_config" in line
 

@@ -52,6 +52,8 @@ def test_every_table_has_rls_and_every_tenant_table_keys_on_tenant(db: str) -> N
         assert [t for t, rls in tables if not rls] == []
         global_tables = {
             "pgrag.embedding_config",
+            "pgrag.fetch_allowlist",
+            "pgrag.queue_settings",
             "pgrag.model_prices",
             "pgrag.reembeds",
             "pgrag.schema_migrations",

@@ -37,6 +37,10 @@ API_FUNCTIONS = (
     "hybrid_search_text",
     "log_search",
 )
+# The document queue's RPCs: a tenant submits and reads its queue (authenticated and
+# service_role; anon has no tenant and writes nothing).
+QUEUE_FUNCTIONS = ("submit_document", "document_status", "queue_status")
+PUBLIC_FUNCTIONS = API_FUNCTIONS + QUEUE_FUNCTIONS
 QUERY = "vacation policy paid leave"
 
 
@@ -213,9 +217,9 @@ def test_no_api_function_takes_a_tenant_argument(db: str) -> None:
             "array[cardinality(p.proargnames)]))) as a(name, mode) "
             "where p.pronamespace = 'public'::regnamespace and p.proname = any(%s) "
             "and a.mode in ('i', 'b', 'v')",  # arguments only: results may name the tenant
-            (list(API_FUNCTIONS),),
+            (list(PUBLIC_FUNCTIONS),),
         ).fetchall()
-    assert {r[0] for r in rows} == set(API_FUNCTIONS)
+    assert {r[0] for r in rows} == set(PUBLIC_FUNCTIONS) - {"queue_status"}  # no arguments
     assert [r for r in rows if "tenant" in r[1].lower()] == []
 
 
@@ -495,10 +499,43 @@ WRITER_FUNCTIONS = (
     "text_search_config_allowed",
 )
 
+# The loader's and the worker's functions (the document lifecycle): the owner and service_role.
+WORKER_FUNCTIONS = (
+    "abort_documents",
+    "begin_documents",
+    "check_worker",
+    "claim_documents",
+    "complete_documents",
+    "create_stage",
+    "fail_attempts",
+    "fail_documents",
+    "fail_sources",
+    "loader_tenant",
+    "next_claim_at",
+    "record_embedding_model",
+    "relabel_documents",
+    "release_documents",
+    "renew_leases",
+    "replace_document_chunks",
+    "set_request_tenant",
+    "skip_documents",
+)
+# The document queue: authenticated reads its rows and writes only what it submits.
+QUEUE_TABLE = "document_queue"
+QUEUE_SUBMITTED_COLUMNS = (
+    "tenant_id",
+    "document_id",
+    "source_type",
+    "content",
+    "title",
+    "metadata",
+)
+
 
 def writable_columns(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> set[str]:
     """Columns authenticated may write: all but identities, generated columns, is_public and
-    in_shared_graph (kept by a trigger: only the owner's bulk load leaves the shared graph)."""
+    in_shared_graph (kept by a trigger: only the owner's bulk load leaves the shared graph); of
+    the document queue, see QUEUE_SUBMITTED_COLUMNS."""
     rows = conn.execute(
         "select c.relname || '.' || a.attname from pg_class c join pg_attribute a "
         "on a.attrelid = c.oid where c.relnamespace = 'pgrag'::regnamespace "
@@ -533,17 +570,28 @@ def expected_grants(
         (f"table pgrag.{table}", "anon", "SELECT")
         for table in (*tables, *READ_ONLY_TENANT_TABLES, *APPEND_ONLY_TENANT_TABLES)
     }
+    # The queue: no DELETE for authenticated (withdraw with delete_documents), nothing for anon.
+    for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+        out.add((f"table pgrag.{QUEUE_TABLE}", "service_role", priv))
+    out.add((f"table pgrag.{QUEUE_TABLE}", "authenticated", "SELECT"))
+    out |= {("table pgrag.queue_status", r, "SELECT") for r in ("authenticated", "service_role")}
     out |= {("table pgrag.embedding_config", role, "SELECT") for role in API_ROLES}
     out |= {("table pgrag.settings", role, "SELECT") for role in API_ROLES}
     out |= {("table pgrag.text_search_configs", role, "SELECT") for role in API_ROLES}
+    out |= {("table pgrag.queue_settings", r, "SELECT") for r in ("authenticated", "service_role")}
+    out.add(("table pgrag.fetch_allowlist", "service_role", "SELECT"))
     for seq in ("chunks_id_seq", "documents_id_seq", "search_log_id_seq"):
         out |= {(f"sequence pgrag.{seq}", r, "USAGE") for r in ("authenticated", "service_role")}
     for fn in PGRAG_FUNCTIONS:
         out |= {(f"function pgrag.{fn}", role, "EXECUTE") for role in API_ROLES}
     for fn in WRITER_FUNCTIONS:
         out |= {(f"function pgrag.{fn}", r, "EXECUTE") for r in ("authenticated", "service_role")}
+    for fn in WORKER_FUNCTIONS:
+        out.add((f"function pgrag.{fn}", "service_role", "EXECUTE"))
     for fn in API_FUNCTIONS:
         out |= {(f"function public.{fn}", role, "EXECUTE") for role in API_ROLES}
+    for fn in QUEUE_FUNCTIONS:
+        out |= {(f"function public.{fn}", r, "EXECUTE") for r in ("authenticated", "service_role")}
     return out
 
 
@@ -588,10 +636,11 @@ def _normalise(obj: str) -> str:
 
 def test_audit_every_grant_on_pgrag_objects_and_the_api(db: str) -> None:
     with connect(db) as conn:
-        rows = conn.execute(AUDIT_SQL, (list(API_FUNCTIONS),)).fetchall()
+        rows = conn.execute(AUDIT_SQL, (list(PUBLIC_FUNCTIONS),)).fetchall()
         tables = TENANT_TABLES
+        queue = {f"{QUEUE_TABLE}.{c}" for c in QUEUE_SUBMITTED_COLUMNS}
         expected = expected_grants(
-            writable_columns(conn, tables),
+            writable_columns(conn, tables) | queue,
             writable_columns(conn, APPEND_ONLY_TENANT_TABLES),
             tables,
         )
@@ -637,9 +686,9 @@ def test_each_api_function_has_one_signature_for_postgrest(db: str) -> None:
         rows = conn.execute(
             "select proname, count(*) from pg_proc where pronamespace = 'public'::regnamespace "
             "and proname = any(%s) group by 1",
-            (list(API_FUNCTIONS),),
+            (list(PUBLIC_FUNCTIONS),),
         ).fetchall()
-    assert dict(rows) == dict.fromkeys(API_FUNCTIONS, 1)
+    assert dict(rows) == dict.fromkeys(PUBLIC_FUNCTIONS, 1)
 
 
 def test_policies_file_grants_every_public_function_the_sql_creates() -> None:
@@ -651,7 +700,7 @@ def test_policies_file_grants_every_public_function_the_sql_creates() -> None:
     policies = (sql_dir() / "idempotent" / "910-function-privileges.sql").read_text()
     api_block = policies.split("p.pronamespace = 'public'::regnamespace")[1]
     listed = set(re.findall(r"'(\w+)'", api_block.split("proname = any (array[")[1].split("])")[0]))
-    assert created == listed == set(API_FUNCTIONS)
+    assert created == listed == set(PUBLIC_FUNCTIONS)
 
 
 # Findings pgspot reports on the installed SQL that are accepted, as (file, code), each with

@@ -63,9 +63,10 @@ NEED_PLPYTHON = {
 # Volatile (writing) functions executable by authenticated/service_role (never anon). They are
 # fuzzed like the others, each call in a transaction that is rolled back afterwards. Besides
 # 22023 they may refuse another tenant's rows (42501: bm25_apply, before taking a lock) or a
-# chunk indexed twice (23505: bm25_apply, the caller's own rows only), as docs/security.md says.
-# The query-embedding cache's writers (query_cache_get counts a hit) touch only the caller's
-# tenant's entries (tests/test_query_cache.py).
+# chunk indexed twice (23505: bm25_apply, the caller's own rows only), as docs/security.md says;
+# submit_document may refuse a full queue (PR010). The query-embedding cache's writers
+# (query_cache_get counts a hit) touch only the caller's tenant's entries
+# (tests/test_query_cache.py).
 # Any other volatile function an API role can execute fails test_only_known_writers_are_executable.
 # pgrag.propagate_request_claims (anon too) writes no row: it sets the transaction's own claims
 # again for a Citus cluster's workers, takes no argument, and does nothing without Citus.
@@ -77,8 +78,13 @@ KNOWN_WRITERS = {
     "pgrag.query_cache_put",
     "pgrag.prune_query_cache",
     "public.log_search",
+    "public.submit_document",
 }
-WRITER_SQLSTATES = {"pgrag.bm25_apply": {"42501", "23505"}}
+WRITER_SQLSTATES = {"pgrag.bm25_apply": {"42501", "23505"}, "public.submit_document": {"PR010"}}
+# Writers whose new rows are checked inside their own (rolled-back) request: the rows they make
+# are not in the corpus, so test_property_the_writing_rpcs_... fuzzes them instead of the
+# readers' test.
+FUZZED_WRITERS = {"public.submit_document"}
 # Functions whose direct calls are checked only by their callers (none: every executable function
 # checks its own arguments).
 CHECKED_BY_CALLERS: set[str] = set()
@@ -181,9 +187,12 @@ def api_connection(db: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @contextmanager
-def replay(conn: psycopg.Connection[Any], role: str) -> Iterator[psycopg.Connection[Any]]:
-    """One request: ``set local role``, local claims and a local 3 s statement_timeout."""
-    with conn.transaction():
+def replay(
+    conn: psycopg.Connection[Any], role: str, *, rollback: bool = False
+) -> Iterator[psycopg.Connection[Any]]:
+    """One request: ``set local role``, local claims and a local 3 s statement_timeout
+    (``rollback``: nothing it wrote is kept)."""
+    with conn.transaction(force_rollback=rollback):
         conn.execute(sql.SQL("set local role {}").format(sql.Identifier(role)))
         conn.execute(
             "select pg_catalog.set_config('request.jwt.claims', %s, true)",
@@ -943,7 +952,9 @@ def property_check(
 
 def test_property_every_executable_function_bounds_hostile_arguments(corpus: Corpus) -> None:
     functions = [
-        f for f in executable_functions(corpus.db) if f.qualified not in CHECKED_BY_CALLERS
+        f
+        for f in executable_functions(corpus.db)
+        if f.qualified not in CHECKED_BY_CALLERS | FUZZED_WRITERS
     ]
     names = {f.qualified for f in functions}
     assert {
@@ -952,7 +963,7 @@ def test_property_every_executable_function_bounds_hostile_arguments(corpus: Cor
         "public.hybrid_search",
         "public.chunk_windows",
         "public.build_context",
-    } | KNOWN_WRITERS <= names
+    } | (KNOWN_WRITERS - FUZZED_WRITERS) <= names
     by_type = strategies(corpus)
     missing = {t for f in functions for _, t, _ in f.args if t not in by_type}
     assert not missing, f"add a strategy for argument types {missing}"
@@ -971,6 +982,117 @@ def test_property_every_executable_function_bounds_hostile_arguments(corpus: Cor
     )
     assert set(worst.per_function) == names, names - set(worst.per_function)
     assert not math.isnan(elapsed)
+
+
+def run_writer(
+    conn: psycopg.Connection[Any],
+    fn: Function,
+    role: str,
+    args: dict[str, Any],
+    worst: Worst,
+) -> None:
+    """One call of a writing RPC, rolled back: documented SQLSTATEs only, bounded, and what it
+    wrote belongs to the caller's tenant (read back in the same transaction, as the caller)."""
+    body = json.dumps(args, allow_nan=False)
+    if args:
+        types = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
+            for n, t, _ in fn.args
+            if n in args
+        )
+        _, state, _, _ = call(
+            conn,
+            role,
+            sql.SQL("select * from json_to_record(%s::json) as _({})").format(types).as_string(),
+            (body,),
+        )
+        if state is not None:
+            worst.type_errors += 1
+            return
+    what = f"{role}: {fn.qualified}({describe(args)})"
+    statement = rpc_statement(fn, args).as_string()
+    started = time.perf_counter()
+    state = message = None
+    try:
+        with replay(conn, role, rollback=True):
+            rows = conn.execute(statement, (body,) if args else ()).fetchall()
+            ids = [r[0]["document_id"] for r in rows]
+            owners = conn.execute(
+                "select d.tenant_id, q.tenant_id from unnest(%s::int8[]) as i (id) "
+                "left join pgrag.documents as d on d.id = i.id "
+                "left join pgrag.document_queue as q on q.document_id = i.id",
+                (ids,),
+            ).fetchall()
+            assert owners == [("acme", "acme")] * len(ids), (what, owners)
+    except psycopg.Error as exc:
+        state, message = exc.sqlstate, str(exc)
+    seconds = time.perf_counter() - started
+    worst.calls += 1
+    worst.per_function[fn.qualified] = worst.per_function.get(fn.qualified, 0) + 1
+    if seconds > worst.seconds:
+        worst.seconds, worst.seconds_call = seconds, what
+    assert state != "57014", f"hit the {TIMEOUT_S} s statement_timeout: {what}"
+    documented = DOCUMENTED_SQLSTATES | WRITER_SQLSTATES.get(fn.qualified, set())
+    assert state is None or state in documented, f"{state} {message}: {what}"
+    assert seconds < TIMEOUT_S, what
+    if state is not None:
+        worst.refused += 1
+        assert re.match(r"^[a-z_0-9]+ ", message or ""), message
+
+
+def writer_check(
+    conn: psycopg.Connection[Any],
+    fn: Function,
+    by_type: dict[str, st.SearchStrategy[Any]],
+    worst: Worst,
+) -> Any:
+    """A hypothesis test calling the writing RPC ``fn`` as authenticated, each call rolled
+    back."""
+    parts = {
+        name: (
+            st.one_of(st.just(...), st.none(), by_type[typ])
+            if has_default
+            else st.one_of(st.none(), by_type[typ])
+        )
+        for name, typ, has_default in fn.args
+    }
+    arguments = st.fixed_dictionaries(parts).map(
+        lambda d: {k: v for k, v in d.items() if v is not ...}
+    )
+
+    @settings(
+        max_examples=EXAMPLES_PER_FUNCTION_AND_ROLE * 2,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(args=arguments)
+    def check(args: dict[str, Any]) -> None:
+        run_writer(conn, fn, "authenticated", args, worst)
+
+    return check
+
+
+def test_property_the_writing_rpcs_bound_hostile_arguments_and_write_only_the_callers_tenant(
+    corpus: Corpus,
+) -> None:
+    functions = [f for f in executable_functions(corpus.db) if f.qualified in FUZZED_WRITERS]
+    assert {f.qualified for f in functions} == FUZZED_WRITERS
+    by_type = strategies(corpus)
+    worst = Worst()
+    with api_connection(corpus.db) as conn:
+        for fn in functions:
+            assert fn.roles == ["authenticated"], fn.roles  # anon writes nothing
+            writer_check(conn, fn, by_type, worst)()
+    with connect(corpus.db) as admin:
+        left = admin.execute("select count(*) from pgrag.document_queue").fetchone()
+    print(
+        f"\nwriters: {worst.calls} calls ({worst.refused} refused), {worst.type_errors} refused "
+        f"by argument types; slowest {worst.seconds * 1000:.0f} ms: {worst.seconds_call}"
+    )
+    assert worst.calls > worst.refused > 0  # some submissions went through, some were refused
+    assert left == (0,)  # every call was rolled back
 
 
 def test_the_python_client_reports_an_out_of_range_argument_as_a_config_error(

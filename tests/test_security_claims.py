@@ -124,13 +124,21 @@ def test_set_request_tenant_refuses_a_blank_tenant(db: str, tenant: str | None) 
         conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
 
 
-@pytest.mark.parametrize("role", ["anon", "authenticated", "service_role"])
+@pytest.mark.parametrize("role", ["anon", "authenticated"])
 def test_api_roles_cannot_execute_set_request_tenant(two_tenants: Loaded, role: str) -> None:
     with (
         pytest.raises(psycopg.errors.InsufficientPrivilege),
         request(two_tenants.db, role) as conn,
     ):
         conn.execute("select pgrag.set_request_tenant('globex')")
+
+
+def test_service_role_may_act_as_a_tenant_for_the_worker(two_tenants: Loaded) -> None:
+    # pgrag worker may connect as a role that inherits service_role: it acts as each tenant of
+    # its batch for the lifecycle functions. service_role reads and writes every tenant anyway.
+    with request(two_tenants.db, "service_role") as conn:
+        conn.execute("select pgrag.set_request_tenant('globex')")
+        assert conn.execute("select pgrag.current_tenant_id()").fetchone() == ("globex",)
 
 
 @pytest.mark.parametrize("role", ["anon", "authenticated", "service_role"])

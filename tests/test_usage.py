@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
+from plugins.queue import submit_texts
 from plugins.search_corpus import seed_corpus
 from plugins.tenancy import Loaded, claims_for, request
 from pytest_httpserver import HTTPServer
@@ -25,6 +26,7 @@ from pgrag.extract import ExtractedDocument
 from pgrag.ingest import ingest_documents
 from pgrag.stats import tenant_stats, usage_costs
 from pgrag.usage import Usage, record_usage
+from pgrag.worker import QueueWorker, WorkerOptions
 
 
 def invoke(dsn: str, *args: str) -> Any:
@@ -127,6 +129,28 @@ def test_ingest_records_the_tokens_the_model_read_once(
     assert usage_rows(db, "ingest") == [
         ("acme", "local", local_embedder.model_name, 1, expected, 0, 0)
     ]
+
+
+def test_the_worker_records_the_tokens_of_each_tenant_as_worker(
+    db: str, local_embedder: LocalEmbedder
+) -> None:
+    submit_texts(db, "acme", [("a.txt", "Acme's note about widgets.")])
+    submit_texts(db, "globex", [("b.txt", "Globex's note about gadgets."), ("c.txt", "More.")])
+
+    QueueWorker(db, WorkerOptions(once=True), embedder=local_embedder).run()
+
+    with connect(db) as conn:
+        expected = dict(
+            conn.execute(  # + [CLS] and [SEP]
+                "select tenant_id, sum(token_count + 2)::int from pgrag.chunks group by 1"
+            ).fetchall()
+        )
+    rows = usage_rows(db, "worker")
+    assert [(r[0], r[1], r[2], r[4]) for r in rows] == [
+        ("acme", "local", local_embedder.model_name, expected["acme"]),
+        ("globex", "local", local_embedder.model_name, expected["globex"]),
+    ]
+    assert usage_rows(db, "ingest") == []
 
 
 # -- cost ---------------------------------------------------------------------------------------
@@ -246,25 +270,17 @@ def test_stats_shows_documents_chunks_tokens_cost_and_hit_rate_per_tenant(
     assert "cost       0.36" in text.output
 
 
-def test_stats_shows_the_document_queue_when_its_view_exists(db: str) -> None:
-    with connect(db) as conn:
-        conn.execute(
-            "create view pgrag.queue_status as select 'acme'::text as tenant_id, 3 as depth, "
-            "interval '5 minutes' as oldest_pending_age, 1 as in_progress, 0 as failed_last_hour"
-        )
-        conn.commit()
+def test_stats_shows_the_document_queue_of_each_tenant(db: str) -> None:
+    submit_texts(db, "acme", [("a.txt", "First queued note."), ("b.txt", "Second queued note.")])
 
     result = invoke(db, "stats", "--json")
 
     assert result.exit_code == 0, result.output
     (acme,) = json.loads(result.output)["tenants"]
     assert acme["tenant_id"] == "acme"
-    assert acme["queue"] == {
-        "depth": 3,
-        "oldest_pending_age": "00:05:00",
-        "in_progress": 1,
-        "failed_last_hour": 0,
-    }
+    queue = acme["queue"]
+    assert (queue["queued"], queue["processing"], queue["failed"]) == (2, 0, 0)
+    assert queue["oldest_queued_seconds"] >= 0
 
 
 def test_stats_of_an_empty_database_says_there_is_nothing(db: str) -> None:

@@ -1,9 +1,9 @@
 """The ``pgrag`` command line: the root group and its ``--dsn``.
 
 Each group of commands has its module: ``database`` (db, migrate, status), ``ingest`` (ingest,
-delete, embed), ``search`` (search, ask), ``eval``, ``reembed``, ``stats``, ``bundle``
-(sql-bundle). ``common`` turns
-every error into one line and a documented exit status; ``state`` holds what commands share.
+delete, embed), ``worker`` (the document queue), ``search`` (search, ask), ``eval``, ``reembed``,
+``stats``, ``bundle`` (sql-bundle). ``common`` turns every error into one line and a documented
+exit status; ``state`` holds what commands share.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from pgrag import __version__
-from pgrag.cli import bundle, database, ingest, reembed, search, stats
+from pgrag.cli import bundle, database, ingest, reembed, search, stats, worker
 from pgrag.cli import eval as eval_command
 from pgrag.cli.common import PgragGroup
 from pgrag.cli.state import CliState
@@ -41,6 +41,7 @@ def main(ctx: click.Context, dsn: str | None, read_dsn: str | None) -> None:
     Quick start (embedded database, nothing to set up):
       pgrag migrate            install or upgrade pgrag's SQL
       pgrag ingest docs/       extract, chunk, embed and load documents
+      pgrag worker             process documents submitted through SQL or PostgREST
       pgrag search "question"  hybrid BM25 + vector search with citations
     """
     ctx.obj = CliState(dsn, read_dsn)
@@ -54,6 +55,7 @@ main.add_command(database.status)
 main.add_command(ingest.ingest)
 main.add_command(ingest.delete)
 main.add_command(ingest.embed)
+main.add_command(worker.worker)
 main.add_command(search.search)
 main.add_command(search.ask)
 main.add_command(eval_command.evaluate)

@@ -17,6 +17,9 @@ How a run works (one main thread, an embedding thread, a loading thread, two con
    replaces its chunks, sets it ``ready`` and clears its staging rows; several small documents
    share one such transaction. Readers never see half a document.
 
+Every state change of a document is a SQL function, called through the run's lifecycle
+(``lifecycle``: ``pgrag.begin_documents``, ``pgrag.replace_document_chunks``, ...; the document
+queue's worker, :mod:`pgrag.worker`, runs the same pipeline with the queue's functions).
 ``sources`` opens files, folders and URLs for a run (``ingest_paths``); ``options`` holds what
 a caller chooses and gets back. Progress (:mod:`pgrag.progress`) counts documents as their swap
 commits and chunks as they are embedded. Ctrl-C stops a run within about a second (the local

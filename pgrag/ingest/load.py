@@ -1,13 +1,14 @@
 """Loading: the staging table, COPY into it, the atomic swap of documents, the tenant's index.
 
 The loading stage (a :class:`~pgrag.ingest.workers.Worker` with its own connection) COPYs
-each embedded batch (binary, pgvector's binary format) into a session-local staging table.
-When a document's last chunk is staged, one transaction (``pgrag.replace_document_chunks``)
-replaces its chunks, sets it ``ready`` and clears its staging rows; several small documents
-share one such transaction. Readers never see half a document; staged rows die with the
-connection.
+each embedded batch (binary, pgvector's binary format) into the session-local staging table
+``pgrag.create_stage()`` makes. When a document's last chunk is staged, one transaction (the
+lifecycle's swap: ``pgrag.replace_document_chunks``, or ``pgrag.complete_documents`` for the
+worker) replaces its chunks, sets it ``ready`` and clears its staging rows; several small
+documents share one such transaction. Readers never see half a document; staged rows die with
+the connection.
 
-A tenant's first load by the owner of ``pgrag.chunks`` takes the bulk path
+A tenant's first load by ``pgrag ingest`` as the owner of ``pgrag.chunks`` takes the bulk path
 (``pgrag.bulk_load_applies``): the same swap through ``pgrag.bulk_replace_document_chunks``,
 which keeps the rows out of the shared HNSW graph, and at the end of the run
 ``pgrag.finish_bulk_load`` builds the tenant's own graph once (docs/ingest.md, "Large first
@@ -16,63 +17,48 @@ loads").
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
-from pgrag.db import connect, set_request_tenant, vector_schema
-from pgrag.errors import EmbeddingConfigError, from_database_error
+from pgrag.db import connect, set_request_tenant
+from pgrag.ingest.lifecycle import (
+    STAGE,
+    IngestLifecycle,
+    Lifecycle,
+    SwapRow,
+    call,
+    record_embedding_model,
+    swap_arrays,
+)
 from pgrag.ingest.plan import Doc
 from pgrag.ingest.workers import Worker
 from pgrag.usage import Operation, Usage, record_usage
 
-STAGE_COLUMNS = (
-    "document_id",
-    "chunk_index",
-    "content",
-    "embedding",
-    "page",
-    "heading_path",
-    "language",
-    "token_count",
-    "content_sha256",
-    "overlap_chars",
-    "metadata",
-)
-STAGE_TYPES = [
-    "int8",
-    "int4",
-    "text",
-    "vector",
-    "int4",
-    "text[]",
-    "text",
-    "int4",
-    "text",
-    "int4",
-    "jsonb",
-]
 
-
-def create_stage_table(conn: psycopg.Connection[Any]) -> None:
-    """Create this session's staging table ``pg_temp.pgrag_stage`` (columns ``STAGE_COLUMNS``),
-    which ``pgrag.replace_document_chunks`` reads."""
-    vector = sql.Identifier(vector_schema(conn) or "public", "vector")
-    conn.execute(
-        sql.SQL(
-            "create temp table pgrag_stage (document_id int8 not null, chunk_index int4 "
-            "not null, content text not null, embedding {}, page int4, heading_path text[] "
-            "not null, language text not null, token_count int4 not null, content_sha256 "
-            "text not null, overlap_chars int4 not null, metadata jsonb not null)"
-        ).format(vector)
-    )
+def create_stage_table(conn: psycopg.Connection[Any]) -> list[tuple[str, int]]:
+    """Create this session's staging table ``pg_temp.pgrag_stage`` with ``pgrag.create_stage()``
+    (the one definition of its columns, which ``pgrag.replace_document_chunks`` reads) and
+    return its columns in order, as (name, type oid) for binary COPY."""
+    conn.execute("select pgrag.create_stage()")
+    rows = conn.execute(
+        "select a.attname, a.atttypid from pg_catalog.pg_attribute as a "
+        "where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped "
+        "order by a.attnum",
+        (STAGE,),
+    ).fetchall()
+    return [(str(name), int(oid)) for name, oid in rows]
 
 
 class Loader(Worker):
-    """Owns the loading connection: COPYs batches to staging and swaps documents in."""
+    """Owns the loading connection: COPYs batches to staging and swaps documents in.
+
+    Batches arrive as rows keyed by column name; the staging table's own column order (read
+    from the catalog) decides the COPY. ``on_commit(done, superseded)`` is called after each
+    swap committed, with the ids the lifecycle did not swap in.
+    """
 
     def __init__(
         self,
@@ -80,7 +66,8 @@ class Loader(Worker):
         tenant: str,
         model: str,
         provider: str,
-        on_commit: Callable[[list[Doc]], None] | None = None,
+        lifecycle: Lifecycle,
+        on_commit: Callable[[list[Doc], set[int]], None] | None = None,
         operation: Operation = "ingest",
     ) -> None:
         super().__init__("pgrag-loader")
@@ -89,26 +76,32 @@ class Loader(Worker):
         self.tenant = tenant
         self.model = model
         self.provider = provider
+        self.lifecycle = lifecycle
         self.conn = connect(dsn, autocommit=True)
         self.model_recorded = False
-        create_stage_table(self.conn)
-        # Decided once, before the first swap: a first load of the tenant by the owner.
-        row = self.conn.execute("select pgrag.bulk_load_applies(%s)", (tenant,)).fetchone()
-        self.bulk = bool(row and row[0])
+        self.columns = create_stage_table(self.conn)
+        # Decided once, before the first swap: a first load of the tenant by the owner, through
+        # pgrag ingest's lifecycle (the worker's swap is pgrag.complete_documents).
+        self.bulk = False
+        if isinstance(lifecycle, IngestLifecycle):
+            row = self.conn.execute("select pgrag.bulk_load_applies(%s)", (tenant,)).fetchone()
+            self.bulk = bool(row and row[0])
 
     def close(self) -> None:
         self.conn.close()
 
-    def _do_stage(self, payload: tuple[list[tuple[Any, ...]], int, int]) -> None:
+    def _do_stage(self, payload: tuple[Sequence[dict[str, Any]], int, int]) -> None:
         rows, tokens, requests = payload
-        copy_sql = sql.SQL("copy pgrag_stage ({}) from stdin (format binary)").format(
-            sql.SQL(", ").join(sql.Identifier(c) for c in STAGE_COLUMNS)
+        names = [name for name, _ in self.columns]
+        copy_sql = sql.SQL("copy {} ({}) from stdin (format binary)").format(
+            sql.Identifier("pg_temp", "pgrag_stage"),
+            sql.SQL(", ").join(sql.Identifier(c) for c in names),
         )
         with self.conn.transaction():
             with self.conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                copy.set_types(STAGE_TYPES)
+                copy.set_types([oid for _, oid in self.columns])
                 for row in rows:
-                    copy.write_row(row)
+                    copy.write_row([row[name] for name in names])
             # The batch's embedding tokens, in the same transaction: counted once, even when
             # the run is killed (staged rows and usage commit together).
             record_usage(
@@ -121,67 +114,32 @@ class Loader(Worker):
         doc_id, message = payload
         with self.conn.transaction():
             set_request_tenant(self.conn, self.tenant)
-            self.conn.execute("delete from pgrag_stage where document_id = %s", (doc_id,))
-            self.conn.execute(
-                "update pgrag.documents set status = 'error', error = %s "
-                "where tenant_id = %s and id = %s",
-                (message, self.tenant, doc_id),
-            )
+            self.conn.execute("delete from pg_temp.pgrag_stage where document_id = %s", (doc_id,))
+            self.lifecycle.fail(self.conn, doc_id, message)
 
-    def _do_commit(self, payload: tuple[list[tuple[Any, ...]], list[Doc]]) -> None:
-        docs, done = payload
-        self._commit(docs)
+    def _do_commit(self, payload: tuple[list[SwapRow], list[Doc]]) -> None:
+        rows, done = payload
+        superseded = self._commit(rows)
         if self.on_commit is not None:
-            self.on_commit(done)
+            self.on_commit(done, superseded)
 
-    def _commit(self, docs: list[tuple[Any, ...]]) -> None:
-        t = self.tenant
+    def _commit(self, rows: list[SwapRow]) -> set[int]:
         with self.conn.transaction():
-            set_request_tenant(self.conn, t)
-            try:
-                self.conn.execute(
-                    sql.SQL(
-                        "select {}('pg_temp.pgrag_stage'::regclass, %s, %s::int8[], %s::text[],"
-                        " %s::text[], %s::text[], %s::jsonb[], %s::int4[], %s)"
-                    ).format(
-                        sql.Identifier(
-                            "pgrag",
-                            "bulk_replace_document_chunks"
-                            if self.bulk
-                            else "replace_document_chunks",
-                        )
-                    ),
-                    (
-                        t,
-                        [d[0] for d in docs],
-                        [d[1] for d in docs],
-                        [d[2] for d in docs],
-                        [d[3] for d in docs],
-                        [Jsonb(d[4]) for d in docs],
-                        [d[5] for d in docs],
-                        self.model,
-                    ),
+            set_request_tenant(self.conn, self.tenant)
+            if self.bulk:
+                call(
+                    self.conn,
+                    "select pgrag.bulk_replace_document_chunks(%s::regclass, %s, %s::int8[],"
+                    " %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int4[], %s)",
+                    (STAGE, self.tenant, *swap_arrays(rows), self.model),
                 )
-            except psycopg.Error as exc:  # PR001, PR002: errors.SQLSTATE_ERRORS
-                error = from_database_error(exc)
-                if error is None:
-                    raise
-                raise error from exc
+                superseded: set[int] = set()
+            else:
+                superseded = self.lifecycle.swap(self.conn, self.tenant, rows, self.model)
             if not self.model_recorded:
-                self.conn.execute(
-                    "update pgrag.embedding_config set model = %s, provider = %s "
-                    "where model is null",
-                    (self.model, self.provider),
-                )
-                row = self.conn.execute(
-                    "select model, provider from pgrag.embedding_config"
-                ).fetchone()
-                if row and (row[0], row[1]) != (self.model, self.provider):
-                    raise EmbeddingConfigError(
-                        f"another ingest recorded {row[1]}:{row[0]} as this database's model "
-                        "meanwhile; mixing models is refused."
-                    )
+                record_embedding_model(self.conn, self.provider, self.model)
                 self.model_recorded = True
+        return superseded
 
 
 def isolate_large_tenant(dsn: str, tenant: str) -> bool:

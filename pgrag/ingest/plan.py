@@ -6,10 +6,13 @@ One query per group fetches what the database holds for its sources. A source is
 - **unchanged**: same content hash, same chunking settings, status ``ready`` and the same
   metadata: skipped, never chunked, and the model is never loaded for it;
 - **relabelled**: unchanged but for its metadata, which is updated without re-embedding;
-- **loaded**: new, changed, not ``ready`` or ``--force``. New documents are inserted as
-  ``processing`` (committed, so operators see the work in progress); documents being refreshed
-  stay ``ready`` with their previous chunks, so search never loses them. The hashes of the
-  chunks they already hold are read, so only chunks whose text is new are embedded.
+- **loaded**: new, changed, not ``ready`` or ``--force``. The run's lifecycle
+  (:mod:`.lifecycle`) marks them: for ``pgrag ingest`` new documents become ``processing``
+  (committed, so operators see the work in progress) while documents being refreshed stay
+  ``ready`` with their previous chunks, so search never loses them. The hashes of the chunks
+  they already hold are read, so only chunks whose text is new are embedded.
+
+The planner reads; every write is a lifecycle function in SQL.
 """
 
 from __future__ import annotations
@@ -19,23 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from pgrag.db import set_request_tenant
 from pgrag.extract import ExtractedDocument
+from pgrag.ingest.lifecycle import FailedSource, Lifecycle
 from pgrag.ingest.options import IngestOptions
 
 LISTED_TWICE = "listed twice in this run"
-SOURCE_TYPES = ("pdf", "markdown", "html", "text", "url")
-
-
-@dataclass
-class FailedSource:
-    """A source that could not even be opened (from ingest_paths)."""
-
-    uri: str
-    source_type: str
-    reason: str
 
 
 @dataclass
@@ -53,7 +46,7 @@ class Doc:
 class GroupPlan:
     """What to do with each source of a group (see the module docstring)."""
 
-    failed: list[tuple[str, str | None, str]] = field(default_factory=list)  # uri, type, reason
+    failed: list[FailedSource] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)  # uris
     relabel: list[tuple[int, dict[str, Any], str]] = field(default_factory=list)  # id, meta, uri
     load: list[ExtractedDocument] = field(default_factory=list)
@@ -67,7 +60,7 @@ def failure_reason(uri: str, message: str) -> str:
 
 
 class Planner:
-    """Decides what a run does with each source and writes the rows that say so.
+    """Decides what a run does with each source; ``lifecycle`` writes what that means.
 
     ``options`` is the run's own copy: ``--switch-model`` turns its ``force`` on during set-up.
     ``seen`` holds every source uri of the run so far (a run marks them if it is aborted).
@@ -79,8 +72,10 @@ class Planner:
         tenant: str,
         options: IngestOptions,
         settings: dict[str, Any],
+        lifecycle: Lifecycle,
     ) -> None:
         self.conn = conn
+        self.lifecycle = lifecycle
         self.tenant = tenant
         self.options = options
         self.settings = settings
@@ -105,11 +100,11 @@ class Planner:
         plan = GroupPlan(stored={r[0]: r[1:] for r in rows})
         for item in group:
             if item.uri in self.seen:
-                plan.failed.append((item.uri, item.source_type, LISTED_TWICE))
+                plan.failed.append(FailedSource(item.uri, item.source_type, LISTED_TWICE))
                 continue
             self.seen.add(item.uri)
             if isinstance(item, FailedSource):
-                plan.failed.append((item.uri, item.source_type, item.reason))
+                plan.failed.append(item)
                 continue
             old = plan.stored.get(item.uri)
             if (
@@ -130,42 +125,13 @@ class Planner:
 
     def relabel(self, relabel: list[tuple[int, dict[str, Any], str]]) -> None:
         """Store the new metadata of unchanged documents (one statement)."""
-        with self.conn.transaction():
-            set_request_tenant(self.conn, self.tenant)
-            self.conn.execute(
-                "update pgrag.documents as d set metadata = v.m "
-                "from unnest(%s::int8[], %s::jsonb[]) as v(id, m) "
-                "where d.tenant_id = %s and d.id = v.id",
-                ([i for i, _, _ in relabel], [Jsonb(m) for _, m, _ in relabel], self.tenant),
-            )
+        self.lifecycle.relabel(self.conn, self.tenant, relabel)
 
     def start_loading(self, plan: GroupPlan) -> list[Doc]:
-        """Mark the plan's documents to load (new ones ``processing``) and read the chunk
+        """Mark the plan's documents to load (the lifecycle's ``begin``) and read the chunk
         hashes the refreshed ones already hold."""
         todo = plan.load
-        # New documents appear as processing, with no chunks yet; documents being refreshed
-        # stay ready and searchable (their previous version) until their swap commits.
-        with self.conn.transaction():
-            set_request_tenant(self.conn, self.tenant)
-            marked = self.conn.execute(
-                """
-                insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)
-                select %s, t, s, u, 'processing'
-                  from unnest(%s::text[], %s::text[], %s::text[]) as v(t, s, u)
-                on conflict (tenant_id, source_uri)
-                do update set error = null,
-                    status = case when pgrag.documents.status = 'ready' then 'ready'
-                                  else 'processing' end
-                returning source_uri, id
-                """,
-                (
-                    self.tenant,
-                    [d.title for d in todo],
-                    [d.source_type for d in todo],
-                    [d.uri for d in todo],
-                ),
-            ).fetchall()
-        ids: dict[str, int] = dict(marked)
+        ids = self.lifecycle.begin(self.conn, self.tenant, todo)
         old_shas: dict[int, set[str]] = {}
         reuse_ids = [ids[d.uri] for d in todo if d.uri in plan.stored and not self.options.force]
         if reuse_ids:
@@ -185,17 +151,6 @@ class Planner:
             docs.append(Doc(source, doc_id, is_new, old_shas.get(doc_id, set())))
         return docs
 
-    def record_failure(self, uri: str, source_type: str | None, reason: str) -> None:
-        """The ``error`` row of a source that failed before it had one."""
-        stype = source_type if source_type in SOURCE_TYPES else "text"
-        with self.conn.transaction():
-            set_request_tenant(self.conn, self.tenant)
-            self.conn.execute(
-                """
-                insert into pgrag.documents (tenant_id, source_type, source_uri, status, error)
-                values (%s, %s, %s, 'error', %s)
-                on conflict (tenant_id, source_uri)
-                do update set status = 'error', error = excluded.error
-                """,
-                (self.tenant, stype, uri, reason),
-            )
+    def record_failure(self, failed: FailedSource) -> None:
+        """Record a source that failed before it was loaded (the lifecycle's ``fail_sources``)."""
+        self.lifecycle.fail_sources(self.conn, self.tenant, [failed])

@@ -5,12 +5,16 @@ documents to load are chunked as a stream into batches of ``BATCH_CHUNKS`` chunk
 the embedding stage (:mod:`.workers`), which hands them to the loading stage (:mod:`.load`).
 Progress (:mod:`pgrag.progress`) counts documents as their swap commits and chunks as they are
 embedded. Ctrl-C raises :class:`Interrupted`, saying what was kept; any other failure marks the
-documents in flight as failed and is raised.
+documents in flight as failed and is raised. What each step does to the documents is the run's
+:class:`~pgrag.ingest.lifecycle.Lifecycle` (SQL functions): ``pgrag ingest``'s by default,
+the queue's for ``pgrag worker``, which also passes its own progress and a ``cancel`` event
+(set: the run stops as after Ctrl-C, raising :class:`~pgrag.errors.Cancelled`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -19,15 +23,23 @@ from typing import Any
 import psycopg
 
 from pgrag.chunking import Chunk, chunk_settings, make_chunker, token_counter
-from pgrag.db import DEFAULT_TENANT, connect, set_request_tenant
+from pgrag.db import DEFAULT_TENANT, connect
 from pgrag.embedders import Embedder, get_embedder, read_embedding_config
-from pgrag.errors import ConfigError, EmbeddingConfigError, ExtractionError, Interrupted
+from pgrag.errors import (
+    Cancelled,
+    ConfigError,
+    EmbeddingConfigError,
+    ExtractionError,
+    Interrupted,
+)
 from pgrag.extract import ExtractedDocument
+from pgrag.ingest.lifecycle import FailedSource, IngestLifecycle, Lifecycle
 from pgrag.ingest.load import Loader, isolate_large_tenant
 from pgrag.ingest.options import IngestOptions, IngestSummary
-from pgrag.ingest.plan import LISTED_TWICE, Doc, FailedSource, Planner, failure_reason
+from pgrag.ingest.plan import LISTED_TWICE, Doc, Planner, failure_reason
 from pgrag.ingest.workers import EmbeddingStage
 from pgrag.progress import Progress, ProgressMode
+from pgrag.usage import Operation
 
 GROUP_DOCS = 64  # documents looked up together
 BATCH_CHUNKS = 64  # chunks embedded, COPYed and committed together (progress moves per batch)
@@ -43,13 +55,20 @@ class IngestRun:
         tenant: str,
         embedder: Embedder | None,
         options: IngestOptions,
-        progress: bool | ProgressMode,
+        progress: bool | ProgressMode | Progress,
         total: int | None,
+        *,
+        lifecycle: Lifecycle | None = None,
+        cancel: threading.Event | None = None,
+        operation: Operation = "ingest",
     ) -> None:
         self.dsn = dsn
         self.tenant = tenant
         self.options = replace(options)  # --switch-model turns force on for this run only
         self.summary = IngestSummary()
+        self.lifecycle: Lifecycle = lifecycle or IngestLifecycle()
+        self.cancel = cancel
+        self.operation = operation  # whose embedding tokens (pgrag.record_usage)
         self.conn = connect(dsn, autocommit=True)
         try:
             self._setup(embedder, progress, total)
@@ -58,7 +77,7 @@ class IngestRun:
             raise
 
     def _setup(
-        self, embedder: Embedder | None, progress: bool | ProgressMode, total: int | None
+        self, embedder: Embedder | None, progress: bool | ProgressMode | Progress, total: int | None
     ) -> None:
         options = self.options
         self.embedder, switch = self._check_embedder(embedder)
@@ -84,16 +103,20 @@ class IngestRun:
             "overlap": self.overlap,
             "language": options.language,
         }
-        self.planner = Planner(self.conn, self.tenant, options, self.settings)
+        self.planner = Planner(self.conn, self.tenant, options, self.settings, self.lifecycle)
         self.loader: Loader | None = None
         self.embedding: EmbeddingStage | None = None
         self.batch: list[tuple[Doc, Chunk]] = []
         self.completed: list[Doc] = []
         self.in_flight: dict[int, Doc] = {}
-        mode: ProgressMode = (
-            progress if isinstance(progress, str) else ("auto" if progress else "off")
-        )
-        self.progress = Progress("ingest", total, mode)
+        self.own_progress = not isinstance(progress, Progress)
+        if isinstance(progress, Progress):
+            self.progress = progress
+        else:
+            mode: ProgressMode = (
+                progress if isinstance(progress, str) else ("auto" if progress else "off")
+            )
+            self.progress = Progress("ingest", total, mode)
         self.started = time.perf_counter()
         if switch:
             self._switch_model(self.embedder)
@@ -168,10 +191,12 @@ class IngestRun:
     def ingest(self, items: Iterable[ExtractedDocument | FailedSource]) -> IngestSummary:
         """Ingest ``items`` (``GROUP_DOCS`` at a time) and return the run's summary."""
         started = self.started
+        shown = self.progress if self.own_progress else contextlib.nullcontext()
         try:
-            with self.progress:
+            with shown:
                 group: list[ExtractedDocument | FailedSource] = []
                 for item in items:
+                    self._check_cancel()
                     group.append(item)
                     if len(group) >= GROUP_DOCS:
                         self._group(group)
@@ -189,6 +214,9 @@ class IngestRun:
             in_flight = len(self.in_flight)
             self._abort(exc)
             raise Interrupted(self._interrupted_message(in_flight)) from exc
+        except Cancelled as exc:
+            self._abort(exc)
+            raise
         except BaseException as exc:
             self._abort(exc)
             raise
@@ -215,7 +243,7 @@ class IngestRun:
 
         On Ctrl-C the loader (database work, short) is waited for; the embedding thread only
         briefly: it is cancelled and stops after its current slice, writing nothing more."""
-        interrupted = isinstance(exc, KeyboardInterrupt)
+        interrupted = isinstance(exc, (KeyboardInterrupt, Cancelled))
         for worker in (self.embedding, self.loader):
             if worker is not None:
                 worker.stop(cancel=True)
@@ -235,16 +263,9 @@ class IngestRun:
             return
 
         def mark(conn: psycopg.Connection[Any]) -> None:
-            # In-flight documents, and any new one of this run whose insert committed just as
+            # In-flight documents, and any new one of this run whose row committed just as
             # the run was interrupted (before it was registered as in flight).
-            with conn.transaction():
-                set_request_tenant(conn, self.tenant)
-                conn.execute(
-                    "update pgrag.documents set status = 'error', error = %s "
-                    "where tenant_id = %s and (id = any(%s) or source_uri = any(%s)) "
-                    "and status = 'processing'",
-                    (f"ingest aborted: {message}", self.tenant, ids, seen),
-                )
+            self.lifecycle.abort(conn, self.tenant, ids, seen, message)
 
         try:
             mark(self.conn)
@@ -259,7 +280,9 @@ class IngestRun:
                 self.tenant,
                 self.embedder.model_name,
                 self.embedder.provider,
+                self.lifecycle,
                 self._committed,
+                self.operation,
             )
             loader.start()
             self.loader = loader
@@ -270,6 +293,7 @@ class IngestRun:
                 self.summary,
                 self.progress,
                 self.planner.stored_metadata,
+                self.cancel,
             )
             self.embedding.start()
         return self.embedding
@@ -277,8 +301,10 @@ class IngestRun:
     def _group(self, group: list[ExtractedDocument | FailedSource]) -> None:
         """Plan a group of sources (:mod:`pgrag.ingest.plan`) and chunk those to load."""
         plan = self.planner.plan(group)
-        for uri, source_type, reason in plan.failed:
-            self._fail_new(uri, source_type, reason)
+        for failed in plan.failed:
+            self._fail_new(failed)
+        if plan.unchanged:
+            self.lifecycle.unchanged(self.conn, self.tenant, plan.unchanged)
         for uri in plan.unchanged:
             self.summary.documents_unchanged += 1
             self.progress.advance(1, uri[-60:])
@@ -293,19 +319,21 @@ class IngestRun:
             self.in_flight[doc.doc_id] = doc
             self._document(doc)
 
-    def _fail_new(self, uri: str, source_type: str | None, reason: str) -> None:
+    def _fail_new(self, failed: FailedSource) -> None:
         """Record a source that failed before it had a row (or was listed twice)."""
-        reason = failure_reason(uri, reason)
+        uri = failed.uri
+        reason = failure_reason(uri, failed.reason)
         self.summary.documents_failed += 1
         self.summary.failures.append((uri, reason))
         self.progress.advance(1, uri[-60:])
         if reason != LISTED_TWICE:
-            self.planner.record_failure(uri, source_type, reason)
+            self.planner.record_failure(replace(failed, reason=reason))
 
     def _document(self, doc: Doc) -> None:
         """Chunk one document into the current batch (flushing full batches as it goes)."""
         try:
             for chunk in self.chunker.chunks(doc.source.blocks):
+                self._check_cancel()
                 self.batch.append((doc, chunk))
                 doc.n_chunks += 1
                 if len(self.batch) >= BATCH_CHUNKS:
@@ -326,11 +354,19 @@ class IngestRun:
         self._ensure_workers().put("fail", (doc.doc_id, reason))
         self.progress.advance(1, doc.source.uri[-60:])
 
-    def _committed(self, done: list[Doc]) -> None:
-        """Called by the loader after the swap of ``done`` committed."""
+    def _check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("cancelled: the worker is stopping")
+
+    def _committed(self, done: list[Doc], superseded: set[int]) -> None:
+        """Called by the loader after the swap of ``done`` committed (``superseded``: the ids
+        the lifecycle did not swap in, because a newer version was submitted meanwhile)."""
         summary = self.summary
         for d in done:
             self.in_flight.pop(d.doc_id, None)
+            if d.doc_id in superseded:
+                self.progress.advance(1, d.source.uri[-60:])
+                continue
             if d.is_new:
                 summary.documents_new += 1
             else:

@@ -9,8 +9,8 @@ from pgrag.db import DEFAULT_TENANT, connect
 from pgrag.embedders import Embedder
 from pgrag.errors import ConfigError, ExtractionError, NothingToDo
 from pgrag.extract import EXTENSIONS, ExtractedDocument, discover_paths, extract, source_type_for
+from pgrag.ingest.lifecycle import FailedSource
 from pgrag.ingest.options import IngestOptions, IngestSummary
-from pgrag.ingest.plan import FailedSource
 from pgrag.ingest.run import IngestRun
 from pgrag.progress import ProgressMode
 

@@ -18,8 +18,9 @@ import numpy as np
 
 from pgrag.chunking import Chunk
 from pgrag.embedders import Embedder
-from pgrag.errors import PgragError
+from pgrag.errors import Cancelled, PgragError
 from pgrag.extract import ExtractedDocument
+from pgrag.ingest.lifecycle import SwapRow
 from pgrag.ingest.options import IngestOptions, IngestSummary
 from pgrag.ingest.plan import Doc
 from pgrag.progress import Progress
@@ -32,19 +33,27 @@ class Worker(threading.Thread):
     """A pipeline stage: a bounded inbox, handled in order on its own thread.
 
     An error stops the stage's work (it keeps draining so producers never block) and is
-    raised to whoever puts into it next or waits for it to finish.
+    raised to whoever puts into it next or waits for it to finish. ``abort`` (an event set
+    from outside, e.g. by a worker that is stopping) makes a producer waiting in ``put`` or
+    ``finish`` raise :class:`~pgrag.errors.Cancelled` within 0.2 s.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, abort: threading.Event | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=QUEUE_DEPTH)
         self.error: BaseException | None = None
         self.cancelled = False
+        self.abort = abort
+
+    def _check_abort(self) -> None:
+        if self.abort is not None and self.abort.is_set():
+            raise Cancelled("cancelled: the worker is stopping")
 
     def put(self, kind: str, payload: Any) -> None:
         while True:
             if self.error is not None:
                 raise self.error
+            self._check_abort()
             try:
                 self.inbox.put((kind, payload), timeout=0.2)
                 return
@@ -66,7 +75,9 @@ class Worker(threading.Thread):
 
     def finish(self) -> None:
         self.stop()
-        self.join()
+        while self.is_alive():
+            self._check_abort()
+            self.join(timeout=0.2)
         self.close()
         if self.error is not None:
             raise self.error
@@ -110,8 +121,9 @@ class EmbeddingStage(Worker):
         summary: IngestSummary,
         progress: Progress,
         stored_metadata: Callable[[ExtractedDocument], dict[str, Any]],
+        abort: threading.Event | None = None,
     ) -> None:
-        super().__init__("pgrag-embedding")
+        super().__init__("pgrag-embedding", abort)
         self.loader = loader
         self.embedder = embedder
         self.options = options
@@ -135,7 +147,7 @@ class EmbeddingStage(Worker):
         before = self.embedder.tokens_used
         vectors = self._embed(texts) if texts else None
         tokens = self.embedder.tokens_used - before
-        rows = []
+        rows: list[dict[str, Any]] = []  # keyed by the staging table's columns
         for doc, chunk in batch:
             pos = need.get(chunk.content)
             if vectors is None or pos is None or (not force and chunk.sha256 in doc.old_shas):
@@ -144,19 +156,19 @@ class EmbeddingStage(Worker):
             else:
                 vector = vectors[pos]
             rows.append(
-                (
-                    doc.doc_id,
-                    chunk.index,
-                    chunk.content,
-                    vector,
-                    chunk.page,
-                    list(chunk.heading_path),
-                    chunk.language,
-                    chunk.token_count,
-                    chunk.sha256,
-                    chunk.overlap_chars,
-                    chunk.metadata,
-                )
+                {
+                    "document_id": doc.doc_id,
+                    "chunk_index": chunk.index,
+                    "content": chunk.content,
+                    "embedding": vector,
+                    "page": chunk.page,
+                    "heading_path": list(chunk.heading_path),
+                    "language": chunk.language,
+                    "token_count": chunk.token_count,
+                    "content_sha256": chunk.sha256,
+                    "overlap_chars": chunk.overlap_chars,
+                    "metadata": chunk.metadata,
+                }
             )
         self.loader.put("stage", (rows, tokens, 1 if texts else 0))
 
@@ -166,7 +178,7 @@ class EmbeddingStage(Worker):
         step = LOCAL_EMBED_SLICE if embedder.provider == "local" else max(len(texts), 1)
         parts = []
         for start in range(0, len(texts), step):
-            if self.cancelled:
+            if self.cancelled or (self.abort is not None and self.abort.is_set()):
                 raise PgragError("ingest cancelled")
             part = texts[start : start + step]
             parts.append(embedder.embed(part))
@@ -176,7 +188,7 @@ class EmbeddingStage(Worker):
 
     def _do_commit(self, done: list[Doc]) -> None:
         rows = [
-            (
+            SwapRow(
                 d.doc_id,
                 d.source.title,
                 d.source.source_type,

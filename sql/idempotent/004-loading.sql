@@ -1,8 +1,213 @@
--- Loading and removal: the atomic per-document swap every loader shares, and deleting documents.
--- Contract. Provides: pgrag.replace_document_chunks (the owner's loader: pgrag ingest and the
---   worker) and pgrag.delete_documents (authenticated and service_role). Relies on: the
---   BM25 triggers (002-bm25-maintenance.sql) and the publishing triggers (003-publishing.sql),
---   which fire on the chunks these functions write; pgrag.current_tenant_id (001-helpers.sql).
+-- Loading and removal: the document lifecycle of a loader, the staging table, the atomic
+-- per-document swap every loader shares, and deleting documents.
+-- Contract. Provides: pgrag.create_stage (the one definition of the staging table's columns),
+--   the loader's transitions pgrag.begin_documents (-> processing), pgrag.relabel_documents,
+--   pgrag.fail_documents / fail_sources / abort_documents (-> error),
+--   pgrag.replace_document_chunks (-> ready: the atomic swap), pgrag.record_embedding_model;
+--   all for the worker roles (the owner and service_role: pgrag ingest and pgrag worker, through
+--   pgrag/ingest/lifecycle.py); pgrag.delete_documents (authenticated and service_role).
+--   Relies on: the BM25 triggers (002-bm25-maintenance.sql) and the publishing triggers
+--   (003-publishing.sql), which fire on the chunks these functions write;
+--   pgrag.current_tenant_id (001-helpers.sql). The queue's transitions (010-queue.sql) call
+--   these.
+--
+-- Lifecycle of a document (docs/ingest.md, "Lifecycle"): a loader begins it (new: processing,
+-- no chunks; ready: stays ready and searchable with its previous chunks until the swap), then
+-- swaps its chunks in (ready) or records why it failed (error). Every transition is one of
+-- these functions; the loader's tenant is the request's (pgrag.set_request_tenant), never an
+-- argument, except in replace_document_chunks (whose signature predates this rule and checks
+-- it against the request's).
+
+create or replace function pgrag.loader_tenant(caller text)
+returns text
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_tenant text := pgrag.current_tenant_id();
+begin
+    if v_tenant is null then
+        raise exception '%: no tenant claim in request.jwt.claims', caller
+            using errcode = '22023',
+                  hint = 'act as a tenant first (select pgrag.set_request_tenant(...)).';
+    end if;
+    return v_tenant;
+end
+$$;
+comment on function pgrag.loader_tenant(text) is
+'The request''s tenant for a loader function named caller; raises 22023 when there is none.';
+
+-- The staging table: defined here once. Every loader fills it (COPY) and the swap reads it by
+-- column name: replace_document_chunks copies each of its columns that pgrag.chunks also has.
+create or replace function pgrag.create_stage()
+returns regclass
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    -- Session-local: staged rows die with the connection (a killed loader leaves nothing).
+    -- Once per session: a second call returns the table made by the first.
+    if pg_catalog.to_regclass('pg_temp.pgrag_stage') is not null then
+        return 'pg_temp.pgrag_stage'::pg_catalog.regclass;
+    end if;
+    create temporary table pgrag_stage (
+        document_id bigint not null,
+        chunk_index integer not null,
+        content text not null,
+        embedding @extschema:vector@.vector,
+        page integer,
+        heading_path text[] not null,
+        language text not null,
+        token_count integer not null,
+        content_sha256 text not null,
+        overlap_chars integer not null,
+        metadata jsonb not null
+    );
+    return 'pg_temp.pgrag_stage'::pg_catalog.regclass;
+end
+$$;
+comment on function pgrag.create_stage() is
+'Creates (if missing) this session''s staging table pg_temp.pgrag_stage and returns it: columns document_id, chunk_index, content, embedding (null: reuse the stored embedding of the same text), page, heading_path, language, token_count, content_sha256, overlap_chars, metadata, in that order (COPY fills them). The one definition every loader uses; pgrag.replace_document_chunks reads it by column name.';
+
+create or replace function pgrag.begin_documents(
+    source_uris text[],
+    titles text[],
+    source_types text[]
+)
+returns table (source_uri text, document_id bigint)
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_tenant text := pgrag.loader_tenant('pgrag.begin_documents');
+begin
+    -- New documents appear as processing, with no chunks yet; documents being refreshed stay
+    -- ready and searchable (their previous version) until their swap commits.
+    return query
+    insert into pgrag.documents as d (tenant_id, title, source_type, source_uri, status)
+    select v_tenant, v.t, v.s, v.u, 'processing'
+    from rows from (pg_catalog.unnest(begin_documents.source_uris),
+                    pg_catalog.unnest(begin_documents.titles),
+                    pg_catalog.unnest(begin_documents.source_types)) as v (u, t, s)
+    on conflict (tenant_id, source_uri)
+    do update set error = null,
+                  status = case when d.status = 'ready' then 'ready' else 'processing' end
+    returning d.source_uri, d.id;
+end
+$$;
+comment on function pgrag.begin_documents(text[], text[], text[]) is
+'Loader transition to processing for the request''s tenant: inserts new documents (source_uris with their titles and source_types) as processing, clears the error of existing ones and sets them processing unless ready (a ready document stays searchable with its previous chunks until its swap). Returns (source_uri, document_id) of each.';
+
+create or replace function pgrag.relabel_documents(document_ids bigint[], metadatas jsonb[])
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_tenant text := pgrag.loader_tenant('pgrag.relabel_documents');
+begin
+    update pgrag.documents as d set metadata = v.m
+    from rows from (pg_catalog.unnest(document_ids), pg_catalog.unnest(metadatas)) as v (id, m)
+    where d.tenant_id = v_tenant and d.id = v.id;
+end
+$$;
+comment on function pgrag.relabel_documents(bigint[], jsonb[]) is
+'Stores new metadata for documents of the request''s tenant whose content did not change (no re-embedding).';
+
+create or replace function pgrag.fail_documents(document_ids bigint[], errors text[])
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_tenant text := pgrag.loader_tenant('pgrag.fail_documents');
+begin
+    update pgrag.documents as d set status = 'error', error = pg_catalog.left(v.e, 2000)
+    from rows from (pg_catalog.unnest(document_ids), pg_catalog.unnest(errors)) as v (id, e)
+    where d.tenant_id = v_tenant and d.id = v.id;
+end
+$$;
+comment on function pgrag.fail_documents(bigint[], text[]) is
+'Loader transition to error: documents of the request''s tenant that failed while being loaded, with the reason (its first 2,000 characters); their chunks are left as they were.';
+
+create or replace function pgrag.fail_sources(source_uris text[], source_types text[], errors text[])
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_tenant text := pgrag.loader_tenant('pgrag.fail_sources');
+begin
+    insert into pgrag.documents (tenant_id, source_type, source_uri, status, error)
+    select v_tenant,
+           case when v.s in ('pdf', 'markdown', 'html', 'text', 'url') then v.s else 'text' end,
+           v.u, 'error', pg_catalog.left(v.e, 2000)
+    from rows from (pg_catalog.unnest(source_uris), pg_catalog.unnest(source_types),
+                    pg_catalog.unnest(errors)) as v (u, s, e)
+    on conflict (tenant_id, source_uri)
+    do update set status = 'error', error = excluded.error;
+end
+$$;
+comment on function pgrag.fail_sources(text[], text[], text[]) is
+'Loader transition to error for sources that failed before they had a row (unreadable, unsupported): inserts or updates the request''s tenant''s documents by source_uri as error with the reason.';
+
+create or replace function pgrag.abort_documents(document_ids bigint[], source_uris text[], error text)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_tenant text := pgrag.loader_tenant('pgrag.abort_documents');
+begin
+    update pgrag.documents as d set status = 'error', error = pg_catalog.left(abort_documents.error, 2000)
+    where d.tenant_id = v_tenant
+      and (d.id = any (document_ids) or d.source_uri = any (source_uris))
+      and d.status = 'processing';
+end
+$$;
+comment on function pgrag.abort_documents(bigint[], text[], text) is
+'Loader transition to error after an interrupted run: the request''s tenant''s documents (by id or source_uri) still processing, i.e. new ones whose swap never committed; refreshed documents stay ready with their previous chunks.';
+
+create or replace function pgrag.record_embedding_model(provider text, model text)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_provider text;
+    v_model text;
+begin
+    update pgrag.embedding_config as c
+       set model = record_embedding_model.model, provider = record_embedding_model.provider
+     where c.model is null;
+    select c.provider, c.model into v_provider, v_model from pgrag.embedding_config as c;
+    if (v_provider, v_model) is distinct from (provider, model) then
+        raise exception 'this database holds embeddings of %:%; %:% would mix models',
+            v_provider, v_model, provider, model
+            using errcode = 'PR002',
+                  hint = 'embed with the recorded model.';
+    end if;
+end
+$$;
+comment on function pgrag.record_embedding_model(text, text) is
+'Records provider and model as the database''s embedding model when none is recorded yet (the first load); raises PR002 when another one is recorded.';
 
 create or replace function pgrag.replace_document_chunks(
     stage regclass,
@@ -24,6 +229,8 @@ as $$
 declare
     v_missing bigint;
     v_recorded text;
+    v_columns text;
+    v_values text;
 begin
     -- Another tenant's documents are refused before any lock (as in bm25_apply).
     if pg_catalog.row_security_active('pgrag.documents'::pg_catalog.regclass)
@@ -64,13 +271,23 @@ begin
                   hint = 'another ingest of the same source? run pgrag ingest again.';
     end if;
     delete from pgrag.chunks as c where c.tenant_id = tenant and c.document_id = any (document_ids);
+    -- The stage's columns (pgrag.create_stage defines them) that pgrag.chunks also has, each
+    -- cast to the chunk column's type: the column list is written nowhere else.
+    select pg_catalog.string_agg(pg_catalog.quote_ident(s.attname::text), ', ' order by s.attnum),
+           pg_catalog.string_agg(pg_catalog.format('s.%I::%s', s.attname,
+                                     pg_catalog.format_type(c.atttypid, c.atttypmod)),
+                                 ', ' order by s.attnum)
+      into v_columns, v_values
+      from pg_catalog.pg_attribute as s
+      join pg_catalog.pg_attribute as c
+        on c.attrelid = 'pgrag.chunks'::pg_catalog.regclass and c.attname = s.attname
+       and c.attnum > 0 and not c.attisdropped
+     where s.attrelid = stage and s.attnum > 0 and not s.attisdropped
+       and s.attname <> 'tenant_id';
     execute pg_catalog.format(
-        'insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding, page, '
-        'heading_path, language, token_count, content_sha256, overlap_chars, metadata) '
-        'select $1, document_id, chunk_index, content, embedding, page, heading_path, '
-        'language::regconfig, token_count, content_sha256, overlap_chars, metadata '
-        'from %s where document_id operator(pg_catalog.=) any ($2) order by document_id, chunk_index',
-        stage)
+        'insert into pgrag.chunks (tenant_id, %s) select $1, %s from %s as s '
+        'where s.document_id operator(pg_catalog.=) any ($2) order by s.document_id, s.chunk_index',
+        v_columns, v_values, stage)
     using tenant, document_ids;
     update pgrag.documents as d
        set title = v.title, source_type = v.source_type, content_sha256 = v.sha,
@@ -86,7 +303,7 @@ begin
 end
 $$;
 comment on function pgrag.replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
-'Atomic swap of documents'' chunks from a staging table (columns document_id, chunk_index, content, embedding, page, heading_path, language, token_count, content_sha256, overlap_chars, metadata; e.g. a temp table filled by COPY): locks the documents, reuses stored embeddings of unchanged chunk texts, replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse, PR002 when embedding_model is not the model pgrag.embedding_config records.';
+'Loader transition to ready: atomic swap of documents'' chunks from a staging table (pgrag.create_stage''s, filled by COPY; each of its columns pgrag.chunks also has is copied): locks the documents, reuses stored embeddings of unchanged chunk texts, replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse, PR002 when embedding_model is not the model pgrag.embedding_config records.';
 
 -- Removal: documents and their chunks, in one statement each, inside the caller's transaction.
 -- Deleting chunks fires the BM25 triggers (002-bm25-maintenance.sql), so postings, document

@@ -20,12 +20,15 @@
 --                  cannot reach at all.
 --   anon           reads only documents marked is_public and the rows of tables with a
 --                  document_id (chunks) that belong to such a document; no rows of other tenant
---                  tables (BM25 postings and statistics); writes nothing.
+--                  tables (BM25 postings and statistics), nothing of the document queue;
+--                  writes nothing.
 --   service_role   full access (BYPASSRLS on Supabase; explicit policies here as well, so it
 --                  also holds where the role was created without BYPASSRLS).
 -- Global tables: embedding_config and settings are readable by the three roles (search checks
 -- the model and dimension; the search log reads the operator's settings), writable by none;
--- schema_migrations, reembeds and model_prices are neither. No role gets TRUNCATE, REFERENCES
+-- queue_settings readable by authenticated and service_role, fetch_allowlist by service_role
+-- (the worker), both writable by none; schema_migrations, reembeds and model_prices are
+-- neither. No role gets TRUNCATE, REFERENCES
 -- or TRIGGER (TRUNCATE ignores RLS). pgrag has no SECURITY DEFINER function.
 --
 -- Policy names start with pgrag_: those are (re)created here; policies an administrator adds
@@ -91,6 +94,10 @@ begin
         -- OVERRIDING SYSTEM VALUE), a generated column, is_public (publishing to anon is for
         -- service_role and the owner; docs/security.md, "Writes") or in_shared_graph (kept by
         -- a trigger; only the owner's bulk load leaves rows out of the shared graph).
+        -- The document queue: a tenant writes what it submits (public.submit_document runs as
+        -- the caller), never the state a worker keeps (state, attempts, lease, errors: the
+        -- trigger queue_new_version sets them on every submission), and withdraws a document
+        -- with delete_documents rather than by deleting its queue row.
         -- Three tables a tenant may not write freely: its usage (pgrag.token_usage, written
         -- by pgrag.record_usage for the owner's loaders and commands: a tenant reads it and
         -- can neither lower nor inflate it), its search log (pgrag.search_log: rows are added,
@@ -102,13 +109,20 @@ begin
           from pg_catalog.pg_attribute as a
          where a.attrelid = t.oid and a.attnum > 0 and not a.attisdropped
            and a.attidentity = '' and a.attgenerated = ''
-           and a.attname not in ('is_public', 'in_shared_graph');
+           and a.attname not in ('is_public', 'in_shared_graph')
+           and (t.relname <> 'document_queue'
+                or a.attname = any (array['tenant_id', 'document_id', 'source_type', 'content',
+                                          'title', 'metadata']));
         continue when t.relname = 'chunk_embeddings_next';
         if t.relname = 'token_usage' then
             execute pg_catalog.format('grant select on pgrag.%I to authenticated', t.relname);
         elsif t.relname = 'search_log' then
             execute pg_catalog.format('grant select, delete on pgrag.%I to authenticated', t.relname);
             execute pg_catalog.format('grant insert (%2$s) on pgrag.%1$I to authenticated',
+                                      t.relname, cols);
+        elsif t.relname = 'document_queue' then
+            execute pg_catalog.format('grant select on pgrag.%I to authenticated', t.relname);
+            execute pg_catalog.format('grant insert (%2$s), update (%2$s) on pgrag.%1$I to authenticated',
                                       t.relname, cols);
         else
             execute pg_catalog.format('grant select, delete on pgrag.%I to authenticated', t.relname);
@@ -119,6 +133,8 @@ begin
         -- anon: public documents, and rows that belong to a public document. SELECT is granted
         -- on every tenant table so that search functions run for anon without a permission
         -- error; a table without an anon policy (postings, statistics) shows anon no rows.
+        -- (Not the document queue: submissions are no one's public content yet.)
+        continue when t.relname = 'document_queue';
         execute pg_catalog.format('grant select on pgrag.%I to anon', t.relname);
         anon_cond := case
             when t.relname = 'documents' then '(is_public)'
@@ -143,6 +159,17 @@ create policy pgrag_anon_select on pgrag.text_search_configs for select to anon 
 create policy pgrag_authenticated_select on pgrag.text_search_configs for select to authenticated using (true);
 create policy pgrag_service_role_select on pgrag.text_search_configs for select to service_role using (true);
 grant select on pgrag.text_search_configs to anon, authenticated, service_role;
+-- Queue settings: read by public.submit_document (as the caller) and by workers; written by
+-- the owner only. What the worker may fetch: read by workers (service_role), written by the
+-- owner only; no tenant reads or changes it (docs/ingest.md, "What the worker may fetch").
+create policy pgrag_authenticated_select on pgrag.queue_settings for select to authenticated using (true);
+create policy pgrag_service_role_select on pgrag.queue_settings for select to service_role using (true);
+grant select on pgrag.queue_settings to authenticated, service_role;
+create policy pgrag_service_role_select on pgrag.fetch_allowlist for select to service_role using (true);
+grant select on pgrag.fetch_allowlist to service_role;
+-- The queue per tenant: a security_invoker view, so the queue's policies decide what each
+-- caller sees (its own tenant's row; service_role every tenant's).
+grant select on pgrag.queue_status to authenticated, service_role;
 -- Operator settings: readable by the API roles (public.log_search and the search log's trigger
 -- read them as the caller), written by none: a tenant cannot turn the search log on or off.
 create policy pgrag_anon_select on pgrag.settings for select to anon using (true);

@@ -16,7 +16,7 @@ set local search_path = pg_catalog, pg_temp;
 -- the helpers of the first list (and every policy calls current_tenant_id; PostgREST calls
 -- propagate_request_claims as its db-pre-request on Citus); a write to
 -- pgrag.chunks fires triggers that call bm25_apply as the writer. Trigger functions need no
--- grant; the loader (replace_document_chunks) is for the owner. A helper added to the call
+-- grant; the loader's and worker's functions are for the owner and service_role (below). A helper added to the call
 -- chain of an API function must be added here (tests/test_security_privileges.py checks the
 -- lists against the call graph and docs/security.md). A SECURITY DEFINER function would get
 -- no grant here (and fails the audit test in tests/test_security.py).
@@ -91,12 +91,11 @@ begin
     end loop;
 end
 $$;
--- Acting as a tenant is for trusted direct sessions (CLI, ingester), not for the API roles.
-revoke all on function pgrag.set_request_tenant(text) from anon, authenticated, service_role;
-
--- The RPC API in the exposed schema (public): executable by the API roles, not by PUBLIC.
--- The list names every function pgrag creates there; tests/test_security.py checks that each
--- "create function public.*" in sql/ is listed.
+-- The loader's and the worker's functions (004-loading.sql, 010-queue.sql): the document
+-- lifecycle of pgrag ingest and pgrag worker, for the owner and service_role (a worker may
+-- connect as a role that inherits service_role), never for anon or authenticated. Acting as a
+-- tenant (set_request_tenant) is for these trusted sessions too: service_role reads and writes
+-- every tenant's rows anyway.
 do $$
 declare
     f record;
@@ -104,10 +103,42 @@ begin
     for f in
         select p.oid::regprocedure as sig
         from pg_catalog.pg_proc as p
+        where p.pronamespace = 'pgrag'::regnamespace
+          and p.prokind = 'f'
+          and not p.prosecdef
+          and p.proname = any (array[
+              'set_request_tenant', 'loader_tenant', 'create_stage', 'begin_documents',
+              'relabel_documents', 'fail_documents', 'fail_sources', 'abort_documents',
+              'record_embedding_model', 'replace_document_chunks', 'check_worker',
+              'claim_documents', 'renew_leases', 'release_documents', 'complete_documents',
+              'skip_documents', 'fail_attempts', 'next_claim_at'
+          ])
+        order by 1
+    loop
+        execute pg_catalog.format('revoke all on function %s from anon, authenticated', f.sig);
+        execute pg_catalog.format('grant execute on function %s to service_role', f.sig);
+    end loop;
+end
+$$;
+
+-- The RPC API in the exposed schema (public): executable by the API roles, not by PUBLIC.
+-- The lists name every function pgrag creates there; tests/test_security.py checks that each
+-- "create function public.*" in sql/ is listed. The queue's RPCs need a tenant (anon has
+-- none and writes nothing): authenticated and service_role only.
+do $$
+declare
+    f record;
+begin
+    for f in
+        select p.oid::regprocedure as sig,
+               p.proname = any (array['submit_document', 'document_status', 'queue_status'])
+                   as tenant_only
+        from pg_catalog.pg_proc as p
         where p.pronamespace = 'public'::regnamespace
           and p.proname = any (array[
               'vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows',
-              'build_context', 'hybrid_search_text', 'log_search'
+              'build_context', 'hybrid_search_text', 'log_search', 'submit_document',
+              'document_status', 'queue_status'
           ])
           -- never an extension's function of the same name
           and not exists (select 1 from pg_catalog.pg_depend as d
@@ -116,7 +147,12 @@ begin
         order by 1
     loop
         execute pg_catalog.format('revoke all on function %s from public', f.sig);
-        execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
+        if f.tenant_only then
+            execute pg_catalog.format('revoke all on function %s from anon', f.sig);
+            execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
+        else
+            execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
+        end if;
     end loop;
 end
 $$;

