@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import latency  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
-from pgrag.ingest.load import STAGE_COLUMNS, STAGE_TYPES, create_stage_table  # noqa: E402
+from pgrag.ingest.load import create_stage_table  # noqa: E402
 from pgrag.testing import drop_database, fresh_database, server  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "first_load.json"
@@ -61,9 +61,10 @@ def load(
     ndocs = (n + per - 1) // per
     swap = "bulk_replace_document_chunks" if bulk else "replace_document_chunks"
     copy_s = swap_s = 0.0
-    copy_sql = "copy pgrag_stage ({}) from stdin (format binary)".format(", ".join(STAGE_COLUMNS))
     with connect(dsn, autocommit=True) as conn:
-        create_stage_table(conn)
+        columns = create_stage_table(conn)  # (name, type oid): the row order below
+        names = ", ".join(n for n, _ in columns)
+        copy_sql = f"copy pgrag_stage ({names}) from stdin (format binary)"
         if bulk:
             row = conn.execute("select pgrag.bulk_load_applies(%s)", (TENANT,)).fetchone()
             assert row and row[0], "bulk_load_applies: expected a first load by the owner"
@@ -83,7 +84,7 @@ def load(
                 ]
                 counts = []
                 with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                    copy.set_types(STAGE_TYPES)
+                    copy.set_types([oid for _, oid in columns])
                     for doc_id, d in zip(ids, docs, strict=True):
                         rows = range(d * per, min(d * per + per, n))
                         counts.append(len(rows))

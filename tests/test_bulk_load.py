@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
 from pgrag.ingest import ExtractedDocument, ingest_documents
-from pgrag.ingest.load import STAGE_COLUMNS, STAGE_TYPES, create_stage_table
+from pgrag.ingest.load import create_stage_table
 
 REPO = Path(__file__).resolve().parent.parent
 SCIFACT = Path(os.environ.get("PGRAG_SHARED_DIR") or REPO.parent / "shared") / "data" / "scifact"
@@ -59,7 +59,7 @@ def load_tenant(dsn: str, tenant: str, corpus: Corpus, *, bulk: bool) -> None:
     """Stage the corpus (one chunk per abstract) and swap it in with one call."""
     texts, vectors, _, _ = corpus
     with connect(dsn) as conn:
-        create_stage_table(conn)
+        columns = create_stage_table(conn)  # (name, type oid): the row order below
         ids = [
             row[0]
             for row in conn.execute(
@@ -72,10 +72,12 @@ def load_tenant(dsn: str, tenant: str, corpus: Corpus, *, bulk: bool) -> None:
         with (
             conn.cursor() as cur,
             cur.copy(
-                "copy pgrag_stage ({}) from stdin (format binary)".format(", ".join(STAGE_COLUMNS))
+                "copy pgrag_stage ({}) from stdin (format binary)".format(
+                    ", ".join(n for n, _ in columns)
+                )
             ) as copy,
         ):
-            copy.set_types(STAGE_TYPES)
+            copy.set_types([oid for _, oid in columns])
             for doc_id, (title, body), vector in zip(ids, texts, vectors, strict=True):
                 content = f"{title}\n\n{body}"
                 digest = hashlib.sha256(content.encode()).hexdigest()
