@@ -134,18 +134,21 @@ comment on function pgrag.finish_bulk_load(text) is
 
 create or replace function pgrag.bulk_load_applies(tenant text)
 returns boolean
-language sql
+language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+begin
     -- The caller owns pgrag.chunks (it may build the index that ends the load) and the tenant
-    -- has no chunk yet: its first load, which pgrag.finish_bulk_load ends.
-    select pg_catalog.pg_has_role(
+    -- has no chunk yet: its first load, which pgrag.finish_bulk_load ends. (PL/pgSQL: Citus
+    -- cannot plan an SQL function's parameter against a distributed table on PostgreSQL 15.)
+    return pg_catalog.pg_has_role(
                (select c.relowner from pg_catalog.pg_class as c
                 where c.oid operator(pg_catalog.=) 'pgrag.chunks'::pg_catalog.regclass), 'USAGE')
        and not exists (select from pgrag.chunks as c
-                       where c.tenant_id operator(pg_catalog.=) bulk_load_applies.tenant)
+                       where c.tenant_id operator(pg_catalog.=) bulk_load_applies.tenant);
+end
 $$;
 comment on function pgrag.bulk_load_applies(text) is
 'True when a load of tenant may take the bulk path (pgrag.bulk_replace_document_chunks, then pgrag.finish_bulk_load): the caller owns pgrag.chunks and the tenant has no chunk yet (a first load). pgrag ingest asks it before loading.';
