@@ -146,7 +146,7 @@ begin
     return pg_catalog.pg_has_role(
                (select c.relowner from pg_catalog.pg_class as c
                 where c.oid operator(pg_catalog.=) 'pgrag.chunks'::pg_catalog.regclass), 'USAGE')
-       and not exists (select from pgrag.chunks as c
+       and not exists (select 1 from pgrag.chunks as c
                        where c.tenant_id operator(pg_catalog.=) bulk_load_applies.tenant);
 end
 $$;
