@@ -92,7 +92,27 @@ CALLS: list[tuple[str, str, Callable[[str, Any, list[int]], tuple[Any, ...]]]] =
         "select * from public.hybrid_search_text(%s, 5)",
         lambda q, e, ids: (q,),
     ),
+    # The document queue as its submitter sees it (oldest_queued_seconds, read from the clock, left
+    # out); acme has one document waiting.
+    (
+        "queue_status",
+        "select queued, retrying, processing, failed, failed_last_hour, oldest_queued_at"
+        " from public.queue_status()",
+        lambda q, e, ids: (),
+    ),
+    ("document_status", "select * from public.document_status()", lambda q, e, ids: ()),
+    (
+        "document_status",
+        "select * from public.document_status(source_uris => array[%s])",
+        lambda q, e, ids: (QUEUED_URI,),
+    ),
 ]
+# Written by a client, so not in CALLS: log_search (tests/test_query_cache_clients.py) and
+# submit_document (tests/test_queue.py); a standby refuses both.
+WRITERS = {"log_search", "submit_document"}
+QUEUED_URI = "note://replica/queued"
+QUEUE_READERS = {"queue_status", "document_status"}
+TEXT_SEARCH = next(statement for name, statement, _ in CALLS if name == "hybrid_search_text")
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +135,10 @@ def primary_db(replication_primary: str, local_embedder: Any) -> Iterator[str]:
         ).fetchall()
         conn.commit()
     assert len(published) == 1
+    with request(dsn, "authenticated", claims_for("acme")) as conn:
+        conn.execute(
+            "select * from public.submit_document(%s, 'A queued note.', 'text')", (QUEUED_URI,)
+        )
     # The tenants' query embeddings in the cache, as a client that embedded them would leave them.
     for tenant in ("acme", "globex"):
         with request(dsn, "authenticated", claims_for(tenant)) as conn:
@@ -183,14 +207,24 @@ def test_every_client_function_returns_on_the_standby_what_the_primary_returns(
         assert found and {r[-1] for r in found} == {caller}
     anon = on_primary[("anon", QUERIES[0], CALLS[0][1])]
     assert anon and all("getting-started" in r[4] for r in anon)
-    # No call was refused but anon's text search (no tenant, so no cache, and no PL/Python).
-    refused = {key for key, rows in on_primary.items() if rows and rows[0][0] == "error"}
-    assert refused == {("anon", q, CALLS[-1][1]) for q in QUERIES}
-    assert on_primary[("anon", QUERIES[0], CALLS[-1][1])] == [("error", "PR301")]
+    # Refused alike on both: anon's text search (no tenant, so no cache, and no PL/Python) and
+    # anon's queue calls (executable by authenticated only); nothing else.
+    refused = {
+        key: rows[0][1] for key, rows in on_primary.items() if rows and rows[0][0] == "error"
+    }
+    queue_calls = {statement for name, statement, _ in CALLS if name in QUEUE_READERS}
+    assert refused == {
+        **{("anon", q, TEXT_SEARCH): "PR301" for q in QUERIES},
+        **{("anon", q, statement): "42501" for q in QUERIES for statement in queue_calls},
+    }
+    # acme's queued document shows in its queue and its status; globex's queue is empty.
+    queue = next(statement for name, statement, _ in CALLS if name == "queue_status")
+    assert on_primary[("acme", QUERIES[0], queue)][0][0] == 1
+    assert on_primary[("globex", QUERIES[0], queue)][0][0] == 0
     # The text search answers from the cached embedding exactly as hybrid_search does.
     for caller in ("acme", "globex"):
         assert (
-            on_primary[(caller, QUERIES[0], CALLS[-1][1])]
+            on_primary[(caller, QUERIES[0], TEXT_SEARCH)]
             == on_primary[(caller, QUERIES[0], CALLS[2][1])]
         )
 
@@ -210,9 +244,7 @@ def test_the_replica_check_calls_every_function_the_api_roles_may_execute(primar
                 """
             )
         }
-    # public.log_search is the one writer: refused on a standby, written on the primary
-    # (tests/test_query_cache_clients.py).
-    assert executable == {name for name, _, _ in CALLS} | {"log_search"}
+    assert executable == {name for name, _, _ in CALLS} | WRITERS
 
 
 def test_client_functions_run_in_a_read_only_transaction_on_the_primary(
@@ -231,7 +263,10 @@ def test_client_functions_run_in_a_read_only_transaction_on_the_primary(
                 except psycopg.errors.ReadOnlySqlTransaction:
                     raise
                 except psycopg.Error as exc:
-                    assert (caller, name, exc.sqlstate) == ("anon", "hybrid_search_text", "PR301")
+                    assert caller == "anon", (caller, name, exc.sqlstate)
+                    assert (name, exc.sqlstate) in {("hybrid_search_text", "PR301")} | {
+                        (reader, "42501") for reader in QUEUE_READERS
+                    }
 
 
 # -- what a reader on the standby sees while the primary writes ---------------------------------
