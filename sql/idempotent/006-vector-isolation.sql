@@ -69,7 +69,7 @@ begin
         return false;
     end if;
     execute pg_catalog.format('drop index %s', v_index);
-    -- Rows a bulk load kept out of the shared graph (incremental/013-bulk-loading.sql) go into
+    -- Rows a bulk load kept out of the shared graph (incremental/012-bulk-loading.sql) go into
     -- it now (row by row): the shared graph must hold every row of a tenant without its own.
     update pgrag.chunks as c
        set in_shared_graph = true

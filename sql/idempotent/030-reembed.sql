@@ -305,7 +305,7 @@ begin
     for v_index in
         select i.name, i.predicate, o.oid, o.reloptions
         from (
-            -- (the shared graph holds the rows in it: incremental/013-bulk-loading.sql)
+            -- (the shared graph holds the rows in it: incremental/012-bulk-loading.sql)
             select 'chunks_embedding_hnsw' as name, 'embedding_next is not null and in_shared_graph' as predicate
             union all
             select 'chunks_public_embedding_hnsw', 'is_public and embedding_next is not null'

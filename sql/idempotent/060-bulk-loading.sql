@@ -3,7 +3,7 @@
 --   pgrag.bulk_replace_document_chunks (the swap of 004-loading.sql, with the chunks it writes
 --   kept out of the shared graph) and pgrag.finish_bulk_load (builds the tenant's own graph over
 --   them, or puts a small load's rows into the shared graph); the trigger chunks_in_shared_graph and its function, which
---   keep chunks.in_shared_graph (incremental/013-bulk-loading.sql). Relies on:
+--   keep chunks.in_shared_graph (incremental/012-bulk-loading.sql). Relies on:
 --   pgrag.replace_document_chunks (004-loading.sql), pgrag.isolate_tenant and
 --   pgrag.tenant_index_name (006-vector-isolation.sql). Callers: the owner of pgrag.chunks
 --   (pgrag ingest for a large first load, or any SQL loader connected as the owner); the
