@@ -106,6 +106,7 @@ declare
     v_old_iter text := pg_catalog.current_setting('hnsw.iterative_scan', true);
     v_old_sort text := pg_catalog.current_setting('enable_sort');
     v_share double precision;
+    v_clean boolean := false;
     v_public boolean := false;
     v_own_index boolean := false;
     v_scoped boolean;
@@ -169,9 +170,17 @@ begin
             from pg_catalog.pg_class as c
             where c.oid = 'pgrag.chunks'::regclass;
         end if;
+        -- A graph that holds only rows the caller may see (the tenant's own, the public one, or
+        -- the shared one when the tenant holds 95 % of it or more), searched without filters,
+        -- needs no wider list than a plain HNSW query: twice match_count at least, and only
+        -- match_count rows taken from the walk (iterative scans still go on past rows of
+        -- documents that are not ready).
+        v_clean := not v_filtered and coalesce(v_share, 0) >= 0.95;
         perform pg_catalog.set_config('hnsw.ef_search',
             least(greatest(coalesce(vector_candidates.ef_search,
-                                    case when v_filtered or (v_tenant is not null and coalesce(v_share, 0) < 0.25)
+                                    case when v_clean
+                                         then greatest(nullif(v_old_ef, '')::integer, 2 * v_k)
+                                         when v_filtered or (v_tenant is not null and coalesce(v_share, 0) < 0.25)
                                          then greatest(nullif(v_old_ef, '')::integer, 800)
                                          when v_tenant is not null or v_public
                                          then greatest(nullif(v_old_ef, '')::integer, 100)
@@ -235,7 +244,7 @@ begin
         execute v_sql
         into v_tenants, v_ids, v_dists
         using v_k, query_embedding, metadata_filter, source_types, created_after,
-              created_before, case when v_scoped then greatest(4 * v_k, 40) else v_k end;
+              created_before, case when v_scoped and not v_clean then greatest(4 * v_k, 40) else v_k end;
         perform pg_catalog.set_config('enable_sort', v_old_sort, true);
         perform pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
         perform pg_catalog.set_config('hnsw.iterative_scan', coalesce(v_old_iter, 'off'), true);
