@@ -172,13 +172,16 @@ begin
         end if;
         -- A graph that holds only rows the caller may see (the tenant's own, the public one, or
         -- the shared one when the tenant holds 95 % of it or more), searched without filters,
-        -- needs no wider list than a plain HNSW query: twice match_count at least, and only
-        -- match_count rows taken from the walk (iterative scans still go on past rows of
+        -- loses no rows to a filter: match_count rows are taken from the walk, not 4 x (the
+        -- first ef_search rows come in exact order; iterative scans still go on past rows of
         -- documents that are not ready).
+        -- A tenant alone in the shared graph also needs no wider candidate list than a plain
+        -- HNSW query (twice match_count at least); own and public graphs keep 100 (their
+        -- recall is measured with it: docs/benchmarks.md, noisy neighbours).
         v_clean := not v_filtered and coalesce(v_share, 0) >= 0.95;
         perform pg_catalog.set_config('hnsw.ef_search',
             least(greatest(coalesce(vector_candidates.ef_search,
-                                    case when v_clean
+                                    case when v_clean and not v_own_index and not v_public
                                          then greatest(nullif(v_old_ef, '')::integer, 2 * v_k)
                                          when v_filtered or (v_tenant is not null and coalesce(v_share, 0) < 0.25)
                                          then greatest(nullif(v_old_ef, '')::integer, 800)
