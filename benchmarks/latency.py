@@ -217,8 +217,11 @@ PLAIN_HNSW = (
 )
 
 
-def bench_single(dsn: str, queries: list[str], qvecs: np.ndarray, k: int) -> dict[str, Any]:
-    """p50/p95 of pgrag's functions, their parts and the peers, called as tenant t0."""
+def bench_single(
+    dsn: str, queries: list[str], qvecs: np.ndarray, k: int, peer_queries: int
+) -> dict[str, Any]:
+    """p50/p95 of pgrag's functions, their parts and the peers (on the first ``peer_queries``
+    queries), called as tenant t0."""
     peer = lambda q, v: {"tenant": "t0", "text": q, "embedding": v, "limit": k}  # noqa: E731
     calls: dict[str, tuple[str, Any, dict[str, str] | None]] = {
         "vector_search": (
@@ -278,11 +281,12 @@ def bench_single(dsn: str, queries: list[str], qvecs: np.ndarray, k: int) -> dic
             for q, v in zip(queries[:10], qvecs[:10], strict=True):  # warm-up
                 timed(conn, "t0", query, args(q, v), settings)
             ms, short = [], 0
-            for q, v in zip(queries, qvecs, strict=True):
+            n = peer_queries if name.startswith("peer:") else len(queries)
+            for q, v in zip(queries[:n], qvecs[:n], strict=True):
                 t, rows = timed(conn, "t0", query, args(q, v), settings)
                 ms.append(t)
                 short += len(rows) < (1 if name == "build_context" else k)
-            out[name] = {**latency_summary(ms), "short_results": short}
+            out[name] = {**latency_summary(ms), "short_results": short, "queries": n}
             print(
                 f"    {name:28s} p50 {out[name]['p50_ms']:7.2f} ms"
                 f"  p95 {out[name]['p95_ms']:7.2f} ms",
@@ -399,6 +403,19 @@ def main() -> None:
         help="copies: rotated copies of the abstracts (both layouts); mixed: chunks of random"
         " SciFact sentences, no duplicates (single tenant only)",
     )
+    parser.add_argument(
+        "--layouts",
+        nargs="+",
+        choices=["single", "tenants"],
+        default=["single", "tenants"],
+        help="single: one tenant holds every chunk; tenants: 100 tenants (copies corpus only)",
+    )
+    parser.add_argument(
+        "--peer-queries",
+        type=int,
+        default=300,
+        help="queries for the peers' rows (they take seconds each at 100k chunks)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -430,12 +447,15 @@ def main() -> None:
                 if corpus == "mixed":
                     s_texts = mixed_corpus(size, rng)
                 entry: dict[str, Any] = {}
-                dsn = fresh_database(admin, f"latency_single_{corpus}_{size}")
-                entry["load_single"] = load(dsn, s_texts, s_vecs, tenants=1)
-                print(f"  single tenant loaded: {entry['load_single']}", flush=True)
-                entry["single_tenant"] = bench_single(dsn, queries, qvecs, 10)
-                drop_database(admin, dsn)
-                if corpus == "copies":
+                if "single" in args.layouts:
+                    dsn = fresh_database(admin, f"latency_single_{corpus}_{size}")
+                    entry["load_single"] = load(dsn, s_texts, s_vecs, tenants=1)
+                    print(f"  single tenant loaded: {entry['load_single']}", flush=True)
+                    entry["single_tenant"] = bench_single(
+                        dsn, queries, qvecs, 10, args.peer_queries
+                    )
+                    drop_database(admin, dsn)
+                if corpus == "copies" and "tenants" in args.layouts:
                     dsn = fresh_database(admin, f"latency_tenants_{size}")
                     entry["load_tenants"] = load(dsn, s_texts, s_vecs, tenants=TENANTS)
                     print(f"  {TENANTS} tenants loaded: {entry['load_tenants']}", flush=True)
@@ -446,15 +466,14 @@ def main() -> None:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(result, indent=2) + "\n")
 
-    print("\nfunction                        " + "".join(f"{s:>22}" for s in result["sizes"]))
-    names = [
-        n for n in next(iter(result["sizes"].values()))["single_tenant"] if n != "same_as_full_scan"
-    ]
+    singles = {s: e for s, e in result["sizes"].items() if "single_tenant" in e}
+    print("\nfunction                        " + "".join(f"{s:>22}" for s in singles))
+    names = [n for n in next(iter(singles.values()))["single_tenant"] if n != "same_as_full_scan"]
     for name in names:
         cells = "".join(
             f"{e['single_tenant'][name]['p50_ms']:>10.2f}"
             f" / {e['single_tenant'][name]['p95_ms']:>7.2f}"
-            for e in result["sizes"].values()
+            for e in singles.values()
         )
         print(f"{name:32s}{cells}   (p50 / p95 ms)")
     ratios = {
@@ -469,11 +488,11 @@ def main() -> None:
         cells = "".join(
             f"{e['single_tenant'][a]['p50_ms'] / e['single_tenant'][b]['p50_ms']:>10.2f}"
             f" / {e['single_tenant'][a]['p95_ms'] / e['single_tenant'][b]['p95_ms']:>7.2f}"
-            for e in result["sizes"].values()
+            for e in singles.values()
         )
         print(f"{label:32s}{cells}   (ratio at p50 / p95)")
-    for e in result["sizes"].values():
-        print(f"same as the full scan: {e['single_tenant']['same_as_full_scan']}")
+    for size, e in singles.items():
+        print(f"same as the full scan, {size}: {e['single_tenant']['same_as_full_scan']}")
     tenant_sizes = [e for e in result["sizes"].values() if "tenant_filtered_vector" in e]
     for name in tenant_sizes[0]["tenant_filtered_vector"] if tenant_sizes else []:
         cells = "".join(
