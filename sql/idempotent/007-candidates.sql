@@ -433,10 +433,12 @@ begin
     v_c2 := v_k1 * v_b / v_avgdl;
     v_m := pg_catalog.cardinality(v_lex);
     -- Pruned evaluation (exact; docs/benchmarks.md "Exact BM25 that reads fewer postings"): for
-    -- one tenant's search without filters, over enough postings to be worth it. The setting
+    -- one tenant's search without filters or phrases (a phrase check drops ranked chunks, and a
+    -- walk that runs out of the pruned top k pays for the full scan as well), over enough
+    -- postings to be worth it. The setting
     -- pgrag.keyword_pruning: auto (default: 20,000 postings or more), on (always), off (never).
     -- Same results either way.
-    v_prune := v_tenant is not null and v_m >= 2
+    v_prune := v_tenant is not null and v_m >= 2 and v_pos is null
         and document_ids is null and metadata_filter is null and source_types is null
         and created_after is null and created_before is null
         and case coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto')
