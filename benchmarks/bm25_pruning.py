@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 import time
 from pathlib import Path
@@ -69,24 +68,6 @@ STRATEGIES: list[tuple[str, str | None, int]] = [
 ]
 # Floors return no BM25 scores (no recall); "read" returns the number of postings a query reads.
 FLOORS = {"read", "group"}
-
-
-def mixed_corpus(size: int, rng: np.random.Generator) -> list[str]:
-    """``size`` chunks of random SciFact sentences, each about as long as a random abstract."""
-    docs = [json.loads(line) for line in (latency.DATA / "corpus.jsonl").open()]
-    texts = [(d["title"] + ". " + d["text"]).strip() for d in docs]
-    sentences = [s for t in texts for s in re.split(r"(?<=\.)\s+", t) if s]
-    out = []
-    for _ in range(size):
-        target = len(texts[rng.integers(len(texts))])
-        parts: list[str] = []
-        length = 0
-        while length < target:
-            sentence = sentences[rng.integers(len(sentences))]
-            parts.append(sentence)
-            length += len(sentence) + 1
-        out.append(" ".join(parts))
-    return out
 
 
 def run_strategy(
@@ -185,7 +166,7 @@ def main() -> None:
             rng = np.random.default_rng(42)
             texts, vecs = latency.synthetic(args.size, base, vectors, rng)
             if name == "mixed":
-                texts = mixed_corpus(args.size, rng)
+                texts = latency.mixed_corpus(args.size, rng)
             database = f"bm25_pruning_{name}"
             dsn = fresh_database(admin, database)
             loaded = latency.load(dsn, texts, vecs, tenants=1)

@@ -8,11 +8,17 @@ abstracts are embedded, once (cached in $PGRAG_BENCH_CACHE, default /tmp/pgrag-b
 Loaded with binary COPY; the HNSW index is
 rebuilt after loading. Queries: the SciFact test claims (text and real embedding).
 
+Two corpora (``--corpus``): ``copies`` (above) and ``mixed`` (each chunk random SciFact
+sentences, as long as a random abstract: no duplicate chunks; the single layout only).
 Two layouts per size, each in its own database of a throwaway embedded cluster (or --admin-dsn):
 
 * ``single``: every chunk in one tenant; p50/p95 of vector_search, keyword_search, hybrid_search
   (its default weighted fusion, and RRF) and hybrid_search with window_size 1 and MMR, called
-  as that tenant.
+  as that tenant; keyword_search and hybrid_search again with the keyword arm's pruning off
+  (``pgrag.keyword_pruning = off``: every posting scored) and a check that both give identical
+  rows and scores on every query; the vector arm (40 candidates) against plain HNSW queries
+  (top 40, top 10); and the peers of ``benchmarks/beir.py`` (the Supabase guide's hybrid RRF,
+  ``ts_rank`` with OR semantics) in the same run.
 * ``tenants``: the same chunks spread over 100 tenants (1 % each); vector_search called as one
   tenant: p50/p95, recall@10 against exact search and short results, for pgrag's default path
   (exact scan for small tenants), the HNSW iterative-scan path (forced with
@@ -93,6 +99,24 @@ def variant(text: str, copy: int) -> str:
         return text
     k = copy % len(sentences)
     return " ".join(sentences[k:] + sentences[:k])
+
+
+def mixed_corpus(size: int, rng: np.random.Generator) -> list[str]:
+    """``size`` chunks of random SciFact sentences, each about as long as a random abstract."""
+    docs = [json.loads(line) for line in (DATA / "corpus.jsonl").open()]
+    texts = [(d["title"] + ". " + d["text"]).strip() for d in docs]
+    sentences = [s for t in texts for s in re.split(r"(?<=\.)\s+", t) if s]
+    out = []
+    for _ in range(size):
+        target = len(texts[rng.integers(len(texts))])
+        parts: list[str] = []
+        length = 0
+        while length < target:
+            sentence = sentences[rng.integers(len(sentences))]
+            parts.append(sentence)
+            length += len(sentence) + 1
+        out.append(" ".join(parts))
+    return out
 
 
 def synthetic(
@@ -183,47 +207,123 @@ def timed(
         return (time.perf_counter() - t) * 1000, rows
 
 
-def bench_single(dsn: str, queries: list[str], qvecs: np.ndarray, k: int) -> dict[str, Any]:
-    calls = {
-        "vector_search": ("select chunk_id from public.vector_search(%s, %s)", lambda q, v: (v, k)),
+# The peers' SQL as benchmarks/beir.py runs it (explicit tenant filter, as the connecting user).
+from beir import SUPABASE_RRF, TS_RANK_OR  # noqa: E402
+
+FULL_SCAN = {"pgrag.keyword_pruning": "off"}
+PLAIN_HNSW = (
+    "select id from pgrag.chunks where embedding is not null and in_shared_graph"
+    " order by embedding <=> %s limit {k}"
+)
+
+
+def bench_single(
+    dsn: str, queries: list[str], qvecs: np.ndarray, k: int, peer_queries: int
+) -> dict[str, Any]:
+    """p50/p95 of pgrag's functions, their parts and the peers (on the first ``peer_queries``
+    queries), called as tenant t0."""
+    peer = lambda q, v: {"tenant": "t0", "text": q, "embedding": v, "limit": k}  # noqa: E731
+    calls: dict[str, tuple[str, Any, dict[str, str] | None]] = {
+        "vector_search": (
+            "select chunk_id from public.vector_search(%s, %s)",
+            lambda q, v: (v, k),
+            None,
+        ),
         "keyword_search": (
             "select chunk_id from public.keyword_search(%s, %s)",
             lambda q, v: (q, k),
+            None,
+        ),
+        "keyword_search, full scan": (
+            "select chunk_id from public.keyword_search(%s, %s)",
+            lambda q, v: (q, k),
+            FULL_SCAN,
         ),
         "hybrid_search": (
             "select chunk_id from public.hybrid_search(%s, %s, %s)",
             lambda q, v: (q, v, k),
+            None,
+        ),
+        "hybrid_search, full scan": (
+            "select chunk_id from public.hybrid_search(%s, %s, %s)",
+            lambda q, v: (q, v, k),
+            FULL_SCAN,
         ),
         "hybrid_search_rrf": (
             "select chunk_id from public.hybrid_search(%s, %s, %s, fusion => 'rrf')",
             lambda q, v: (q, v, k),
+            None,
         ),
         "hybrid_search_window1_mmr": (
             "select chunk_id from public.hybrid_search(%s, %s, %s, window_size => 1,"
             " mmr_lambda => 0.7)",
             lambda q, v: (q, v, k),
+            None,
         ),
         "build_context": (
             "select context from public.build_context(%s, %s)",
             lambda q, v: (q, v),
+            None,
         ),
+        "vector arm, 40 candidates": (
+            "select chunk_id from pgrag.vector_candidates(%s, 40)",
+            lambda q, v: (v,),
+            None,
+        ),
+        "plain HNSW, top 40": (PLAIN_HNSW.format(k=40), lambda q, v: (v,), None),
+        "plain HNSW, top 10": (PLAIN_HNSW.format(k=k), lambda q, v: (v,), None),
+        "peer: supabase guide RRF": (SUPABASE_RRF, peer, None),
+        "peer: pg ts_rank OR": (TS_RANK_OR, peer, None),
     }
     out: dict[str, Any] = {}
     with connect(dsn) as conn:
-        for name, (query, args) in calls.items():
+        for name, (query, args, settings) in calls.items():
             for q, v in zip(queries[:10], qvecs[:10], strict=True):  # warm-up
-                timed(conn, "t0", query, args(q, v))
+                timed(conn, "t0", query, args(q, v), settings)
             ms, short = [], 0
-            for q, v in zip(queries, qvecs, strict=True):
-                t, rows = timed(conn, "t0", query, args(q, v))
+            n = peer_queries if name.startswith("peer:") else len(queries)
+            for q, v in zip(queries[:n], qvecs[:n], strict=True):
+                t, rows = timed(conn, "t0", query, args(q, v), settings)
                 ms.append(t)
                 short += len(rows) < (1 if name == "build_context" else k)
-            out[name] = {**latency_summary(ms), "short_results": short}
+            out[name] = {**latency_summary(ms), "short_results": short, "queries": n}
             print(
                 f"    {name:28s} p50 {out[name]['p50_ms']:7.2f} ms"
                 f"  p95 {out[name]['p95_ms']:7.2f} ms",
                 flush=True,
             )
+        out["same_as_full_scan"] = same_as_full_scan(conn, queries, qvecs, k)
+    print(f"    same as the full scan: {out['same_as_full_scan']}", flush=True)
+    return out
+
+
+def same_as_full_scan(
+    conn: psycopg.Connection[Any], queries: list[str], qvecs: np.ndarray, k: int
+) -> dict[str, int]:
+    """Queries whose rows (and scores) are identical with the keyword arm's pruning on (the
+    default) and off (every posting scored): keyword_search at k and 40, hybrid_search at k."""
+    calls = {
+        f"keyword_search k={k}": (
+            "select chunk_id, score from public.keyword_search(%s, %s)",
+            lambda q, v: (q, k),
+        ),
+        "keyword_search k=40": (
+            "select chunk_id, score from public.keyword_search(%s, 40)",
+            lambda q, v: (q,),
+        ),
+        f"hybrid_search k={k}": (
+            "select chunk_id, score from public.hybrid_search(%s, %s, %s)",
+            lambda q, v: (q, v, k),
+        ),
+    }
+    out = {"queries": len(queries)}
+    for name, (query, args) in calls.items():
+        same = 0
+        for q, v in zip(queries, qvecs, strict=True):
+            _, full = timed(conn, "t0", query, args(q, v), FULL_SCAN)
+            _, pruned = timed(conn, "t0", query, args(q, v))
+            same += full == pruned
+        out[name] = same
     return out
 
 
@@ -295,6 +395,27 @@ def main() -> None:
     parser.add_argument(
         "--admin-dsn", help="superuser DSN of a server with pgvector (default: embedded)"
     )
+    parser.add_argument(
+        "--corpus",
+        nargs="+",
+        choices=["copies", "mixed"],
+        default=["copies", "mixed"],
+        help="copies: rotated copies of the abstracts (both layouts); mixed: chunks of random"
+        " SciFact sentences, no duplicates (single tenant only)",
+    )
+    parser.add_argument(
+        "--layouts",
+        nargs="+",
+        choices=["single", "tenants"],
+        default=["single", "tenants"],
+        help="single: one tenant holds every chunk; tenants: 100 tenants (copies corpus only)",
+    )
+    parser.add_argument(
+        "--peer-queries",
+        type=int,
+        default=300,
+        help="queries for the peers' rows (they take seconds each at 100k chunks)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -319,38 +440,65 @@ def main() -> None:
                 "select version(), (select extversion from pg_extension where extname = 'vector')"
             ).fetchone()
             result["server"] = row[0] if row else None
-        for size in args.sizes:
-            print(f"\n== {size} chunks", flush=True)
-            s_texts, s_vecs = synthetic(size, texts, vectors, rng)
-            entry: dict[str, Any] = {}
-            dsn = fresh_database(admin, f"latency_single_{size}")
-            entry["load_single"] = load(dsn, s_texts, s_vecs, tenants=1)
-            print(f"  single tenant loaded: {entry['load_single']}", flush=True)
-            entry["single_tenant"] = bench_single(dsn, queries, qvecs, 10)
-            drop_database(admin, dsn)
-            dsn = fresh_database(admin, f"latency_tenants_{size}")
-            entry["load_tenants"] = load(dsn, s_texts, s_vecs, tenants=TENANTS)
-            print(f"  {TENANTS} tenants loaded: {entry['load_tenants']}", flush=True)
-            entry["tenant_filtered_vector"] = bench_tenants(dsn, s_vecs, qvecs, 10, TENANTS)
-            drop_database(admin, dsn)
-            result["sizes"][str(size)] = entry
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(result, indent=2) + "\n")
+        for corpus in args.corpus:
+            for size in args.sizes:
+                print(f"\n== {corpus}, {size} chunks", flush=True)
+                s_texts, s_vecs = synthetic(size, texts, vectors, rng)
+                if corpus == "mixed":
+                    s_texts = mixed_corpus(size, rng)
+                entry: dict[str, Any] = {}
+                if "single" in args.layouts:
+                    dsn = fresh_database(admin, f"latency_single_{corpus}_{size}")
+                    entry["load_single"] = load(dsn, s_texts, s_vecs, tenants=1)
+                    print(f"  single tenant loaded: {entry['load_single']}", flush=True)
+                    entry["single_tenant"] = bench_single(
+                        dsn, queries, qvecs, 10, args.peer_queries
+                    )
+                    drop_database(admin, dsn)
+                if corpus == "copies" and "tenants" in args.layouts:
+                    dsn = fresh_database(admin, f"latency_tenants_{size}")
+                    entry["load_tenants"] = load(dsn, s_texts, s_vecs, tenants=TENANTS)
+                    print(f"  {TENANTS} tenants loaded: {entry['load_tenants']}", flush=True)
+                    entry["tenant_filtered_vector"] = bench_tenants(dsn, s_vecs, qvecs, 10, TENANTS)
+                    drop_database(admin, dsn)
+                # "copies" keeps the key of earlier results files: the size alone.
+                result["sizes"][str(size) if corpus == "copies" else f"{corpus} {size}"] = entry
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(result, indent=2) + "\n")
 
-    print("\nfunction                        " + "".join(f"{s:>22}" for s in result["sizes"]))
-    names = next(iter(result["sizes"].values()))["single_tenant"].keys()
+    singles = {s: e for s, e in result["sizes"].items() if "single_tenant" in e}
+    print("\nfunction                        " + "".join(f"{s:>22}" for s in singles))
+    names = [n for n in next(iter(singles.values()))["single_tenant"] if n != "same_as_full_scan"]
     for name in names:
         cells = "".join(
             f"{e['single_tenant'][name]['p50_ms']:>10.2f}"
             f" / {e['single_tenant'][name]['p95_ms']:>7.2f}"
-            for e in result["sizes"].values()
+            for e in singles.values()
         )
         print(f"{name:32s}{cells}   (p50 / p95 ms)")
-    for name in next(iter(result["sizes"].values()))["tenant_filtered_vector"]:
+    ratios = {
+        "hybrid_search / full scan": ("hybrid_search", "hybrid_search, full scan"),
+        "keyword_search / full scan": ("keyword_search", "keyword_search, full scan"),
+        "supabase guide / hybrid_search": ("peer: supabase guide RRF", "hybrid_search"),
+        "ts_rank OR / keyword_search": ("peer: pg ts_rank OR", "keyword_search"),
+        "vector_search / plain HNSW 10": ("vector_search", "plain HNSW, top 10"),
+        "vector arm / plain HNSW 40": ("vector arm, 40 candidates", "plain HNSW, top 40"),
+    }
+    for label, (a, b) in ratios.items():
+        cells = "".join(
+            f"{e['single_tenant'][a]['p50_ms'] / e['single_tenant'][b]['p50_ms']:>10.2f}"
+            f" / {e['single_tenant'][a]['p95_ms'] / e['single_tenant'][b]['p95_ms']:>7.2f}"
+            for e in singles.values()
+        )
+        print(f"{label:32s}{cells}   (ratio at p50 / p95)")
+    for size, e in singles.items():
+        print(f"same as the full scan, {size}: {e['single_tenant']['same_as_full_scan']}")
+    tenant_sizes = [e for e in result["sizes"].values() if "tenant_filtered_vector" in e]
+    for name in tenant_sizes[0]["tenant_filtered_vector"] if tenant_sizes else []:
         cells = "".join(
             f"{e['tenant_filtered_vector'][name]['p50_ms']:>8.2f}"
             f" r{e['tenant_filtered_vector'][name]['recall_at_10']:.2f}"
-            for e in result["sizes"].values()
+            for e in tenant_sizes
         )
         print(f"tenant 1%: {name[:30]:30s}{cells}")
     print(f"\nwrote {args.out}")

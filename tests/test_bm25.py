@@ -479,18 +479,30 @@ def test_writers_on_one_shard_queue_instead_of_deadlocking(
 def test_upgrading_to_the_lexicon_migration_backfills_document_frequencies(
     db: str, conn: psycopg.Connection[Any], corpus_ids: list[int]
 ) -> None:
-    # An install from before sql/incremental/004: chunks and postings, but no lexicon.
+    # An install from before sql/incremental/004: chunks and postings, but no lexicon (nor
+    # the term bounds 013 adds to it).
     conn.execute("drop table pgrag.bm25_lexicon")
     conn.execute(
         "delete from pgrag.schema_migrations"
-        " where name = 'incremental/004-bm25-lexicon.sql' or kind = 'idempotent'"
+        " where name in ('incremental/004-bm25-lexicon.sql',"
+        " 'incremental/013-bm25-term-bounds.sql')"
+        " or kind = 'idempotent'"
     )
     conn.commit()
 
     result = Migrator(db).migrate()
 
     assert "incremental/004-bm25-lexicon.sql" in result.applied
+    assert "incremental/013-bm25-term-bounds.sql" in result.applied
     assert kept_lexicon(conn) == expected_lexicon(conn)
+    # 013's backfill: each lexeme's largest tf and shortest chunk.
+    assert conn.execute(
+        "select count(*) from (select tenant_id, lexeme, max(tf) t, min(doc_len) d"
+        " from pgrag.bm25_postings group by 1, 2) p"
+        " join (select tenant_id, lexeme, max(max_tf) t, min(min_doc_len) d"
+        " from pgrag.bm25_lexicon group by 1, 2) x using (tenant_id, lexeme)"
+        " where (p.t, p.d) is distinct from (x.t, x.d)"
+    ).fetchone() == (0,)
     assert_matches_reference(conn)
 
 

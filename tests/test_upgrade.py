@@ -52,7 +52,7 @@ VOLATILE = ["created_at", "updated_at", "applied_at"]
 # compared (table: key columns, summed columns).
 SHARDED = {
     "corpus_stats": ("tenant_id, language", "sum(chunk_count), sum(token_count)"),
-    "bm25_lexicon": ("tenant_id, lexeme", "sum(df)"),
+    "bm25_lexicon": ("tenant_id, lexeme", "sum(df), max(max_tf), min(min_doc_len)"),
 }
 
 

@@ -99,15 +99,25 @@ begin
           and p.tenant_id = any (tenant_ids);
     end if;
 
-    -- Document frequencies, in key order (one lock order for every writer of a shard).
-    insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df)
-    select c.tenant_id, l.lexeme, v_shard * 8 + v_slot % 8, sign * pg_catalog.count(*)
+    -- Document frequencies, in key order (one lock order for every writer of a shard), and of
+    -- added postings the term bounds (largest tf, shortest chunk: incremental/013): removals
+    -- leave them, an upper bound still.
+    insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df, max_tf, min_doc_len)
+    select c.tenant_id, t.lexeme, v_shard * 8 + v_slot % 8, sign * pg_catalog.count(*),
+           case when sign > 0 then pg_catalog.max(pg_catalog.cardinality(t.positions)) end,
+           case when sign > 0 then pg_catalog.min(l.len) end
     from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(ftss)) as c(tenant_id, fts)
-    cross join lateral pg_catalog.unnest(pg_catalog.tsvector_to_array(c.fts)) as l(lexeme)
-    group by c.tenant_id, l.lexeme
-    order by c.tenant_id, l.lexeme
+    cross join lateral (
+        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0)::integer as len
+        from pg_catalog.unnest(c.fts) as u
+    ) as l
+    cross join lateral pg_catalog.unnest(c.fts) as t
+    group by c.tenant_id, t.lexeme
+    order by c.tenant_id, t.lexeme
     on conflict (tenant_id, lexeme, shard) do update
-        set df = x.df operator(pg_catalog.+) excluded.df;
+        set df = x.df operator(pg_catalog.+) excluded.df,
+            max_tf = greatest(x.max_tf, excluded.max_tf),
+            min_doc_len = least(x.min_doc_len, excluded.min_doc_len);
 
     insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
     select c.tenant_id, c.language, v_shard, sign * pg_catalog.count(*),

@@ -106,6 +106,7 @@ declare
     v_old_iter text := pg_catalog.current_setting('hnsw.iterative_scan', true);
     v_old_sort text := pg_catalog.current_setting('enable_sort');
     v_share double precision;
+    v_clean boolean := false;
     v_public boolean := false;
     v_own_index boolean := false;
     v_scoped boolean;
@@ -169,9 +170,20 @@ begin
             from pg_catalog.pg_class as c
             where c.oid = 'pgrag.chunks'::regclass;
         end if;
+        -- A graph that holds only rows the caller may see (the tenant's own, the public one, or
+        -- the shared one when the tenant holds 95 % of it or more), searched without filters,
+        -- loses no rows to a filter: match_count rows are taken from the walk, not 4 x (the
+        -- first ef_search rows come in exact order; iterative scans still go on past rows of
+        -- documents that are not ready).
+        -- A tenant alone in the shared graph also needs no wider candidate list than a plain
+        -- HNSW query (twice match_count at least); own and public graphs keep 100 (their
+        -- recall is measured with it: docs/benchmarks.md, noisy neighbours).
+        v_clean := not v_filtered and coalesce(v_share, 0) >= 0.95;
         perform pg_catalog.set_config('hnsw.ef_search',
             least(greatest(coalesce(vector_candidates.ef_search,
-                                    case when v_filtered or (v_tenant is not null and coalesce(v_share, 0) < 0.25)
+                                    case when v_clean and not v_own_index and not v_public
+                                         then greatest(nullif(v_old_ef, '')::integer, 2 * v_k)
+                                         when v_filtered or (v_tenant is not null and coalesce(v_share, 0) < 0.25)
                                          then greatest(nullif(v_old_ef, '')::integer, 800)
                                          when v_tenant is not null or v_public
                                          then greatest(nullif(v_old_ef, '')::integer, 100)
@@ -235,7 +247,7 @@ begin
         execute v_sql
         into v_tenants, v_ids, v_dists
         using v_k, query_embedding, metadata_filter, source_types, created_after,
-              created_before, case when v_scoped then greatest(4 * v_k, 40) else v_k end;
+              created_before, case when v_scoped and not v_clean then greatest(4 * v_k, 40) else v_k end;
         perform pg_catalog.set_config('enable_sort', v_old_sort, true);
         perform pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
         perform pg_catalog.set_config('hnsw.iterative_scan', coalesce(v_old_iter, 'off'), true);
@@ -327,6 +339,27 @@ declare
     v_off integer := 0;
     v_found integer := 0;
     v_rows integer;
+    v_df double precision[];
+    v_max_tf integer[];
+    v_min_dl integer[];
+    v_ub double precision[];
+    v_nidx bigint[];
+    v_elex text[];
+    v_eidf double precision[];
+    v_nlex text[];
+    v_nidf double precision[];
+    v_c1 double precision;
+    v_c2 double precision;
+    v_prune boolean;
+    v_m integer;
+    v_rare integer;
+    v_sum double precision;
+    v_theta double precision;
+    v_bound double precision;
+    v_cand bigint[];
+    v_part double precision[];
+    v_seen bigint[];
+    v_old_merge text := pg_catalog.current_setting('enable_mergejoin');
 begin
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
     perform pgrag.check_filters(document_ids, source_types, metadata_filter);
@@ -363,15 +396,25 @@ begin
         return;
     end if;
 
-    -- Document frequency of each query lexeme: the sum of its sharded counters.
+    -- Document frequency of each query lexeme: the sum of its sharded counters; and the term
+    -- bounds of its postings (largest tf, shortest chunk; null when unknown).
     with d as materialized (
-        select l.lexeme,
-               (select pg_catalog.sum(x.df) from pgrag.bm25_lexicon as x
-                where x.tenant_id = any (v_tenants) and x.lexeme = l.lexeme)::double precision as df
+        select l.lexeme, x.df, x.max_tf, x.min_doc_len
         from pg_catalog.unnest(v_q.lexemes) as l(lexeme)
+        cross join lateral (
+            select pg_catalog.sum(y.df)::double precision as df, pg_catalog.max(y.max_tf) as max_tf,
+                   pg_catalog.min(y.min_doc_len) as min_doc_len
+            from pgrag.bm25_lexicon as y
+            where y.tenant_id = any (v_tenants) and y.lexeme = l.lexeme
+        ) as x
     )
-    select pg_catalog.array_agg(d.lexeme), pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - d.df + 0.5) / (d.df + 0.5)))
-    into v_lex, v_idf
+    -- Rarest first: the order the pruned evaluation below takes the lexemes in.
+    select pg_catalog.array_agg(d.lexeme order by d.df, d.lexeme),
+           pg_catalog.array_agg(pg_catalog.ln(1 + (v_n - d.df + 0.5) / (d.df + 0.5)) order by d.df, d.lexeme),
+           pg_catalog.array_agg(d.df order by d.df, d.lexeme),
+           pg_catalog.array_agg(d.max_tf order by d.df, d.lexeme),
+           pg_catalog.array_agg(d.min_doc_len order by d.df, d.lexeme)
+    into v_lex, v_idf, v_df, v_max_tf, v_min_dl
     from d
     where d.df > 0;
     if v_lex is null then
@@ -385,16 +428,194 @@ begin
     v_neg := v_q.negative;
 
     v_limit := greatest(4 * v_k, 200);
+    -- The term part tf / (tf + k1 (1 - b + b dl / avgdl)) as tf / (tf + c1 + c2 dl).
+    v_c1 := v_k1 * (1 - v_b);
+    v_c2 := v_k1 * v_b / v_avgdl;
+    v_m := pg_catalog.cardinality(v_lex);
+    -- Pruned evaluation (exact; docs/benchmarks.md "Exact BM25 that reads fewer postings"): for
+    -- one tenant's search without filters or phrases (a phrase check drops ranked chunks, and a
+    -- walk that runs out of the pruned top k pays for the full scan as well), over enough
+    -- postings to be worth it. The setting
+    -- pgrag.keyword_pruning: auto (default: 20,000 postings or more), on (always), off (never).
+    -- Same results either way.
+    v_prune := v_tenant is not null and v_m >= 2 and v_pos is null
+        and document_ids is null and metadata_filter is null and source_types is null
+        and created_after is null and created_before is null
+        and case coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto')
+                 when 'off' then false
+                 when 'on' then true
+                 else (select pg_catalog.sum(x) from pg_catalog.unnest(v_df) as x) >= 20000 end;
+    if v_prune then
+        -- 1. A floor theta under the k-th best score: the 2 v_k best chunks by the rarest
+        --    lexemes (their postings within 5,000 and a quarter of all, at least one lexeme),
+        --    scored in full; the
+        --    k-th best of any real scores bounds the k-th best of all from below.
+        v_rare := 1;
+        v_sum := v_df[1];
+        while v_rare < v_m and v_sum + v_df[v_rare + 1]
+              <= least(5000, 0.25 * (select pg_catalog.sum(x) from pg_catalog.unnest(v_df) as x)) loop
+            v_rare := v_rare + 1;
+            v_sum := v_sum + v_df[v_rare];
+        end loop;
+        if v_rare < v_m then
+            select pg_catalog.array_agg(r.chunk_id order by r.chunk_id) into v_cand
+            from (
+                select p.chunk_id
+                from rows from (pg_catalog.unnest(v_lex[1 : v_rare]), pg_catalog.unnest(v_idf[1 : v_rare])) as t(lexeme, idf)
+                join pgrag.bm25_postings as p on p.tenant_id = v_tenant and p.lexeme = t.lexeme
+                group by p.chunk_id
+                order by pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) desc, p.chunk_id
+                limit 2 * v_k
+            ) as r;
+            if coalesce(pg_catalog.cardinality(v_cand), 0) >= v_k then
+                select pg_catalog.min(r.score) into v_theta
+                from (
+                    select pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as score
+                    from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
+                    join pgrag.bm25_postings as p
+                      on p.tenant_id = v_tenant and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
+                    group by p.chunk_id
+                    order by 1 desc
+                    limit v_k
+                ) as r;
+            end if;
+        end if;
+        -- 2. Essential lexemes. A lexeme adds at most its bound to a chunk's score: idf times
+        --    the term part of its largest tf in its shortest chunk (the part grows with tf and
+        --    shrinks with length), or idf alone when the bounds are unknown (the part is below
+        --    1). The lexemes of smallest bound whose bounds sum below theta cannot lift a chunk
+        --    holding none of the others to theta: only chunks holding an essential lexeme (one
+        --    of the others) can be in the top v_k.
+        select pg_catalog.array_agg(u.idf * coalesce(u.tf::double precision / (u.tf + v_c1 + v_c2 * u.dl), 1)
+                                    order by u.i)
+        into v_ub
+        from rows from (pg_catalog.unnest(v_idf), pg_catalog.unnest(v_max_tf), pg_catalog.unnest(v_min_dl))
+             with ordinality as u(idf, tf, dl, i);
+        if v_theta is not null then
+            select pg_catalog.array_agg(r.i), pg_catalog.max(r.run)
+            into v_nidx, v_bound
+            from (
+                select u.i, pg_catalog.sum(u.ub) over (order by u.ub, u.i) as run
+                from pg_catalog.unnest(v_ub) with ordinality as u(ub, i)
+            ) as r
+            where r.run * (1 + 1e-9) < v_theta;
+        end if;
+        select pg_catalog.array_agg(u.lexeme order by u.i) filter (where not u.skip),
+               pg_catalog.array_agg(u.idf order by u.i) filter (where not u.skip),
+               pg_catalog.array_agg(u.lexeme order by u.i) filter (where u.skip),
+               pg_catalog.array_agg(u.idf order by u.i) filter (where u.skip),
+               pg_catalog.sum(u.df) filter (where not u.skip) <= 0.5 * pg_catalog.sum(u.df)
+        into v_elex, v_eidf, v_nlex, v_nidf, v_prune
+        from (
+            select l.lexeme, l.idf, l.df, l.i, coalesce(l.i = any (v_nidx), false) as skip
+            from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf), pg_catalog.unnest(v_df))
+                 with ordinality as l(lexeme, idf, df, i)
+        ) as u;
+        -- Worth it only when the essential lexemes hold at most half the postings.
+        v_prune := coalesce(v_prune, false) and v_nlex is not null;
+        if v_prune then
+            raise debug 'pgrag.keyword_candidates: pruned evaluation, % of % lexemes essential',
+                pg_catalog.cardinality(v_elex), v_m;
+        end if;
+    end if;
+    if v_prune then
+        -- 3. Chunks holding an essential lexeme, their partial score, kept when it plus the
+        --    bound of the rest can reach theta.
+        select pg_catalog.array_agg(r.chunk_id order by r.chunk_id),
+               pg_catalog.array_agg(r.score order by r.chunk_id)
+        into v_cand, v_part
+        from (
+            select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as score
+            from rows from (pg_catalog.unnest(v_elex), pg_catalog.unnest(v_eidf)) as t(lexeme, idf)
+            join pgrag.bm25_postings as p on p.tenant_id = v_tenant and p.lexeme = t.lexeme
+            group by p.chunk_id
+            having (pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) + v_bound) * (1 + 1e-9) >= v_theta
+        ) as r;
+        -- 4. A higher theta: the v_k best of them by partial score, scored in full (probes).
+        --    Then only candidates that can still reach it.
+        if pg_catalog.cardinality(v_cand) > 4 * v_k then
+            select greatest(v_theta, pg_catalog.min(r.score)) into v_theta
+            from (
+                select b.part + coalesce((
+                           select pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len))
+                           from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
+                           join pgrag.bm25_postings as p
+                             on p.tenant_id = v_tenant and p.lexeme = t.lexeme and p.chunk_id = b.chunk_id), 0) as score
+                from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as b(chunk_id, part)
+                order by b.part desc, b.chunk_id
+                limit v_k
+            ) as r;
+            select pg_catalog.array_agg(b.chunk_id order by b.chunk_id), pg_catalog.array_agg(b.part order by b.chunk_id)
+            into v_cand, v_part
+            from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as b(chunk_id, part)
+            where (b.part + v_bound) * (1 + 1e-9) >= v_theta;
+        end if;
+        -- 5. Their full scores: the other lexemes' postings of these chunks, by primary-key
+        --    probes when few (about 12 postings read in order cost one probe), else by one hash
+        --    join over those lexemes' postings. The exact top v_k: every chunk left out scores
+        --    below theta, at most the k-th best.
+        if coalesce(pg_catalog.cardinality(v_cand), 0) * pg_catalog.cardinality(v_nlex) * 12
+           <= (select pg_catalog.sum(l.df) from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_df)) as l(lexeme, df)
+               where l.lexeme = any (v_nlex)) then
+            select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
+                   pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
+                   pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
+            into v_tids, v_ids, v_scores
+            from (
+                select c.chunk_id, pg_catalog.round((c.part + coalesce(o.rest, 0)) * 1e9::double precision) / 1e9::double precision as score
+                from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
+                left join (
+                    select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as rest
+                    from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
+                    join pgrag.bm25_postings as p
+                      on p.tenant_id = v_tenant and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
+                    group by p.chunk_id
+                ) as o on o.chunk_id = c.chunk_id
+                order by 2 desc, 1
+                limit v_k
+            ) as r;
+        else
+            -- A hash join on the candidates (chunk_id + 0: no probe per candidate; no merge join,
+            -- which sorts every posting of these lexemes).
+            perform pg_catalog.set_config('enable_mergejoin', 'off', true);
+            select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
+                   pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
+                   pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
+            into v_tids, v_ids, v_scores
+            from (
+                select c.chunk_id, pg_catalog.round((c.part + coalesce(o.rest, 0)) * 1e9::double precision) / 1e9::double precision as score
+                from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
+                left join (
+                    select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as rest
+                    from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
+                    join pgrag.bm25_postings as p on p.tenant_id = v_tenant and p.lexeme = t.lexeme
+                    join pg_catalog.unnest(v_cand) as h(chunk_id) on h.chunk_id = p.chunk_id operator(pg_catalog.+) 0
+                    group by p.chunk_id
+                ) as o on o.chunk_id = c.chunk_id
+                order by 2 desc, 1
+                limit v_k
+            ) as r;
+            perform pg_catalog.set_config('enable_mergejoin', v_old_merge, true);
+        end if;
+        -- The walk below takes these; should it need more (rows of documents not ready,
+        -- exclusions), the full ranking follows, without the chunks already walked.
+        v_limit := coalesce(pg_catalog.cardinality(v_ids), 0);
+        v_more := true;
+    end if;
     loop
+        if not v_prune then
         -- Okapi BM25 of every chunk holding a query lexeme (one index-only range scan per
         -- lexeme), best v_limit first (then all of them if the walk below needs more).
+        -- Scores are rounded to 1e-9: a sum of floats depends on the order of its terms, which
+        -- plans (and the pruned evaluation above) do not fix; rounded, equal scores stay equal
+        -- and ties keep one order (chunk_id) whichever way a chunk was scored.
         select pg_catalog.array_agg(s.tenant_id order by s.score desc, s.chunk_id),
                pg_catalog.array_agg(s.chunk_id order by s.score desc, s.chunk_id),
                pg_catalog.array_agg(s.score order by s.score desc, s.chunk_id)
         into v_tids, v_ids, v_scores
         from (
             select p.tenant_id, p.chunk_id,
-                   pg_catalog.sum(t.idf * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as score
+                   pg_catalog.round(pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) * 1e9::double precision) / 1e9::double precision as score
             from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
             join pgrag.bm25_postings as p on p.tenant_id = any (v_tenants) and p.lexeme = t.lexeme
             group by p.tenant_id, p.chunk_id
@@ -402,6 +623,7 @@ begin
             limit v_limit + 1
         ) as s;
         v_more := coalesce(pg_catalog.cardinality(v_ids), 0) > v_limit;
+        end if;
         -- Walk the ranking in growing batches until match_count chunks pass the checks:
         -- document ready, filters, phrases and exclusions (filters inside the arm).
         v_batch := greatest(2 * v_k, 50);
@@ -423,6 +645,7 @@ begin
               and (v_tenant is null or c.tenant_id = v_tenant)
               and (v_neg is null or not c.fts operator(pg_catalog.@@) v_neg)
               and (v_pos is null or c.fts operator(pg_catalog.@@) v_pos)
+              and (v_seen is null or u.id operator(pg_catalog.<>) all (v_seen))
             order by u.ord
             limit v_k - v_found;
             get diagnostics v_rows = row_count;
@@ -432,9 +655,14 @@ begin
         end loop;
         exit when v_found >= v_k or not v_more;
         v_limit := 2147483646;
+        if v_prune then
+            v_seen := v_ids;
+            v_prune := false;
+            v_off := 0;
+        end if;
     end loop;
 end
 $$;
 
 comment on function pgrag.keyword_candidates(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Keyword arm: (tenant_id, chunk_id, Okapi BM25 score) best first. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)), term part tf/(tf + k1(1 - b + b dl/avgdl)), N and avgdl from pgrag.corpus_stats and df from pgrag.bm25_postings of the caller''s tenant.';
+'Keyword arm: (tenant_id, chunk_id, Okapi BM25 score rounded to 1e-9) best first. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)), term part tf/(tf + k1(1 - b + b dl/avgdl)), N and avgdl from pgrag.corpus_stats and df from pgrag.bm25_lexicon of the caller''s tenant. Exact: for one tenant without filters it skips the postings of frequent lexemes that provably cannot lift a chunk into the top match_count (term bounds in pgrag.bm25_lexicon); the setting pgrag.keyword_pruning (auto, on, off) chooses when, never what is returned.';

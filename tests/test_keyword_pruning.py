@@ -1,0 +1,184 @@
+"""The keyword arm's pruned evaluation returns exactly what the full scan returns.
+
+``pgrag.keyword_candidates`` skips the postings of a query's most frequent lexemes when the term
+bounds kept in ``pgrag.bm25_lexicon`` prove that they cannot lift a chunk into the top k
+(``pgrag.keyword_pruning``: auto, on, off). These tests run the SciFact claims against SciFact
+abstracts with the pruning forced on and off and require the same rows and scores, and check that
+the bounds stay bounds under every kind of write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgrag.db import connect, set_request_tenant
+from pgrag.testing import create_database, drop_database
+
+SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+TENANT = "scifact"
+ABSTRACTS = 2000
+CLAIMS = 80
+# Exclusions and phrases (checked while walking the ranking) on top of the claims.
+EXTRA_QUERIES = [
+    "vitamin d deficiency -pregnancy",
+    '"stem cells" transplantation rejection',
+    "cancer cell growth -mice -mouse",
+]
+
+
+def scifact_texts() -> tuple[list[str], list[str]]:
+    with (SCIFACT / "corpus.jsonl").open() as f:
+        docs = [json.loads(line) for _, line in zip(range(ABSTRACTS), f, strict=False)]
+    with (SCIFACT / "queries.jsonl").open() as f:
+        claims = [json.loads(line)["text"] for line in f]
+    return [f"{d['title']}. {d['text']}" for d in docs], claims[:CLAIMS] + EXTRA_QUERIES
+
+
+@pytest.fixture(scope="module")
+def scifact_db(pg_admin_dsn: str, template_db: str) -> Iterator[tuple[str, list[str]]]:
+    """A database holding 2,000 SciFact abstracts as ready documents of one chunk each."""
+    dsn = create_database(pg_admin_dsn, template=template_db)
+    texts, queries = scifact_texts()
+    with connect(dsn) as conn:
+        conn.execute(
+            "with d as (insert into pgrag.documents"
+            " (tenant_id, title, source_type, source_uri, status)"
+            " select %(t)s, 'abstract ' || n, 'text', 'scifact://' || n, 'ready'"
+            " from generate_series(1, %(n)s) as n returning id, source_uri)"
+            " insert into pgrag.chunks"
+            " (tenant_id, document_id, chunk_index, content, content_sha256)"
+            " select %(t)s, d.id, 0, x.text, md5(x.text)"
+            " from d join unnest(%(texts)s::text[]) with ordinality as x(text, n)"
+            " on d.source_uri = 'scifact://' || x.n",
+            {"t": TENANT, "n": len(texts), "texts": texts},
+        )
+        conn.commit()
+    yield dsn, queries
+    drop_database(pg_admin_dsn, dsn)
+
+
+def ranking(
+    conn: psycopg.Connection[Any], query: str, pruning: str, k: int, **options: float
+) -> tuple[list[tuple[int, float]], bool]:
+    """keyword_search's (chunk_id, score) rows with pgrag.keyword_pruning set, and whether the
+    pruned evaluation ran (its debug message)."""
+    messages: list[str] = []
+
+    def keep(diagnostic: psycopg.errors.Diagnostic) -> None:
+        messages.append(diagnostic.message_primary or "")
+
+    conn.add_notice_handler(keep)
+    try:
+        with conn.transaction():
+            set_request_tenant(conn, TENANT)
+            conn.execute("select set_config('pgrag.keyword_pruning', %s, true)", (pruning,))
+            conn.execute("set local client_min_messages = debug1")
+            named = "".join(f", {name} => %({name})s" for name in options)
+            rows = conn.execute(
+                f"select chunk_id, score from public.keyword_search(%(q)s, %(k)s{named})",
+                {"q": query, "k": k, **options},
+            ).fetchall()
+    finally:
+        conn.remove_notice_handler(keep)
+    pruned = any("pruned evaluation" in m for m in messages)
+    return [(r[0], float(r[1])) for r in rows], pruned
+
+
+@pytest.mark.parametrize(
+    ("k", "options"),
+    [(10, {}), (40, {}), (40, {"k1": 0.9, "b": 0.4}), (100, {"k1": 1.2, "b": 1.0})],
+)
+def test_pruned_keyword_search_returns_what_the_full_scan_returns(
+    scifact_db: tuple[str, list[str]], k: int, options: dict[str, float]
+) -> None:
+    dsn, queries = scifact_db
+    pruned_queries = 0
+    with connect(dsn) as conn:
+        for query in queries:
+            full, _ = ranking(conn, query, "off", k, **options)
+            got, pruned = ranking(conn, query, "on", k, **options)
+            assert got == full, query
+            pruned_queries += pruned
+    # The comparison means something only if many queries took the pruned path.
+    assert pruned_queries >= len(queries) // 8, pruned_queries
+
+
+def test_pruned_search_walks_past_documents_that_are_not_ready(
+    scifact_db: tuple[str, list[str]],
+) -> None:
+    dsn, queries = scifact_db
+    with connect(dsn) as conn:
+        # A query the pruned evaluation takes at k = 10.
+        query = next(q for q in queries if ranking(conn, q, "on", 10)[1])
+        top, _ = ranking(conn, query, "off", 10)
+        hidden = [chunk_id for chunk_id, _ in top[:5]]
+        try:
+            conn.execute(
+                "update pgrag.documents d set status = 'processing' from pgrag.chunks c"
+                " where c.tenant_id = d.tenant_id and c.document_id = d.id and c.id = any(%s)",
+                (hidden,),
+            )
+            conn.commit()
+            full, _ = ranking(conn, query, "off", 10)
+            got, pruned = ranking(conn, query, "on", 10)
+        finally:
+            conn.execute(
+                "update pgrag.documents d set status = 'ready' from pgrag.chunks c"
+                " where c.tenant_id = d.tenant_id and c.document_id = d.id and c.id = any(%s)",
+                (hidden,),
+            )
+            conn.commit()
+    assert pruned
+    assert got == full
+    assert len(got) == 10 and not set(hidden) & {chunk_id for chunk_id, _ in got}
+
+
+def bounds_violations(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Lexemes whose kept term bounds do not bound their postings (largest tf, shortest chunk)."""
+    return conn.execute(
+        "select p.tenant_id, p.lexeme, max(p.tf), min(p.doc_len), x.max_tf, x.min_doc_len"
+        " from pgrag.bm25_postings p"
+        " left join (select tenant_id, lexeme, max(max_tf) as max_tf,"
+        "            min(min_doc_len) as min_doc_len from pgrag.bm25_lexicon group by 1, 2) x"
+        "   on x.tenant_id = p.tenant_id and x.lexeme = p.lexeme"
+        " group by p.tenant_id, p.lexeme, x.max_tf, x.min_doc_len"
+        " having x.max_tf is null or x.max_tf < max(p.tf) or x.min_doc_len > min(p.doc_len)"
+    ).fetchall()
+
+
+def test_term_bounds_bound_every_posting_after_inserts_updates_and_deletes(
+    scifact_db: tuple[str, list[str]],
+) -> None:
+    dsn, _ = scifact_db
+    with connect(dsn) as conn:
+        assert bounds_violations(conn) == []
+        # Exact after inserts alone: the largest tf and the shortest chunk themselves.
+        loose = conn.execute(
+            "select count(*) from (select p.lexeme from pgrag.bm25_postings p"
+            " join (select lexeme, max(max_tf) m, min(min_doc_len) d from pgrag.bm25_lexicon"
+            "       where tenant_id = %s group by 1) x on x.lexeme = p.lexeme"
+            " where p.tenant_id = %s group by p.lexeme, x.m, x.d"
+            " having x.m <> max(p.tf) or x.d <> min(p.doc_len)) s",
+            (TENANT, TENANT),
+        ).fetchone()
+        assert loose == (0,)
+        ids = [r[0] for r in conn.execute("select id from pgrag.chunks order by id limit 30")]
+        with conn.transaction(force_rollback=True):
+            # Longer text with repeated words (larger tf), a shorter chunk, a language change.
+            conn.execute(
+                "update pgrag.chunks set content = content || ' cell cell cell cell cell cell.'"
+                " where id = any(%s)",
+                (ids[:10],),
+            )
+            conn.execute(
+                "update pgrag.chunks set content = 'Cell death.' where id = %s", (ids[10],)
+            )
+            conn.execute("update pgrag.chunks set language = 'simple' where id = %s", (ids[11],))
+            conn.execute("delete from pgrag.chunks where id = any(%s)", (ids[20:30],))
+            assert bounds_violations(conn) == []
