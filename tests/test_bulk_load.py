@@ -225,6 +225,90 @@ def test_an_unscoped_search_finds_rows_a_bulk_load_has_not_finished(
     assert sorted(walked) == sorted(exact)
 
 
+def bm25_index(dsn: str, tenant: str) -> dict[str, Any]:
+    """The tenant's BM25 index with chunks named by (source_uri, chunk_index): postings,
+    document frequencies and corpus statistics (not the term bounds, which removals loosen)."""
+    with connect(dsn) as conn:
+        postings = conn.execute(
+            "select p.lexeme, d.source_uri, c.chunk_index, p.tf, p.doc_len"
+            " from pgrag.bm25_postings p join pgrag.chunks c on c.tenant_id = p.tenant_id"
+            " and c.id = p.chunk_id join pgrag.documents d on d.tenant_id = c.tenant_id"
+            " and d.id = c.document_id where p.tenant_id = %s",
+            (tenant,),
+        ).fetchall()
+        lexicon = conn.execute(
+            "select lexeme, sum(df) from pgrag.bm25_lexicon where tenant_id = %s"
+            " group by 1 having sum(df) <> 0",
+            (tenant,),
+        ).fetchall()
+        stats = conn.execute(
+            "select language, sum(chunk_count), sum(token_count) from pgrag.corpus_stats"
+            " where tenant_id = %s group by 1",
+            (tenant,),
+        ).fetchall()
+        orphans = conn.execute(
+            "select count(*) from pgrag.bm25_postings p where p.tenant_id = %s and not exists"
+            " (select from pgrag.chunks c where c.tenant_id = p.tenant_id and c.id = p.chunk_id)",
+            (tenant,),
+        ).fetchone()
+    return {
+        "postings": sorted(postings),
+        "lexicon": sorted(lexicon),
+        "stats": sorted(stats),
+        "orphans": orphans,
+    }
+
+
+def change_some_chunks(dsn: str, authenticator: str, tenant: str) -> None:
+    """Edits the text of three chunks, a column BM25 ignores of three more (as the owner), and
+    deletes three documents as the tenant itself (row-level security applies)."""
+    with connect(dsn) as conn:
+        conn.execute(
+            "update pgrag.chunks c set content = c.content || ' Cancer trial ZQX41-7.'"
+            " from pgrag.documents d where d.tenant_id = c.tenant_id and d.id = c.document_id"
+            " and c.tenant_id = %s and d.source_uri in ('scifact:1', 'scifact:2', 'scifact:3')",
+            (tenant,),
+        )
+        conn.execute(
+            "update pgrag.chunks c set page = 7 from pgrag.documents d"
+            " where d.tenant_id = c.tenant_id and d.id = c.document_id and c.tenant_id = %s"
+            " and d.source_uri in ('scifact:4', 'scifact:5', 'scifact:6')",
+            (tenant,),
+        )
+        conn.commit()
+    with request(dsn, "authenticated", claims_for(tenant)) as conn:
+        conn.execute(
+            "select pgrag.delete_documents(source_uris => array['scifact:3', 'scifact:7',"
+            " 'scifact:8'])"
+        )
+
+
+def test_a_bulk_load_indexes_its_chunks_for_bm25_when_it_finishes(
+    bulk_loaded: str, scifact: Corpus, authenticator: str
+) -> None:
+    db = bulk_loaded
+    load_tenant(db, "rows", scifact, bulk=False)
+    with connect(db) as conn:
+        listed = conn.execute(
+            "select count(*) from pgrag.bm25_backlog where tenant_id = 'bulk'"
+        ).fetchone()
+    unfinished = bm25_index(db, "bulk")
+    # Chunks changed and removed before the load finishes (by the owner and by the tenant).
+    for tenant in ("bulk", "rows"):
+        change_some_chunks(db, authenticator, tenant)
+    with connect(db) as conn:
+        conn.execute("select pgrag.finish_bulk_load('bulk')")
+        conn.commit()
+        left = conn.execute("select count(*) from pgrag.bm25_backlog").fetchone()
+
+    assert listed == (ABSTRACTS,)
+    assert unfinished == {"postings": [], "lexicon": [], "stats": [], "orphans": (0,)}
+    assert left == (0,)
+    finished, rows = bm25_index(db, "bulk"), bm25_index(db, "rows")
+    assert finished["orphans"] == (0,) and finished["stats"][0][1] == ABSTRACTS - 3
+    assert finished == rows
+
+
 @pytest.mark.parametrize("role", ["service_role", "authenticated"])
 @pytest.mark.parametrize(
     "call",

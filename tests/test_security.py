@@ -443,6 +443,7 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 # privilege). A change here is a security decision; update the list together with
 # sql/idempotent/9NN-*.sql (the privileges band) and docs/security.md.
 TENANT_TABLES = (
+    "bm25_backlog",
     "bm25_lexicon",
     "bm25_postings",
     "chunks",
@@ -489,6 +490,7 @@ PGRAG_FUNCTIONS = (
 # and chunk_text (chunking, for the roles that write documents).
 WRITER_FUNCTIONS = (
     "bm25_apply",
+    "bm25_write_sql",
     "check_chunk_arguments",
     "chunk_text",
     "delete_documents",

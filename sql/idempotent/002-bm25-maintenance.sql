@@ -1,11 +1,87 @@
 -- BM25 maintenance: the postings, document frequencies and corpus statistics of pgrag.chunks,
 -- kept by statement-level triggers with transition tables.
--- Contract. Provides: pgrag.bm25_apply (adds or removes chunks in pgrag.bm25_postings,
---   pgrag.bm25_lexicon and pgrag.corpus_stats) and the triggers chunks_bm25_* that call it for
---   every insert, delete and update of pgrag.chunks. Relies on: the BM25 tables
---   (incremental/002-bm25.sql, 004-bm25-lexicon.sql); pgrag.current_tenant_id (001-helpers.sql).
+-- Contract. Provides: pgrag.bm25_write_sql (the one statement that writes postings, lexicon and
+--   corpus statistics for a set of chunks), pgrag.bm25_apply (runs it for arrays of chunks) and
+--   the triggers chunks_bm25_* that call it for every insert, delete and update of
+--   pgrag.chunks, and that list a bulk load's chunks in pgrag.bm25_backlog instead.
+--   Relies on: the BM25 tables (incremental/002-bm25.sql, 004-bm25-lexicon.sql,
+--   013-bm25-term-bounds.sql, 014-bm25-backlog.sql); pgrag.current_tenant_id (001-helpers.sql).
 --   Callers: the triggers, as the writing role (authenticated and service_role hold EXECUTE on
---   bm25_apply; 910-function-privileges.sql); nothing else should call bm25_apply.
+--   bm25_apply and bm25_write_sql; 910-function-privileges.sql); pgrag.finish_bulk_load
+--   (060-bulk-loading.sql) runs bm25_write_sql over a bulk load's backlog; nothing else should
+--   call them.
+
+create or replace function pgrag.bm25_write_sql()
+returns text
+language sql
+immutable
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $sql$
+    -- %1$s: a query of the chunks (tenant_id, id, language, fts). Parameters: $1 the sign (1
+    -- add, -1 remove), $2 the lexicon shard, $3 the corpus statistics shard, $4 the tenants of
+    -- the chunks (routes the delete on Citus); the chunk query may use $4 to $7.
+    -- Each chunk's BM25 length (positions of its words; identifier parts, weight A, are not
+    -- counted) and its postings are computed once; the postings, the document frequencies
+    -- with the term bounds (largest tf, shortest chunk: incremental/013; removals leave them,
+    -- an upper bound still) and the corpus statistics are written from them.
+    select $q$
+    with chunk as materialized (
+        select c.tenant_id, c.id, c.language, c.fts,
+               (select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions))
+                                    filter (where u.weights[1] operator(pg_catalog.<>) 'A'), 0)::integer
+                from pg_catalog.unnest(c.fts) as u) as len
+        from (%1$s) as c (tenant_id, id, language, fts)
+    ), posting as materialized (
+        select c.tenant_id, t.lexeme, c.id as chunk_id,
+               pg_catalog.cardinality(t.positions) as tf, c.len
+        from chunk as c cross join lateral pg_catalog.unnest(c.fts) as t
+    ), added as (
+        -- In key order: consecutive inserts land on the same leaf pages of the primary key
+        -- (a load's postings of one word are adjacent): 10 to 15 percent less work than chunk order.
+        insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
+        select p.tenant_id, p.lexeme, p.chunk_id, p.tf, p.len
+        from posting as p
+        where $1 operator(pg_catalog.>) 0
+        order by p.tenant_id, p.lexeme, p.chunk_id
+    ), removed as (
+        delete from pgrag.bm25_postings as x
+        using posting as p
+        where $1 operator(pg_catalog.<) 0
+          and x.tenant_id operator(pg_catalog.=) p.tenant_id
+          and x.lexeme operator(pg_catalog.=) p.lexeme
+          and x.chunk_id operator(pg_catalog.=) p.chunk_id
+          -- The same rows; said of x itself, so that a Citus cluster routes the delete to the
+          -- shards of these tenants (it runs inside the delete of a shard's chunks).
+          and x.tenant_id operator(pg_catalog.=) any ($4)
+    ), counted as (
+        insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
+        select c.tenant_id, c.language, $3, $1 operator(pg_catalog.*) pg_catalog.count(*),
+               $1 operator(pg_catalog.*) coalesce(pg_catalog.sum(c.len), 0)
+        from chunk as c
+        group by c.tenant_id, c.language
+        order by c.tenant_id, c.language
+        on conflict (tenant_id, language, shard) do update
+            set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
+                token_count = s.token_count operator(pg_catalog.+) excluded.token_count
+    )
+    -- Document frequencies in key order: one lock order for every writer of a shard.
+    insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df, max_tf, min_doc_len)
+    select p.tenant_id, p.lexeme, $2, $1 operator(pg_catalog.*) pg_catalog.count(*),
+           case when $1 operator(pg_catalog.>) 0 then pg_catalog.max(p.tf) end,
+           case when $1 operator(pg_catalog.>) 0 then pg_catalog.min(p.len) end
+    from posting as p
+    group by p.tenant_id, p.lexeme
+    order by p.tenant_id, p.lexeme
+    on conflict (tenant_id, lexeme, shard) do update
+        set df = x.df operator(pg_catalog.+) excluded.df,
+            max_tf = greatest(x.max_tf, excluded.max_tf),
+            min_doc_len = least(x.min_doc_len, excluded.min_doc_len)
+    $q$
+$sql$;
+comment on function pgrag.bm25_write_sql() is
+'The statement that adds chunks to the BM25 index (postings, document frequencies with term bounds, corpus statistics) or removes them, with %1$s for a query of the chunks (tenant_id, id, language, fts) and parameters $1 sign, $2 lexicon shard, $3 statistics shard, $4 tenants: written once for pgrag.bm25_apply (arrays of chunks) and pgrag.finish_bulk_load (a bulk load''s backlog).';
 
 create or replace function pgrag.bm25_apply(
     sign integer,
@@ -73,66 +149,10 @@ begin
     from (select distinct u.tenant_id from pg_catalog.unnest(tenant_ids) as u(tenant_id)
           order by u.tenant_id) as t;
 
-    if sign > 0 then
-        -- In key order: consecutive inserts land on the same leaf pages of the primary key
-        -- (a bulk load's postings of one word are adjacent), 10-15 % less work than chunk order.
-        insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
-        select c.tenant_id, t.lexeme, c.id, pg_catalog.cardinality(t.positions), l.len
-        from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids),
-                        pg_catalog.unnest(ftss)) as c(tenant_id, id, fts)
-        cross join lateral (
-            select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0)::integer as len
-            from pg_catalog.unnest(c.fts) as u
-        ) as l
-        cross join lateral pg_catalog.unnest(c.fts) as t
-        order by c.tenant_id, t.lexeme, c.id;
-    else
-        delete from pgrag.bm25_postings as p
-        using (
-            select c.tenant_id, c.id, pg_catalog.unnest(pg_catalog.tsvector_to_array(c.fts)) as lexeme
-            from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids),
-                            pg_catalog.unnest(ftss)) as c(tenant_id, id, fts)
-        ) as o
-        where p.tenant_id = o.tenant_id and p.lexeme = o.lexeme and p.chunk_id = o.id
-          -- The same rows; said of p itself, so that a Citus cluster routes the delete to the
-          -- shards of these tenants (it runs inside the delete of a shard's chunks).
-          and p.tenant_id = any (tenant_ids);
-    end if;
-
-    -- Document frequencies, in key order (one lock order for every writer of a shard), and of
-    -- added postings the term bounds (largest tf, shortest chunk: incremental/013): removals
-    -- leave them, an upper bound still.
-    insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df, max_tf, min_doc_len)
-    select c.tenant_id, t.lexeme, v_shard * 8 + v_slot % 8, sign * pg_catalog.count(*),
-           case when sign > 0 then pg_catalog.max(pg_catalog.cardinality(t.positions)) end,
-           case when sign > 0 then pg_catalog.min(l.len) end
-    from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(ftss)) as c(tenant_id, fts)
-    cross join lateral (
-        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0)::integer as len
-        from pg_catalog.unnest(c.fts) as u
-    ) as l
-    cross join lateral pg_catalog.unnest(c.fts) as t
-    group by c.tenant_id, t.lexeme
-    order by c.tenant_id, t.lexeme
-    on conflict (tenant_id, lexeme, shard) do update
-        set df = x.df operator(pg_catalog.+) excluded.df,
-            max_tf = greatest(x.max_tf, excluded.max_tf),
-            min_doc_len = least(x.min_doc_len, excluded.min_doc_len);
-
-    insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
-    select c.tenant_id, c.language, v_shard, sign * pg_catalog.count(*),
-           sign * coalesce(pg_catalog.sum(l.len), 0)
-    from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(languages),
-                    pg_catalog.unnest(ftss)) as c(tenant_id, language, fts)
-    cross join lateral (
-        select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions)) filter (where u.weights[1] <> 'A'), 0) as len
-        from pg_catalog.unnest(c.fts) as u
-    ) as l
-    group by c.tenant_id, c.language
-    order by c.tenant_id, c.language
-    on conflict (tenant_id, language, shard) do update
-        set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
-            token_count = s.token_count operator(pg_catalog.+) excluded.token_count;
+    execute pg_catalog.format(pgrag.bm25_write_sql(),
+        'select * from rows from (pg_catalog.unnest($4), pg_catalog.unnest($5), '
+        'pg_catalog.unnest($6), pg_catalog.unnest($7))')
+    using sign, v_shard * 8 + v_slot % 8, v_shard, tenant_ids, chunk_ids, languages, ftss;
 end
 $$;
 comment on function pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector[]) is
@@ -144,6 +164,14 @@ comment on function pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector
 -- trigger, which has no such table (nor a DELETE trigger new_chunks). Dynamic SQL is also planned
 -- for the rows of this statement: a plan PL/pgSQL cached for a one-row update, reused for a bulk
 -- update, compared every old row with every new one.
+--
+-- The backlog (incremental/014-bm25-backlog.sql): rows the owner's bulk load of a tenant inserts
+-- (pgrag.bulk_replace_document_chunks sets pgrag.bulk_load_tenant for its transaction) are listed
+-- in pgrag.bm25_backlog instead of indexed; pgrag.finish_bulk_load indexes them all at once. A
+-- listed row has no postings: when it is deleted, or its indexed text changes, it leaves the
+-- backlog instead of the postings (and a changed one is indexed as a new row). The backlog is
+-- read and written through arrays, never joined to a transition table: on a Citus worker a
+-- statement may touch distributed tables only where it can be routed.
 create or replace function pgrag.bm25_chunks_changed()
 returns trigger
 language plpgsql
@@ -152,10 +180,53 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_side record;
+    v_bulk text;
+    v_changed text := 'true';
+    v_listed_tenants text[];
+    v_listed_ids bigint[];
+    v_tenants text[];
+    v_ids bigint[];
 begin
+    if tg_op = 'UPDATE' then
+        -- Of an update, only rows whose indexed text (or identity) changed touch the index:
+        -- each side without the rows the other side holds unchanged.
+        v_changed := 'not exists (select from %I as o where o.tenant_id operator(pg_catalog.=) c.tenant_id '
+            'and o.id operator(pg_catalog.=) c.id and o.language operator(pg_catalog.=) c.language '
+            'and o.fts operator(pg_catalog.=) c.fts)';
+    end if;
+    if tg_op = 'INSERT' then
+        v_bulk := nullif(pg_catalog.current_setting('pgrag.bulk_load_tenant', true), '');
+        if v_bulk is not null and pg_catalog.pg_has_role(
+                (select c.relowner from pg_catalog.pg_class as c
+                 where c.oid operator(pg_catalog.=) 'pgrag.chunks'::pg_catalog.regclass), 'USAGE') then
+            execute 'select pg_catalog.array_agg(c.id) from new_chunks as c '
+                    'where c.tenant_id operator(pg_catalog.=) $1'
+            into v_ids
+            using v_bulk;
+            insert into pgrag.bm25_backlog (tenant_id, chunk_id)
+            select v_bulk, u.id from pg_catalog.unnest(v_ids) as u(id);
+        else
+            v_bulk := null;
+        end if;
+    else
+        -- Removed or changed rows still listed in the backlog (a bulk load not finished). Said
+        -- of their tenants: on Citus this runs on the shard group of these rows.
+        execute 'select pg_catalog.array_agg(distinct c.tenant_id) from old_chunks as c'
+        into v_tenants;
+        if v_tenants is not null
+           and exists (select 1 from pgrag.bm25_backlog as b where b.tenant_id = any (v_tenants)) then
+            execute pg_catalog.format(
+                'select pg_catalog.array_agg(c.id) from old_chunks as c where ' || v_changed,
+                'new_chunks')
+            into v_ids;
+            select pg_catalog.array_agg(b.tenant_id), pg_catalog.array_agg(b.chunk_id)
+              into v_listed_tenants, v_listed_ids
+              from pgrag.bm25_backlog as b
+             where b.tenant_id = any (v_tenants) and b.chunk_id = any (v_ids);
+        end if;
+    end if;
     -- Removed rows (old_chunks: delete, update) leave the index, then added rows (new_chunks:
-    -- insert, update) enter it. Of an update, only rows whose indexed text (or identity) changed
-    -- touch the index: each side without the rows the other side holds unchanged.
+    -- insert, update) enter it.
     for v_side in
         select s.sign, s.rows, s.other
         from (values (-1, 'old_chunks', 'new_chunks'), (1, 'new_chunks', 'old_chunks'))
@@ -170,20 +241,27 @@ begin
                                     pg_catalog.array_agg(x.language::text), pg_catalog.array_agg(x.fts))
             from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
                   from %2$I as c
-                  where %3$s) as x
+                  where %3$s
+                    and c.tenant_id is distinct from $1
+                    and ($2::text[] is null or (c.tenant_id, c.id) not in (
+                        select u.t, u.i from rows from (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::bigint[])) as u(t, i)))) as x
             group by x.batch$sql$,
-            v_side.sign, v_side.rows,
-            case when tg_op = 'UPDATE' then pg_catalog.format(
-                'not exists (select from %I as o where o.tenant_id operator(pg_catalog.=) c.tenant_id '
-                'and o.id operator(pg_catalog.=) c.id and o.language operator(pg_catalog.=) c.language '
-                'and o.fts operator(pg_catalog.=) c.fts)', v_side.other)
-                 else 'true' end);
+            v_side.sign, v_side.rows, pg_catalog.format(v_changed, v_side.other))
+        using v_bulk, case when v_side.sign < 0 then v_listed_tenants end,
+              case when v_side.sign < 0 then v_listed_ids end;
+        if v_side.sign < 0 and v_listed_ids is not null then
+            delete from pgrag.bm25_backlog as b
+             where b.tenant_id = any (v_listed_tenants)
+               and (b.tenant_id, b.chunk_id) in (
+                   select u.t, u.i from rows from (pg_catalog.unnest(v_listed_tenants),
+                                                  pg_catalog.unnest(v_listed_ids)) as u(t, i));
+        end if;
     end loop;
     return null;
 end
 $$;
 comment on function pgrag.bm25_chunks_changed() is
-'Trigger function (after insert, update or delete on pgrag.chunks, per statement, with transition tables old_chunks and new_chunks): removes deleted chunks from the BM25 index and adds inserted ones; of updated chunks, re-indexes those whose fts, language, tenant or id changed.';
+'Trigger function (after insert, update or delete on pgrag.chunks, per statement, with transition tables old_chunks and new_chunks): removes deleted chunks from the BM25 index and adds inserted ones; of updated chunks, re-indexes those whose fts, language, tenant or id changed. Rows the owner''s bulk load of a tenant inserts (pgrag.bulk_replace_document_chunks) are listed in pgrag.bm25_backlog instead, for pgrag.finish_bulk_load; a listed row that is deleted or changed leaves the backlog instead of the postings.';
 
 create or replace trigger chunks_bm25_insert
     after insert on pgrag.chunks

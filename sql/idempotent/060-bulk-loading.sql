@@ -1,23 +1,30 @@
--- Bulk loading: a tenant's large (first) load without per-row maintenance of the shared HNSW graph.
+-- Bulk loading: a tenant's large (first) load without per-row maintenance of the shared HNSW graph
+-- or of the BM25 postings.
 -- Contract. Provides: pgrag.bulk_load_applies (may this load take the bulk path),
 --   pgrag.bulk_replace_document_chunks (the swap of 004-loading.sql, with the chunks it writes
---   kept out of the shared graph) and pgrag.finish_bulk_load (builds the tenant's own graph over
---   them, or puts a small load's rows into the shared graph); the trigger chunks_in_shared_graph and its function, which
---   keep chunks.in_shared_graph (incremental/012-bulk-loading.sql). Relies on:
---   pgrag.replace_document_chunks (004-loading.sql), pgrag.isolate_tenant and
+--   kept out of the shared graph and listed in pgrag.bm25_backlog rather than indexed for BM25)
+--   and pgrag.finish_bulk_load (writes their BM25 index in one pass, then builds the tenant's
+--   own graph over them, or puts a small load's rows into the shared graph); the trigger
+--   chunks_in_shared_graph and its function, which keep chunks.in_shared_graph
+--   (incremental/012-bulk-loading.sql). Relies on: pgrag.replace_document_chunks
+--   (004-loading.sql), pgrag.bm25_write_sql and the backlog the BM25 triggers keep
+--   (002-bm25-maintenance.sql, incremental/014-bm25-backlog.sql), pgrag.isolate_tenant and
 --   pgrag.tenant_index_name (006-vector-isolation.sql). Callers: the owner of pgrag.chunks
 --   (pgrag ingest for a large first load, or any SQL loader connected as the owner); the
 --   trigger fires for every writer.
 --
 -- How a bulk load runs (docs/ingest.md, "Large first loads"):
 --   1. any number of transactions, each: stage chunks (e.g. COPY into a temp table), then
---      pgrag.bulk_replace_document_chunks(stage, tenant, ...), exactly like
---      pgrag.replace_document_chunks: documents become ready and keyword-searchable at commit;
---   2. pgrag.finish_bulk_load(tenant): one CREATE INDEX builds the tenant's own HNSW graph over
---      all its rows (pgrag.isolate_tenant).
--- Between 1 and 2 (or if a load dies before 2) the tenant's vector search scans its rows exactly
--- (pgrag.vector_candidates finds them through chunks_outside_shared_graph): the same results,
--- slower; the next pgrag ingest of the tenant (or pgrag.isolate_tenants) builds the graph.
+--      pgrag.bulk_replace_document_chunks(stage, tenant, ...), like
+--      pgrag.replace_document_chunks: documents become ready at commit, and vector-searchable;
+--   2. pgrag.finish_bulk_load(tenant): one sorted pass writes the BM25 postings, document
+--      frequencies and corpus statistics of every chunk of steps 1 (each page of the postings
+--      index written once, where a batch at a time rewrote most of them per batch), then one
+--      CREATE INDEX builds the tenant's own HNSW graph over all its rows (pgrag.isolate_tenant).
+-- Between 1 and 2 (or if a load dies before 2) the tenant's keyword search does not see the
+-- loaded chunks yet, and its vector search scans its rows exactly (pgrag.vector_candidates
+-- finds them through chunks_outside_shared_graph): the same results, slower. The next pgrag
+-- ingest of the tenant by the owner (or select pgrag.finish_bulk_load(tenant)) finishes it.
 
 create or replace function pgrag.chunk_in_shared_graph()
 returns trigger
@@ -84,7 +91,7 @@ begin
 end
 $$;
 comment on function pgrag.bulk_replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
-'pgrag.replace_document_chunks (same arguments, same checks and errors) for a tenant''s large load: the chunks it writes stay out of the shared HNSW graph (chunks.in_shared_graph false), so no graph is maintained row by row; pgrag.finish_bulk_load then builds the tenant''s own graph over them. Until then the tenant''s vector search scans its rows exactly (same results). Owner of pgrag.chunks only (42501 otherwise); 22023 for a blank tenant.';
+'pgrag.replace_document_chunks (same arguments, same checks and errors) for a tenant''s large load: the chunks it writes stay out of the shared HNSW graph (chunks.in_shared_graph false) and out of the BM25 index (listed in pgrag.bm25_backlog), so neither is maintained row by row; pgrag.finish_bulk_load then indexes them for BM25 in one pass and builds the tenant''s own graph over them. Until then the tenant''s keyword search does not see them and its vector search scans its rows exactly (same results). Owner of pgrag.chunks only (42501 otherwise); 22023 for a blank tenant.';
 
 create or replace function pgrag.finish_bulk_load(tenant text)
 returns regclass
@@ -94,8 +101,7 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_index regclass := pg_catalog.to_regclass(
-        pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(tenant)));
+    v_index regclass;
     v_rows bigint;
     v_mem bigint;
 begin
@@ -103,7 +109,37 @@ begin
         raise exception 'tenant must be a non-blank tenant id'
             using errcode = '22023';
     end if;
-    -- Nothing to do: a graph of its own already holds every row, or every row is in the shared one.
+    -- Builds indexes (the BM25 postings below, CREATE INDEX after): the owner of pgrag.chunks.
+    if not pg_catalog.pg_has_role(
+            (select c.relowner from pg_catalog.pg_class as c
+             where c.oid = 'pgrag.chunks'::pg_catalog.regclass), 'USAGE') then
+        raise exception 'pgrag.finish_bulk_load: only the owner of pgrag.chunks may finish a bulk load'
+            using errcode = '42501',
+                  hint = 'connect as the role that ran pgrag migrate.';
+    end if;
+    -- The BM25 index of the load's chunks (pgrag.bm25_backlog), written in one pass: every
+    -- posting of the tenant's words in key order, so each leaf page of the postings index is
+    -- written once rather than once per batch. No chunk of the tenant changes meanwhile.
+    if exists (select 1 from pgrag.bm25_backlog as b where b.tenant_id = tenant) then
+        lock table pgrag.chunks in share mode;
+        perform pg_catalog.set_config('work_mem', greatest(
+            pg_catalog.pg_size_bytes(pg_catalog.current_setting('work_mem')),
+            least(pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
+                             1073741824)) / 1024 || 'kB', true);
+        -- (The tenant as a literal: a Citus coordinator routes the statement by it.)
+        execute pg_catalog.format(pgrag.bm25_write_sql(), pg_catalog.format(
+            'select c.tenant_id, c.id, c.language::text, c.fts from pgrag.chunks as c '
+            'join pgrag.bm25_backlog as b on b.tenant_id operator(pg_catalog.=) c.tenant_id '
+            'and b.chunk_id operator(pg_catalog.=) c.id '
+            'where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L',
+            tenant))
+        using 1, (pg_catalog.pg_backend_pid() % 16) * 8, pg_catalog.pg_backend_pid() % 16,
+              array[tenant];
+        delete from pgrag.bm25_backlog as b where b.tenant_id = tenant;
+    end if;
+    v_index := pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(tenant)));
+    -- Nothing more to do: a graph of its own already holds every row, or every row is in the
+    -- shared one.
     if v_index is not null
        or not exists (select 1 from pgrag.chunks as c
                       where c.tenant_id = tenant and not c.in_shared_graph) then
@@ -130,7 +166,7 @@ begin
 end
 $$;
 comment on function pgrag.finish_bulk_load(text) is
-'Ends a bulk load of tenant: when some of its chunks are outside the shared graph and it has no graph of its own, builds that graph (pgrag.isolate_tenant, with maintenance_work_mem raised for the build, at most 1 GB) or, when the tenant has no more than pgrag.exact_search_max_rows chunks (default 2000), puts them into the shared graph instead; returns the index it built (null when it built none). Safe to call at any time (no-op when nothing is outside the shared graph). Owner of pgrag.chunks only (CREATE INDEX); blocks writes to pgrag.chunks while the index builds.';
+'Ends a bulk load of tenant: first writes the BM25 index (postings, document frequencies, corpus statistics) of the chunks the load listed in pgrag.bm25_backlog, in one pass (pgrag.chunks locked against writes meanwhile; work_mem raised to maintenance_work_mem, at most 1 GB, for its sort); then, when some of its chunks are outside the shared graph and it has no graph of its own, builds that graph (pgrag.isolate_tenant, with maintenance_work_mem raised for the build, at most 1 GB) or, when the tenant has no more than pgrag.exact_search_max_rows chunks (default 2000), puts them into the shared graph instead; returns the index it built (null when it built none). Safe to call at any time (no-op when nothing is left to do). Owner of pgrag.chunks only (42501); blocks writes to pgrag.chunks while it runs.';
 
 create or replace function pgrag.bulk_load_applies(tenant text)
 returns boolean

@@ -37,7 +37,8 @@ begin
               'vector_candidates', 'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
               'tenant_index_name', 'chunk_fts', 'identifier_terms', 'check_argument', 'check_length',
               'check_filters',
-              'check_query_embedding', 'text_search_config', 'bm25_apply', 'delete_documents',
+              'check_query_embedding', 'text_search_config', 'bm25_apply', 'bm25_write_sql',
+              'delete_documents',
               'text_search_config_allowed',
               -- text search (051-text-search.sql) and the query-embedding cache (050-*.sql)
               'embed_query', 'compute_query_embedding', 'cached_query_embedding',
@@ -47,7 +48,7 @@ begin
           ])
         order by 1
     loop
-        if f.proname in ('bm25_apply', 'delete_documents', 'text_search_config_allowed',
+        if f.proname in ('bm25_apply', 'bm25_write_sql', 'delete_documents', 'text_search_config_allowed',
                          'chunk_text', 'check_chunk_arguments', 'query_cache_get',
                          'query_cache_put', 'prune_query_cache', 'query_cache_max_entries') then
             -- writers only (the chunks triggers call bm25_apply and text_search_config_allowed
