@@ -122,12 +122,16 @@ def test_authenticated_reads_only_its_tenant_in_every_table(two_tenants: Loaded)
     db = two_tenants.db
     usage_and_search_log_rows(db)
     with connect(db) as admin:
-        # A queued resubmission per tenant: the document queue holds rows of both tenants too.
+        # A queued resubmission per tenant: the document queue holds rows of both tenants too;
+        # so does the BM25 backlog (a bulk load's unindexed chunks; an id no chunk has).
         for tenant in TENANTS:
             admin.execute(
                 "insert into pgrag.document_queue (tenant_id, document_id, source_type, content) "
                 "values (%s, %s, 'text', 'resubmitted text')",
                 (tenant, two_tenants.documents[tenant][0]),
+            )
+            admin.execute(
+                "insert into pgrag.bm25_backlog (tenant_id, chunk_id) values (%s, -1)", (tenant,)
             )
         admin.commit()
         everything = {t: tenants_in(admin, t) for t in tenant_tables(db, "authenticated")}
