@@ -88,12 +88,14 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_custom_plan
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
     v_tenant text := pgrag.current_tenant_id();
     v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 2000, true), 10);
+    -- The function's plan_cache_mode (see the body).
+    v_plans text := pg_catalog.current_setting('plan_cache_mode');
     v_exact_max bigint := coalesce(
         nullif(pg_catalog.current_setting('pgrag.exact_search_max_rows', true), '')::bigint, 2000);
     v_filtered boolean := metadata_filter is not null or source_types is not null
@@ -106,9 +108,6 @@ declare
     v_fetch integer;
     v_docs bigint[];
     v_walked boolean := false;
-    -- Plans for the statements below that need no constants (see the body).
-    v_plans text := case when pg_catalog.current_setting('citus.propagate_set_commands', true) is null
-                         then 'force_generic_plan' else 'force_custom_plan' end;
     v_old_ef text := pg_catalog.current_setting('hnsw.ef_search', true);
     v_old_iter text := pg_catalog.current_setting('hnsw.iterative_scan', true);
     v_old_sort text := pg_catalog.current_setting('enable_sort');
@@ -121,16 +120,15 @@ declare
     v_other text;
     v_sql text;
 begin
-    -- Plans. A statement whose plan must see a variable's value (the walk of a tenant's own
-    -- graph: the tenant matched to its index's predicate; the exact scan: the conditions that
-    -- hold for this caller) runs with a custom plan, planned at every call with the values
-    -- (the function's setting). Every other statement here plans to the same scans whatever
-    -- the values, so on one server it keeps a generic plan, made once per session: planning
-    -- them at every call cost more than running them. On Citus every statement keeps custom
-    -- plans (a generic plan with the tenant as a parameter would go to every shard:
-    -- sql/citus/002-function-settings.sql). Set locally: the function's own setting of
-    -- plan_cache_mode restores it on exit.
-    perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
+    -- Plans. The statements here plan to the same scans whatever the variables' values, so
+    -- they keep a generic plan, made once per session (the function's setting
+    -- force_generic_plan): planning them at every call cost more than running them. Two need
+    -- custom plans, planned at every call with the values, and say so locally (the function's
+    -- setting restores it on exit): the walk of a tenant's own graph (the tenant matched to
+    -- its index's predicate) and the exact scan (only the conditions that hold for this
+    -- caller). On Citus, sql/citus/002-function-settings.sql sets force_custom_plan instead
+    -- (a generic plan with the tenant as a parameter would go to every shard); v_plans holds
+    -- the function's setting.
     perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true),
             pgrag.check_query_embedding('query_embedding', query_embedding),
             pgrag.check_filters(document_ids, source_types, metadata_filter);
