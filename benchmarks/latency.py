@@ -18,7 +18,11 @@ Two layouts per size, each in its own database of a throwaway embedded cluster (
   (``pgrag.keyword_pruning = off``: every posting scored) and a check that both give identical
   rows and scores on every query; the vector arm (40 candidates) against plain HNSW queries
   (top 40, top 10); and the peers of ``benchmarks/beir.py`` (the Supabase guide's hybrid RRF,
-  ``ts_rank`` with OR semantics) in the same run.
+  ``ts_rank`` with OR semantics) in the same run. Then the vector arm and vector_search against
+  plain HNSW queries of the same graph again, called in turn for every query (interleaved, so
+  that a busy machine slows all alike; ``--vector-only`` runs these alone): with the tenant in
+  the shared graph, then in a graph of its own (``pgrag.isolate_tenant``, as ``pgrag ingest``
+  does for a tenant above ``pgrag.exact_search_max_rows``).
 * ``tenants``: the same chunks spread over 100 tenants (1 % each); vector_search called as one
   tenant: p50/p95, recall@10 against exact search and short results, for pgrag's default path
   (exact scan for small tenants), the HNSW iterative-scan path (forced with
@@ -26,6 +30,8 @@ Two layouts per size, each in its own database of a throwaway embedded cluster (
 
     .venv/bin/python benchmarks/latency.py                 # 10k and 100k, writes results JSON
     .venv/bin/python benchmarks/latency.py --sizes 10000 --queries 100
+    .venv/bin/python benchmarks/latency.py --sizes 100000 --layouts single --vector-only \
+        --out benchmarks/results/latency-vector.json
 """
 
 from __future__ import annotations
@@ -57,7 +63,8 @@ from pgrag.testing import drop_database, fresh_database, server  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-DATA = ROOT.parent / "shared" / "data" / "scifact"
+# ../shared beside the clone; PGRAG_SHARED_DIR overrides it (as for the tests).
+DATA = Path(os.environ.get("PGRAG_SHARED_DIR") or ROOT.parent / "shared") / "data" / "scifact"
 CACHE = Path(os.environ.get("PGRAG_BENCH_CACHE", Path(tempfile.gettempdir()) / "pgrag-bench"))
 RESULTS = ROOT / "benchmarks" / "results" / "latency.json"
 CHUNKS_PER_DOC = 10
@@ -173,9 +180,10 @@ def load(dsn: str, texts: list[str], vectors: np.ndarray, tenants: int) -> dict[
         t_copy = time.perf_counter() - t0
         conn.execute("set maintenance_work_mem = '1GB'")
         conn.execute("set max_parallel_maintenance_workers = 2")
+        # The shared graph as sql/incremental/012-bulk-loading.sql defines it.
         conn.execute(
-            "create index chunks_embedding_hnsw on pgrag.chunks"
-            " using hnsw (embedding vector_cosine_ops) where embedding is not null"
+            "create index chunks_embedding_hnsw on pgrag.chunks using hnsw"
+            " (embedding vector_cosine_ops) where embedding is not null and in_shared_graph"
         )
         conn.commit()
         t_index = time.perf_counter() - t0 - t_copy
@@ -294,6 +302,75 @@ def bench_single(
             )
         out["same_as_full_scan"] = same_as_full_scan(conn, queries, qvecs, k)
     print(f"    same as the full scan: {out['same_as_full_scan']}", flush=True)
+    return out
+
+
+PLAIN_HNSW_OWN = (
+    "select id from pgrag.chunks where embedding is not null and tenant_id = 't0'"
+    " order by embedding <=> %s limit {k}"
+)
+
+
+def bench_vector_interleaved(dsn: str, qvecs: np.ndarray, k: int) -> dict[str, Any]:
+    """The vector arm (40 candidates) and vector_search (k) against plain HNSW queries of the
+    same graph (top 40, top k), called as tenant t0 in turn for every query (each first as
+    often as the others), so that a busy machine slows all alike: first with t0 in the shared graph,
+    then with a graph of its own (pgrag.isolate_tenant, as pgrag ingest does for a tenant above
+    pgrag.exact_search_max_rows). The plain queries run at the default hnsw.ef_search (40);
+    the arm widens it for these graphs (twice match_count in the shared graph, 100 in an own
+    graph), so a plain query at the arm's ef_search is timed as well."""
+    arm = "select chunk_id from pgrag.vector_candidates(%s, 40)"
+    search = f"select chunk_id from public.vector_search(%s, {k})"
+    graphs: dict[str, dict[str, tuple[str, dict[str, str] | None]]] = {
+        "shared graph": {
+            "vector arm, 40 candidates": (arm, None),
+            "plain HNSW, top 40": (PLAIN_HNSW.format(k=40), None),
+            "plain HNSW, top 40, arm's ef_search": (
+                PLAIN_HNSW.format(k=40),
+                {"hnsw.ef_search": "80", "hnsw.iterative_scan": "relaxed_order"},
+            ),
+            "vector_search": (search, None),
+            f"plain HNSW, top {k}": (PLAIN_HNSW.format(k=k), None),
+        },
+        "own graph": {
+            "vector arm, 40 candidates": (arm, None),
+            "plain HNSW, top 40": (PLAIN_HNSW_OWN.format(k=40), None),
+            "plain HNSW, top 40, arm's ef_search": (
+                PLAIN_HNSW_OWN.format(k=40),
+                {"hnsw.ef_search": "100", "hnsw.iterative_scan": "relaxed_order"},
+            ),
+            "vector_search": (search, None),
+            f"plain HNSW, top {k}": (PLAIN_HNSW_OWN.format(k=k), None),
+        },
+    }
+    out: dict[str, Any] = {}
+    with connect(dsn) as conn:
+        for graph, calls in graphs.items():
+            if graph == "own graph":
+                conn.execute("set maintenance_work_mem = '1GB'")
+                conn.execute("select pgrag.isolate_tenant('t0')")
+                conn.commit()
+                conn.execute("analyze pgrag.chunks")
+                conn.commit()
+            names = list(calls)
+            for v in qvecs[:10]:  # warm-up
+                for query, settings in calls.values():
+                    timed(conn, "t0", query, (v,), settings)
+            ms: dict[str, list[float]] = {n: [] for n in names}
+            for j, v in enumerate(qvecs):
+                # Each call in turn goes first: the first walk of a query vector reads the
+                # graph's pages into shared buffers, the others find them there.
+                turn = j % len(names)
+                for n in names[turn:] + names[:turn]:
+                    query, settings = calls[n]
+                    ms[n].append(timed(conn, "t0", query, (v,), settings)[0])
+            out[graph] = {n: {**latency_summary(ms[n]), "queries": len(ms[n])} for n in names}
+            for n in names:
+                print(
+                    f"    {graph}: {n:36s} p50 {out[graph][n]['p50_ms']:7.2f} ms"
+                    f"  p95 {out[graph][n]['p95_ms']:7.2f} ms",
+                    flush=True,
+                )
     return out
 
 
@@ -416,6 +493,12 @@ def main() -> None:
         default=300,
         help="queries for the peers' rows (they take seconds each at 100k chunks)",
     )
+    parser.add_argument(
+        "--vector-only",
+        action="store_true",
+        help="single layout: only the vector arm and vector_search against plain HNSW,"
+        " interleaved, in the shared graph and in the tenant's own graph",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -451,9 +534,12 @@ def main() -> None:
                     dsn = fresh_database(admin, f"latency_single_{corpus}_{size}")
                     entry["load_single"] = load(dsn, s_texts, s_vecs, tenants=1)
                     print(f"  single tenant loaded: {entry['load_single']}", flush=True)
-                    entry["single_tenant"] = bench_single(
-                        dsn, queries, qvecs, 10, args.peer_queries
-                    )
+                    if not args.vector_only:
+                        entry["single_tenant"] = bench_single(
+                            dsn, queries, qvecs, 10, args.peer_queries
+                        )
+                    # Last: it gives the tenant a graph of its own.
+                    entry["vector_interleaved"] = bench_vector_interleaved(dsn, qvecs, 10)
                     drop_database(admin, dsn)
                 if corpus == "copies" and "tenants" in args.layouts:
                     dsn = fresh_database(admin, f"latency_tenants_{size}")
@@ -466,7 +552,26 @@ def main() -> None:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(result, indent=2) + "\n")
 
+    interleaved = {s: e for s, e in result["sizes"].items() if "vector_interleaved" in e}
+    for size, e in interleaved.items():
+        for graph, rows in e["vector_interleaved"].items():
+            for label, (a, b) in {
+                "vector arm / plain HNSW 40": ("vector arm, 40 candidates", "plain HNSW, top 40"),
+                "vector arm / plain HNSW 40 at the arm's ef_search": (
+                    "vector arm, 40 candidates",
+                    "plain HNSW, top 40, arm's ef_search",
+                ),
+                "vector_search / plain HNSW 10": ("vector_search", "plain HNSW, top 10"),
+            }.items():
+                print(
+                    f"{size} {graph}, interleaved: {label}:"
+                    f" p50 {rows[a]['p50_ms'] / rows[b]['p50_ms']:.2f}"
+                    f" p95 {rows[a]['p95_ms'] / rows[b]['p95_ms']:.2f}"
+                )
     singles = {s: e for s, e in result["sizes"].items() if "single_tenant" in e}
+    if not singles:
+        print(f"\nwrote {args.out}")
+        return
     print("\nfunction                        " + "".join(f"{s:>22}" for s in singles))
     names = [n for n in next(iter(singles.values()))["single_tenant"] if n != "same_as_full_scan"]
     for name in names:

@@ -49,6 +49,7 @@ TENANT = "t0"
 
 CALLS = {
     "vector_search": "select * from public.vector_search(%(e)s, 10)",
+    "vector arm, 40 candidates": "select * from pgrag.vector_candidates(%(e)s, 40)",
     "keyword_search": "select * from public.keyword_search(%(q)s, 10)",
     "hybrid_search": "select * from public.hybrid_search(%(q)s, %(e)s, 10)",
     "hybrid_search rrf": "select * from public.hybrid_search(%(q)s, %(e)s, 10, fusion => 'rrf')",

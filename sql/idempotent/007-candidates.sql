@@ -88,12 +88,14 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_custom_plan
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
     v_tenant text := pgrag.current_tenant_id();
     v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 2000, true), 10);
+    -- The function's plan_cache_mode (see the body).
+    v_plans text := pg_catalog.current_setting('plan_cache_mode');
     v_exact_max bigint := coalesce(
         nullif(pg_catalog.current_setting('pgrag.exact_search_max_rows', true), '')::bigint, 2000);
     v_filtered boolean := metadata_filter is not null or source_types is not null
@@ -102,6 +104,10 @@ declare
     v_ids bigint[];
     v_dists double precision[];
     v_exact boolean;
+    v_count bigint;
+    v_fetch integer;
+    v_docs bigint[];
+    v_walked boolean := false;
     v_old_ef text := pg_catalog.current_setting('hnsw.ef_search', true);
     v_old_iter text := pg_catalog.current_setting('hnsw.iterative_scan', true);
     v_old_sort text := pg_catalog.current_setting('enable_sort');
@@ -114,9 +120,18 @@ declare
     v_other text;
     v_sql text;
 begin
-    perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true);
-    perform pgrag.check_query_embedding('query_embedding', query_embedding);
-    perform pgrag.check_filters(document_ids, source_types, metadata_filter);
+    -- Plans. The statements here plan to the same scans whatever the variables' values, so
+    -- they keep a generic plan, made once per session (the function's setting
+    -- force_generic_plan): planning them at every call cost more than running them. Two need
+    -- custom plans, planned at every call with the values, and say so locally (the function's
+    -- setting restores it on exit): the walk of a tenant's own graph (the tenant matched to
+    -- its index's predicate) and the exact scan (only the conditions that hold for this
+    -- caller). On Citus, sql/citus/002-function-settings.sql sets force_custom_plan instead
+    -- (a generic plan with the tenant as a parameter would go to every shard); v_plans holds
+    -- the function's setting.
+    perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true),
+            pgrag.check_query_embedding('query_embedding', query_embedding),
+            pgrag.check_filters(document_ids, source_types, metadata_filter);
     if query_embedding is null or v_k = 0 then
         return;
     end if;
@@ -133,8 +148,11 @@ begin
     end if;
     -- Exact search when the rows the caller may see are few: a document-id filter, or a tenant
     -- small enough that scanning it costs less than an HNSW walk that filters most rows away.
-    v_exact := document_ids is not null
-        or (v_tenant is not null and pgrag.tenant_chunk_count(v_tenant) <= v_exact_max);
+    -- (The tenant's size is read once: the share below uses it too.)
+    if document_ids is null and v_tenant is not null then
+        v_count := pgrag.tenant_chunk_count(v_tenant);
+    end if;
+    v_exact := document_ids is not null or coalesce(v_count <= v_exact_max, false);
     -- A tenant isolated by pgrag.isolate_tenant has an HNSW graph of its own chunks alone.
     v_own_index := not v_exact and v_tenant is not null
         and pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_tenant))) is not null;
@@ -165,7 +183,7 @@ begin
         if v_own_index or v_public then
             v_share := 1;
         elsif v_tenant is not null then
-            select pgrag.tenant_chunk_count(v_tenant) / greatest(c.reltuples, 1)
+            select v_count / greatest(c.reltuples, 1)
             into v_share
             from pg_catalog.pg_class as c
             where c.oid = 'pgrag.chunks'::regclass;
@@ -219,6 +237,57 @@ begin
                             where not c.in_shared_graph and c.tenant_id > v_other);
             end loop;
         end if;
+        v_fetch := case when v_scoped and not v_clean then greatest(4 * v_k, 40) else v_k end;
+        -- A tenant's walk without filters, in two plain statements (as cheap to plan and run as
+        -- a plain HNSW query): the walk over the chunks alone, then whether every document it
+        -- reached is ready. When they all are, the walk with the documents joined (below)
+        -- returns the very same rows (the same index scan, no row dropped before the limit), so
+        -- it is not run; otherwise it is.
+        if v_tenant is not null and not v_filtered then
+            if v_own_index then
+                -- A custom plan: the tenant a constant, matched to its own index's predicate.
+                perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+                select (pg_catalog.array_agg(w.tenant_id order by w.distance, w.chunk_id))[1 : v_k],
+                       (pg_catalog.array_agg(w.chunk_id order by w.distance, w.chunk_id))[1 : v_k],
+                       (pg_catalog.array_agg(w.distance order by w.distance, w.chunk_id))[1 : v_k],
+                       pg_catalog.array_agg(distinct w.document_id)
+                into v_tenants, v_ids, v_dists, v_docs
+                from (
+                    select c.tenant_id, c.id as chunk_id, c.document_id,
+                           c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                    from pgrag.chunks as c
+                    where c.embedding is not null
+                      and c.tenant_id = v_tenant
+                    order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+                    limit v_fetch
+                ) as w;
+                perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
+            else
+                -- The shared graph's predicate holds no variable: a generic plan walks it too.
+                select (pg_catalog.array_agg(w.tenant_id order by w.distance, w.chunk_id))[1 : v_k],
+                       (pg_catalog.array_agg(w.chunk_id order by w.distance, w.chunk_id))[1 : v_k],
+                       (pg_catalog.array_agg(w.distance order by w.distance, w.chunk_id))[1 : v_k],
+                       pg_catalog.array_agg(distinct w.document_id)
+                into v_tenants, v_ids, v_dists, v_docs
+                from (
+                    select c.tenant_id, c.id as chunk_id, c.document_id,
+                           c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                    from pgrag.chunks as c
+                    where c.embedding is not null
+                      and c.in_shared_graph
+                      and c.tenant_id = v_tenant
+                    order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+                    limit v_fetch
+                ) as w;
+            end if;
+            v_walked := coalesce(pg_catalog.cardinality(v_docs), 0) = (
+                select pg_catalog.count(*)
+                from pgrag.documents as d
+                where d.tenant_id = v_tenant and d.id = any (v_docs)
+                  and pgrag.searchable(d.status, d.id, d.metadata, null, d.source_type,
+                                       d.created_at));
+        end if;
+        if not v_walked then
         -- One subquery per walk; a row two walks find (a tenant's row from before it was
         -- isolated is in both graphs) counts once.
         select pg_catalog.format($q$
@@ -247,7 +316,8 @@ begin
         execute v_sql
         into v_tenants, v_ids, v_dists
         using v_k, query_embedding, metadata_filter, source_types, created_after,
-              created_before, case when v_scoped and not v_clean then greatest(4 * v_k, 40) else v_k end;
+              created_before, v_fetch;
+        end if;
         perform pg_catalog.set_config('enable_sort', v_old_sort, true);
         perform pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
         perform pg_catalog.set_config('hnsw.iterative_scan', coalesce(v_old_iter, 'off'), true);
@@ -257,6 +327,7 @@ begin
     end if;
 
     if v_exact then
+        perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
         select pg_catalog.array_agg(h.tenant_id order by h.distance, h.chunk_id),
                pg_catalog.array_agg(h.chunk_id order by h.distance, h.chunk_id),
                pg_catalog.array_agg(h.distance order by h.distance, h.chunk_id)
