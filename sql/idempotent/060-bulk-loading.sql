@@ -109,14 +109,6 @@ begin
         raise exception 'tenant must be a non-blank tenant id'
             using errcode = '22023';
     end if;
-    -- Builds indexes (the BM25 postings below, CREATE INDEX after): the owner of pgrag.chunks.
-    if not pg_catalog.pg_has_role(
-            (select c.relowner from pg_catalog.pg_class as c
-             where c.oid = 'pgrag.chunks'::pg_catalog.regclass), 'USAGE') then
-        raise exception 'pgrag.finish_bulk_load: only the owner of pgrag.chunks may finish a bulk load'
-            using errcode = '42501',
-                  hint = 'connect as the role that ran pgrag migrate.';
-    end if;
     -- The BM25 index of the load's chunks (pgrag.bm25_backlog), written in one pass: every
     -- posting of the tenant's words in key order, so each leaf page of the postings index is
     -- written once rather than once per batch. No chunk of the tenant changes meanwhile.
@@ -166,7 +158,7 @@ begin
 end
 $$;
 comment on function pgrag.finish_bulk_load(text) is
-'Ends a bulk load of tenant: first writes the BM25 index (postings, document frequencies, corpus statistics) of the chunks the load listed in pgrag.bm25_backlog, in one pass (pgrag.chunks locked against writes meanwhile; work_mem raised to maintenance_work_mem, at most 1 GB, for its sort); then, when some of its chunks are outside the shared graph and it has no graph of its own, builds that graph (pgrag.isolate_tenant, with maintenance_work_mem raised for the build, at most 1 GB) or, when the tenant has no more than pgrag.exact_search_max_rows chunks (default 2000), puts them into the shared graph instead; returns the index it built (null when it built none). Safe to call at any time (no-op when nothing is left to do). Owner of pgrag.chunks only (42501); blocks writes to pgrag.chunks while it runs.';
+'Ends a bulk load of tenant: first writes the BM25 index (postings, document frequencies, corpus statistics) of the chunks the load listed in pgrag.bm25_backlog, in one pass (pgrag.chunks locked against writes meanwhile; work_mem raised to maintenance_work_mem, at most 1 GB, for its sort); then, when some of its chunks are outside the shared graph and it has no graph of its own, builds that graph (pgrag.isolate_tenant, with maintenance_work_mem raised for the build, at most 1 GB) or, when the tenant has no more than pgrag.exact_search_max_rows chunks (default 2000), puts them into the shared graph instead; returns the index it built (null when it built none). Safe to call at any time (no-op when nothing is left to do). Owner of pgrag.chunks only (no API role may execute it: 42501); blocks writes to pgrag.chunks while it runs.';
 
 create or replace function pgrag.bulk_load_applies(tenant text)
 returns boolean
