@@ -141,9 +141,10 @@ def load(
         timings["copy_s"] = time.perf_counter() - started
         conn.commit()
         started = time.perf_counter()
+        # The shared graph as sql/incremental/012-bulk-loading.sql defines it.
         conn.execute(
-            "create index chunks_embedding_hnsw on pgrag.chunks "
-            "using hnsw (embedding vector_cosine_ops) where embedding is not null"
+            "create index chunks_embedding_hnsw on pgrag.chunks using hnsw"
+            " (embedding vector_cosine_ops) where embedding is not null and in_shared_graph"
         )
         conn.commit()
         timings["hnsw_build_s"] = time.perf_counter() - started
