@@ -331,6 +331,45 @@ def test_documents_not_ready_are_never_searched(
     assert draft not in ids_of(rows)
 
 
+@pytest.mark.parametrize("threshold", ["0", "100000"], ids=["hnsw", "exact"])
+def test_the_vector_arm_skips_a_document_not_ready_that_its_walk_reaches_first(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], threshold: str
+) -> None:
+    # The draft's own embedding: the graph walk reaches the draft first, the readiness check
+    # (documents_not_ready) sees it, and the walk with the documents joined runs instead.
+    (draft_embedding,) = conn.execute(
+        "select embedding from pgrag.chunks where id = %s", (seeded["Draft"][0],)
+    ).fetchone() or (None,)
+    with conn.transaction():
+        set_request_tenant(conn, TENANT)
+        conn.execute("select set_config('pgrag.exact_search_max_rows', %s, true)", (threshold,))
+        rows = conn.execute(
+            "select chunk_id from public.vector_search(%s, 3)", (draft_embedding,)
+        ).fetchall()
+    assert len(rows) == 3
+    assert seeded["Draft"][0] not in [r[0] for r in rows]
+
+
+def test_chunk_embeddings_are_stored_in_the_row(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any]
+) -> None:
+    # Each candidate's distance reads its embedding: in the row, not through TOAST
+    # (incremental 015), even for a chunk long enough that its text goes out of line.
+    chunk = seeded["Cooking"][0]
+    conn.execute(
+        "update pgrag.chunks set content ="
+        " (select string_agg(md5(g::text), ' ') from generate_series(1, 40) as g) where id = %s",
+        (chunk,),
+    )
+    (embedding_toasted, content_toasted) = conn.execute(
+        "select pg_column_toast_chunk_id(embedding) is not null,"
+        " pg_column_toast_chunk_id(content) is not null from pgrag.chunks where id = %s",
+        (chunk,),
+    ).fetchone() or (None, None)
+    conn.rollback()
+    assert (embedding_toasted, content_toasted) == (False, True)
+
+
 # -- filters --------------------------------------------------------------------------------------
 
 

@@ -250,7 +250,7 @@ begin
                 select (pg_catalog.array_agg(w.tenant_id order by w.distance, w.chunk_id))[1 : v_k],
                        (pg_catalog.array_agg(w.chunk_id order by w.distance, w.chunk_id))[1 : v_k],
                        (pg_catalog.array_agg(w.distance order by w.distance, w.chunk_id))[1 : v_k],
-                       pg_catalog.array_agg(distinct w.document_id)
+                       pg_catalog.array_agg(w.document_id)
                 into v_tenants, v_ids, v_dists, v_docs
                 from (
                     select c.tenant_id, c.id as chunk_id, c.document_id,
@@ -267,7 +267,7 @@ begin
                 select (pg_catalog.array_agg(w.tenant_id order by w.distance, w.chunk_id))[1 : v_k],
                        (pg_catalog.array_agg(w.chunk_id order by w.distance, w.chunk_id))[1 : v_k],
                        (pg_catalog.array_agg(w.distance order by w.distance, w.chunk_id))[1 : v_k],
-                       pg_catalog.array_agg(distinct w.document_id)
+                       pg_catalog.array_agg(w.document_id)
                 into v_tenants, v_ids, v_dists, v_docs
                 from (
                     select c.tenant_id, c.id as chunk_id, c.document_id,
@@ -280,12 +280,16 @@ begin
                     limit v_fetch
                 ) as w;
             end if;
-            v_walked := coalesce(pg_catalog.cardinality(v_docs), 0) = (
-                select pg_catalog.count(*)
+            -- Without filters a document is searchable when it is ready (pgrag.searchable), and
+            -- every chunk's document exists: so when none reached is not ready, all are ready.
+            -- The condition is documents_not_ready's predicate (incremental 015), an index that
+            -- holds only the documents being ingested or failed: a few probes, usually of an
+            -- empty index, rather than one per document reached.
+            v_walked := not exists (
+                select 1
                 from pgrag.documents as d
                 where d.tenant_id = v_tenant and d.id = any (v_docs)
-                  and pgrag.searchable(d.status, d.id, d.metadata, null, d.source_type,
-                                       d.created_at));
+                  and d.status <> 'ready');
         end if;
         if not v_walked then
         -- One subquery per walk; a row two walks find (a tenant's row from before it was

@@ -122,6 +122,14 @@ begin
     execute pg_catalog.format(
         'alter table pgrag.chunks add column embedding_next @extschema:vector@.vector(%s)',
         reembed_start.dims);
+    -- Kept in the row, as the column it replaces (incremental 015: the vector arm reads each
+    -- candidate's embedding; pgvector's own default would move it to the TOAST table). Citus
+    -- refuses SET STORAGE on a distributed table: there the column keeps pgvector's default.
+    begin
+        alter table pgrag.chunks alter column embedding_next set storage main;
+    exception when feature_not_supported then
+        null;
+    end;
     comment on column pgrag.chunks.embedding_next is
     'Embedding of the running re-embed''s model (pgrag.reembeds), filled by its switch; not read by searches.';
     delete from pgrag.chunk_embeddings_next;
