@@ -15,6 +15,11 @@ re-used with variations, real MiniLM vectors plus noise, binary COPY, HNSW built
 
     .venv/bin/python benchmarks/sql_ab.py                       # main against this checkout
     .venv/bin/python benchmarks/sql_ab.py --base main --size 10000 --queries 100
+
+A change to how rows are stored (incremental 015's storage of embeddings) takes effect only
+for rows written after it: ``--rewrite`` rewrites ``pgrag.chunks`` in both databases after B's
+migration (``VACUUM FULL``), so B's rows take the new layout; each database then has an HNSW
+graph of its own build, and vector results may differ in a few rows.
 """
 
 from __future__ import annotations
@@ -103,6 +108,13 @@ def main() -> None:
     parser.add_argument(
         "--admin-dsn", help="superuser DSN of a server with pgvector (default: embedded)"
     )
+    parser.add_argument(
+        "--rewrite",
+        action="store_true",
+        help="rewrite pgrag.chunks in both databases after B's migration (VACUUM FULL, as"
+        " docs/install.md advises after a storage change such as incremental 015): each"
+        " rebuilds its HNSW graph, so vector results may differ slightly",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -139,6 +151,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "versions": versions,
         "size": args.size,
+        "rewrite": args.rewrite,
         "queries": len(queries),
         "functions": {},
     }
@@ -153,6 +166,13 @@ def main() -> None:
             print(f"  A loaded: {load(dsns['A'], s_texts, s_vecs, tenants=1)}", flush=True)
             dsns["B"] = create_database(admin, "sql_ab_b", template="sql_ab_a")
             print(f"  B migrated: {Migrator(dsns['B']).migrate().applied}", flush=True)
+            if args.rewrite:
+                for dsn in dsns.values():
+                    with connect(dsn, autocommit=True) as conn:
+                        conn.execute("set maintenance_work_mem = '1GB'")
+                        conn.execute("set max_parallel_maintenance_workers = 2")
+                        conn.execute("vacuum (full, analyze) pgrag.chunks")
+                print("  pgrag.chunks rewritten in A and B", flush=True)
             conns = {name: connect(dsn) for name, dsn in dsns.items()}
             with conns["A"] as a, conns["B"] as b:
                 ids = [
