@@ -340,6 +340,22 @@ def test_isolate_tenants_gives_every_tenant_above_the_threshold_its_own_graph_on
     assert conn.execute("select to_regclass(%s)", (f"pgrag.{name}",)).fetchone() == (None,)
 
 
+def test_isolate_tenant_builds_the_graph_in_memory_whatever_the_session_allows(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # pgvector builds several times slower once its graph outgrows maintenance_work_mem (it
+    # says so in a notice); isolate_tenant raises it for the build and restores it after.
+    add_document(conn, "big", unit(np.random.default_rng(4).normal(0, 1, (2000, DIMS))), public=False)
+    conn.commit()
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute("set maintenance_work_mem = '1MB'")
+    conn.execute("select pgrag.isolate_tenant('big')")
+    assert conn.execute("show maintenance_work_mem").fetchone() == ("1MB",)
+    conn.commit()
+    assert not [n for n in notices if "maintenance_work_mem" in n]
+
+
 @pytest.mark.parametrize("role", ["anon", "authenticated"])
 def test_api_roles_cannot_isolate_a_tenant(db: str, pg_admin_dsn: str, role: str) -> None:
     ensure_authenticator(pg_admin_dsn)

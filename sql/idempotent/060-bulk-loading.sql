@@ -103,7 +103,6 @@ as $$
 declare
     v_index regclass;
     v_rows bigint;
-    v_mem bigint;
 begin
     if tenant is null or tenant operator(pg_catalog.~) '^[[:space:]]*$' then
         raise exception 'tenant must be a non-blank tenant id'
@@ -147,18 +146,12 @@ begin
          where c.tenant_id = tenant and not c.in_shared_graph;
         return null;
     end if;
-    -- One graph build over the tenant's rows: enough memory for it to fit (pgvector builds
-    -- several times faster in memory), never less than the session has, at most 1 GB.
-    v_mem := least(greatest(
-        pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
-        v_rows * ((select e.dims from pgrag.embedding_config as e) * 4 + 1024)),
-        1073741824);
-    perform pg_catalog.set_config('maintenance_work_mem', (v_mem / 1024)::text || 'kB', true);
+    -- One graph build over the tenant's rows (pgrag.isolate_tenant gives it the memory to fit).
     return pgrag.isolate_tenant(tenant);
 end
 $$;
 comment on function pgrag.finish_bulk_load(text) is
-'Ends a bulk load of tenant: first writes the BM25 index (postings, document frequencies, corpus statistics) of the chunks the load listed in pgrag.bm25_backlog, in one pass (pgrag.chunks locked against writes meanwhile; work_mem raised to maintenance_work_mem, at most 1 GB, for its sort); then, when some of its chunks are outside the shared graph and it has no graph of its own, builds that graph (pgrag.isolate_tenant, with maintenance_work_mem raised for the build, at most 1 GB) or, when the tenant has no more than pgrag.exact_search_max_rows chunks (default 2000), puts them into the shared graph instead; returns the index it built (null when it built none). Safe to call at any time (no-op when nothing is left to do). Owner of pgrag.chunks only (no API role may execute it: 42501); blocks writes to pgrag.chunks while it runs.';
+'Ends a bulk load of tenant: first writes the BM25 index (postings, document frequencies, corpus statistics) of the chunks the load listed in pgrag.bm25_backlog, in one pass (pgrag.chunks locked against writes meanwhile; work_mem raised to maintenance_work_mem, at most 1 GB, for its sort); then, when some of its chunks are outside the shared graph and it has no graph of its own, builds that graph (pgrag.isolate_tenant, which raises maintenance_work_mem for the build, at most 1 GB) or, when the tenant has no more than pgrag.exact_search_max_rows chunks (default 2000), puts them into the shared graph instead; returns the index it built (null when it built none). Safe to call at any time (no-op when nothing is left to do). Owner of pgrag.chunks only (no API role may execute it: 42501); blocks writes to pgrag.chunks while it runs.';
 
 create or replace function pgrag.bulk_load_applies(tenant text)
 returns boolean
