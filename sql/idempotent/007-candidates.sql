@@ -430,6 +430,7 @@ declare
     v_cand bigint[];
     v_part double precision[];
     v_seen bigint[];
+    v_cut double precision;
     v_old_merge text := pg_catalog.current_setting('enable_mergejoin');
 begin
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
@@ -504,12 +505,12 @@ begin
     v_c2 := v_k1 * v_b / v_avgdl;
     v_m := pg_catalog.cardinality(v_lex);
     -- Pruned evaluation (exact; docs/benchmarks.md "Exact BM25 that reads fewer postings"): for
-    -- one tenant's search without filters or phrases (a phrase check drops ranked chunks, and a
-    -- walk that runs out of the pruned top k pays for the full scan as well), over enough
-    -- postings to be worth it. The setting
+    -- one tenant's search without filters, over enough postings to be worth it. Phrases and
+    -- exclusions drop ranked chunks in the walk: for them the pruned evaluation hands the walk
+    -- every candidate it has proved in rank order (step 5), not only the top k. The setting
     -- pgrag.keyword_pruning: auto (default: 20,000 postings or more), on (always), off (never).
     -- Same results either way.
-    v_prune := v_tenant is not null and v_m >= 2 and v_pos is null
+    v_prune := v_tenant is not null and v_m >= 2
         and document_ids is null and metadata_filter is null and source_types is null
         and created_after is null and created_before is null
         and case coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto')
@@ -602,10 +603,12 @@ begin
             group by p.chunk_id
             having (pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) + v_bound) * (1 + 1e-9) >= v_theta
         ) as r;
-        -- 4. A higher theta: the v_k best of them by partial score, scored in full (probes).
+        -- 4. A higher theta: the 4 v_k best of them by partial score, scored in full (probes),
+        --    their v_k-th best score (the other lexemes often add much to a chunk's partial
+        --    score: more than the v_k best partial scores come closer to the real k-th best).
         --    Then only candidates that can still reach it.
         if pg_catalog.cardinality(v_cand) > 4 * v_k then
-            select greatest(v_theta, pg_catalog.min(r.score)) into v_theta
+            select greatest(v_theta, r.score) into v_theta
             from (
                 select b.part + coalesce((
                            select pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len))
@@ -614,8 +617,11 @@ begin
                              on p.tenant_id = v_tenant and p.lexeme = t.lexeme and p.chunk_id = b.chunk_id), 0) as score
                 from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as b(chunk_id, part)
                 order by b.part desc, b.chunk_id
-                limit v_k
-            ) as r;
+                limit 4 * v_k
+            ) as r
+            order by r.score desc
+            offset v_k - 1
+            limit 1;
             select pg_catalog.array_agg(b.chunk_id order by b.chunk_id), pg_catalog.array_agg(b.part order by b.chunk_id)
             into v_cand, v_part
             from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as b(chunk_id, part)
@@ -624,7 +630,11 @@ begin
         -- 5. Their full scores: the other lexemes' postings of these chunks, by primary-key
         --    probes when few (about 12 postings read in order cost one probe), else by one hash
         --    join over those lexemes' postings. The exact top v_k: every chunk left out scores
-        --    below theta, at most the k-th best.
+        --    below theta, at most the k-th best. With phrases or exclusions, whose check in the
+        --    walk may drop some of these, every candidate scoring v_cut or more instead (at most
+        --    v_limit): every chunk left out scores below theta / (1 + 1e-9), rounded below
+        --    v_cut, so these are the start of the full ranking, whatever the walk drops.
+        v_cut := case when v_pos is not null or v_neg is not null then v_theta / (1 + 1e-9) + 1e-9 end;
         if coalesce(pg_catalog.cardinality(v_cand), 0) * pg_catalog.cardinality(v_nlex) * 12
            <= (select pg_catalog.sum(l.df) from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_df)) as l(lexeme, df)
                where l.lexeme = any (v_nlex)) then
@@ -643,8 +653,9 @@ begin
                     group by p.chunk_id
                 ) as o on o.chunk_id = c.chunk_id
                 order by 2 desc, 1
-                limit v_k
-            ) as r;
+                limit case when v_cut is null then v_k else v_limit end
+            ) as r
+            where v_cut is null or r.score >= v_cut;
         else
             -- A hash join on the candidates (chunk_id + 0: no probe per candidate; no merge join,
             -- which sorts every posting of these lexemes).
@@ -664,8 +675,9 @@ begin
                     group by p.chunk_id
                 ) as o on o.chunk_id = c.chunk_id
                 order by 2 desc, 1
-                limit v_k
-            ) as r;
+                limit case when v_cut is null then v_k else v_limit end
+            ) as r
+            where v_cut is null or r.score >= v_cut;
             perform pg_catalog.set_config('enable_mergejoin', v_old_merge, true);
         end if;
         -- The walk below takes these; should it need more (rows of documents not ready,
@@ -725,11 +737,15 @@ begin
             v_batch := v_batch * 4;
         end loop;
         exit when v_found >= v_k or not v_more;
-        v_limit := 2147483646;
+        -- More of the full ranking: all of it, or after the pruned evaluation its start again
+        -- (v_limit more rows than the walk has seen).
         if v_prune then
+            v_limit := v_limit + greatest(4 * v_k, 200);
             v_seen := v_ids;
             v_prune := false;
             v_off := 0;
+        else
+            v_limit := 2147483646;
         end if;
     end loop;
 end
