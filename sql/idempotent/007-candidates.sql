@@ -431,6 +431,7 @@ declare
     v_part double precision[];
     v_seen bigint[];
     v_cut double precision;
+    v_mode text := coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto');
     v_old_merge text := pg_catalog.current_setting('enable_mergejoin');
 begin
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
@@ -508,12 +509,13 @@ begin
     -- one tenant's search without filters, over enough postings to be worth it. Phrases and
     -- exclusions drop ranked chunks in the walk: for them the pruned evaluation hands the walk
     -- every candidate it has proved in rank order (step 5), not only the top k. The setting
-    -- pgrag.keyword_pruning: auto (default: 20,000 postings or more), on (always), off (never).
-    -- Same results either way.
+    -- pgrag.keyword_pruning: auto (default: 20,000 postings or more, and step 2's estimate of
+    -- its cost), on (whenever the bounds leave a lexeme out), off (never). Same results either
+    -- way.
     v_prune := v_tenant is not null and v_m >= 2
         and document_ids is null and metadata_filter is null and source_types is null
         and created_after is null and created_before is null
-        and case coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto')
+        and case v_mode
                  when 'off' then false
                  when 'on' then true
                  else (select pg_catalog.sum(x) from pg_catalog.unnest(v_df) as x) >= 20000 end;
@@ -577,14 +579,23 @@ begin
                pg_catalog.array_agg(u.lexeme order by u.i) filter (where u.skip),
                pg_catalog.array_agg(u.idf order by u.i) filter (where u.skip),
                pg_catalog.sum(u.df) filter (where not u.skip) <= 0.5 * pg_catalog.sum(u.df)
+               and coalesce(pg_catalog.sum(u.df) filter (where not u.skip and u.idf / (1 + v_k1) >= v_theta - v_bound), 0)
+                   <= 0.1 * pg_catalog.sum(u.df)
         into v_elex, v_eidf, v_nlex, v_nidf, v_prune
         from (
             select l.lexeme, l.idf, l.df, l.i, coalesce(l.i = any (v_nidx), false) as skip
             from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf), pg_catalog.unnest(v_df))
                  with ordinality as l(lexeme, idf, df, i)
         ) as u;
-        -- Worth it only when the essential lexemes hold at most half the postings.
-        v_prune := coalesce(v_prune, false) and v_nlex is not null;
+        -- Worth it only when the essential lexemes hold at most half the postings, and when few
+        -- of their chunks stay candidates (step 3): a chunk holding an essential lexeme once, at
+        -- the average length, has the partial score idf / (1 + k1); where that reaches the gap
+        -- theta - v_bound, most of that lexeme's chunks stay, and when those hold more than a
+        -- tenth of the postings the candidates are too many: completing their scores (step 5)
+        -- costs about what the full scan does, so steps 3 to 5 would cost more than it (measured
+        -- on the mixed corpus of benchmarks/latency.py; docs/benchmarks.md). Setting on skips
+        -- both checks (tests compare the pruned and full rankings on small corpora).
+        v_prune := (coalesce(v_prune, false) or v_mode = 'on') and v_nlex is not null;
         if v_prune then
             raise debug 'pgrag.keyword_candidates: pruned evaluation, % of % lexemes essential',
                 pg_catalog.cardinality(v_elex), v_m;
