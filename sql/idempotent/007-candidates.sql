@@ -432,7 +432,9 @@ declare
     v_seen bigint[];
     v_cut double precision;
     v_mode text := coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto');
-    v_old_merge text := pg_catalog.current_setting('enable_mergejoin');
+    v_order integer[];
+    v_i integer;
+    v_rest double precision;
 begin
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
     perform pgrag.check_filters(document_ids, source_types, metadata_filter);
@@ -638,59 +640,44 @@ begin
             from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as b(chunk_id, part)
             where (b.part + v_bound) * (1 + 1e-9) >= v_theta;
         end if;
-        -- 5. Their full scores: the other lexemes' postings of these chunks, by primary-key
-        --    probes when few (about 12 postings read in order cost one probe), else by one hash
-        --    join over those lexemes' postings. The exact top v_k: every chunk left out scores
-        --    below theta, at most the k-th best. With phrases or exclusions, whose check in the
-        --    walk may drop some of these, every candidate scoring v_cut or more instead (at most
-        --    v_limit): every chunk left out scores below theta / (1 + 1e-9), rounded below
-        --    v_cut, so these are the start of the full ranking, whatever the walk drops.
+        -- 5. Their full scores, MaxScore's way: the other lexemes one at a time, largest bound
+        --    first, each by one index scan over the candidates left (primary-key probes in
+        --    chunk_id order); after each, only the candidates whose score so far plus the bounds
+        --    of the lexemes still to add can reach theta stay (a chunk lacking a lexeme of large
+        --    bound seldom does). Then the exact top v_k: every chunk left out scores below theta,
+        --    at most the k-th best. With phrases or exclusions, whose check in the walk may drop
+        --    some of these, every candidate scoring v_cut or more instead (at most v_limit):
+        --    every chunk left out scores below theta / (1 + 1e-9), rounded below v_cut, so these
+        --    are the start of the full ranking, whatever the walk drops.
         v_cut := case when v_pos is not null or v_neg is not null then v_theta / (1 + 1e-9) + 1e-9 end;
-        if coalesce(pg_catalog.cardinality(v_cand), 0) * pg_catalog.cardinality(v_nlex) * 12
-           <= (select pg_catalog.sum(l.df) from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_df)) as l(lexeme, df)
-               where l.lexeme = any (v_nlex)) then
-            select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
-                   pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
-                   pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
-            into v_tids, v_ids, v_scores
-            from (
-                select c.chunk_id, pg_catalog.round((c.part + coalesce(o.rest, 0)) * 1e9::double precision) / 1e9::double precision as score
-                from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
-                left join (
-                    select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as rest
-                    from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
-                    join pgrag.bm25_postings as p
-                      on p.tenant_id = v_tenant and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
-                    group by p.chunk_id
-                ) as o on o.chunk_id = c.chunk_id
-                order by 2 desc, 1
-                limit case when v_cut is null then v_k else v_limit end
-            ) as r
-            where v_cut is null or r.score >= v_cut;
-        else
-            -- A hash join on the candidates (chunk_id + 0: no probe per candidate; no merge join,
-            -- which sorts every posting of these lexemes).
-            perform pg_catalog.set_config('enable_mergejoin', 'off', true);
-            select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
-                   pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
-                   pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
-            into v_tids, v_ids, v_scores
-            from (
-                select c.chunk_id, pg_catalog.round((c.part + coalesce(o.rest, 0)) * 1e9::double precision) / 1e9::double precision as score
-                from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
-                left join (
-                    select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as rest
-                    from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
-                    join pgrag.bm25_postings as p on p.tenant_id = v_tenant and p.lexeme = t.lexeme
-                    join pg_catalog.unnest(v_cand) as h(chunk_id) on h.chunk_id = p.chunk_id operator(pg_catalog.+) 0
-                    group by p.chunk_id
-                ) as o on o.chunk_id = c.chunk_id
-                order by 2 desc, 1
-                limit case when v_cut is null then v_k else v_limit end
-            ) as r
-            where v_cut is null or r.score >= v_cut;
-            perform pg_catalog.set_config('enable_mergejoin', v_old_merge, true);
-        end if;
+        select pg_catalog.array_agg(u.i::integer order by v_ub[u.i::integer] desc, u.i) into v_order
+        from pg_catalog.unnest(v_nidx) as u(i);
+        for v_i in 1 .. pg_catalog.cardinality(v_order) loop
+            exit when coalesce(pg_catalog.cardinality(v_cand), 0) = 0;
+            select coalesce(pg_catalog.sum(v_ub[x.i]), 0) into v_rest
+            from pg_catalog.unnest(v_order[v_i + 1 :]) as x(i);
+            select pg_catalog.array_agg(c.chunk_id order by c.chunk_id),
+                   pg_catalog.array_agg(c.part + coalesce(o.s, 0) order by c.chunk_id)
+            into v_cand, v_part
+            from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
+            left join (
+                select p.chunk_id, v_idf[v_order[v_i]] * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len) as s
+                from pgrag.bm25_postings as p
+                where p.tenant_id = v_tenant and p.lexeme = v_lex[v_order[v_i]] and p.chunk_id = any (v_cand)
+            ) as o on o.chunk_id = c.chunk_id
+            where (c.part + coalesce(o.s, 0) + v_rest) * (1 + 1e-9) >= v_theta;
+        end loop;
+        select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
+               pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
+               pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
+        into v_tids, v_ids, v_scores
+        from (
+            select c.chunk_id, pg_catalog.round(c.part * 1e9::double precision) / 1e9::double precision as score
+            from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
+            order by 2 desc, 1
+            limit case when v_cut is null then v_k else v_limit end
+        ) as r
+        where v_cut is null or r.score >= v_cut;
         -- The walk below takes these; should it need more (rows of documents not ready,
         -- exclusions), the full ranking follows, without the chunks already walked.
         v_limit := coalesce(pg_catalog.cardinality(v_ids), 0);
