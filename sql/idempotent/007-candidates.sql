@@ -582,7 +582,7 @@ begin
                pg_catalog.array_agg(u.idf order by u.i) filter (where u.skip),
                pg_catalog.sum(u.df) filter (where not u.skip) <= 0.5 * pg_catalog.sum(u.df)
                and coalesce(pg_catalog.sum(u.df) filter (where not u.skip and u.idf / (1 + v_k1) >= v_theta - v_bound), 0)
-                   <= 0.1 * pg_catalog.sum(u.df)
+                   <= 0.25 * pg_catalog.sum(u.df)
         into v_elex, v_eidf, v_nlex, v_nidf, v_prune
         from (
             select l.lexeme, l.idf, l.df, l.i, coalesce(l.i = any (v_nidx), false) as skip
@@ -593,10 +593,10 @@ begin
         -- of their chunks stay candidates (step 3): a chunk holding an essential lexeme once, at
         -- the average length, has the partial score idf / (1 + k1); where that reaches the gap
         -- theta - v_bound, most of that lexeme's chunks stay, and when those hold more than a
-        -- tenth of the postings the candidates are too many: completing their scores (step 5)
-        -- costs about what the full scan does, so steps 3 to 5 would cost more than it (measured
-        -- on the mixed corpus of benchmarks/latency.py; docs/benchmarks.md). Setting on skips
-        -- both checks (tests compare the pruned and full rankings on small corpora).
+        -- quarter of the postings the candidates are too many: steps 4 and 5 would cost about
+        -- what the full scan does (measured on both corpora of benchmarks/latency.py, a tenth to
+        -- a half: a quarter did best; docs/benchmarks.md). Setting on skips both checks (tests
+        -- compare the pruned and full rankings on small corpora).
         v_prune := (coalesce(v_prune, false) or v_mode = 'on') and v_nlex is not null;
         if v_prune then
             raise debug 'pgrag.keyword_candidates: pruned evaluation, % of % lexemes essential',
