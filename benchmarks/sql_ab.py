@@ -10,11 +10,14 @@ long-lived connection per database (as a pool's), as tenant ``t0`` through row-l
 (the claims of ``pgrag.set_request_tenant``, then role ``authenticated``, as a PostgREST request
 runs). Results must be equal; the ratios B/A of p50 and p95 are what to quote.
 
-Corpus: the 10k-chunk single-tenant corpus of ``benchmarks/latency.py`` (SciFact abstracts
-re-used with variations, real MiniLM vectors plus noise, binary COPY, HNSW built after).
+Corpus (``--corpus``): a single-tenant corpus of ``benchmarks/latency.py`` (real MiniLM
+vectors of SciFact abstracts plus noise, binary COPY, HNSW built after), ``copies`` (default: the
+abstracts re-used with variations) or ``mixed`` (each chunk random SciFact sentences, as long as a
+random abstract: no duplicate chunks; the vectors stay those of ``copies``).
 
     .venv/bin/python benchmarks/sql_ab.py                       # main against this checkout
     .venv/bin/python benchmarks/sql_ab.py --base main --size 10000 --queries 100
+    .venv/bin/python benchmarks/sql_ab.py --size 100000 --corpus mixed --queries 300
 
 A change to how rows are stored (incremental 015's storage of embeddings) takes effect only
 for rows written after it: ``--rewrite`` rewrites ``pgrag.chunks`` in both databases after B's
@@ -43,7 +46,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from common import latency_summary  # noqa: E402
-from latency import EMBED_CHARS, embed_cached, load, load_scifact, synthetic  # noqa: E402
+from latency import (  # noqa: E402
+    EMBED_CHARS,
+    embed_cached,
+    load,
+    load_scifact,
+    mixed_corpus,
+    synthetic,
+)
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
 from pgrag.migrator import Migrator  # noqa: E402
@@ -56,6 +66,7 @@ CALLS = {
     "vector_search": "select * from public.vector_search(%(e)s, 10)",
     "vector arm, 40 candidates": "select * from pgrag.vector_candidates(%(e)s, 40)",
     "keyword_search": "select * from public.keyword_search(%(q)s, 10)",
+    "keyword arm, 40 candidates": "select * from pgrag.keyword_candidates(%(q)s, 40)",
     "hybrid_search": "select * from public.hybrid_search(%(q)s, %(e)s, 10)",
     "hybrid_search rrf": "select * from public.hybrid_search(%(q)s, %(e)s, 10, fusion => 'rrf')",
     "hybrid_search window 1 + mmr": (
@@ -106,6 +117,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100, help="queries per function")
     parser.add_argument("--base-docs", type=int, default=1000)
     parser.add_argument(
+        "--corpus",
+        choices=["copies", "mixed"],
+        default="copies",
+        help="copies: rotated copies of the abstracts (default); mixed: chunks of random sentences",
+    )
+    parser.add_argument(
         "--admin-dsn", help="superuser DSN of a server with pgvector (default: embedded)"
     )
     parser.add_argument(
@@ -141,16 +158,24 @@ def main() -> None:
     queries = queries[: args.queries]
     vectors = embed_cached("scifact-corpus", [t[:EMBED_CHARS] for t in texts])
     qvecs = embed_cached("scifact-queries", queries)
-    s_texts, s_vecs = synthetic(args.size, texts, vectors, np.random.default_rng(42))
+    rng = np.random.default_rng(42)
+    s_texts, s_vecs = synthetic(args.size, texts, vectors, rng)
+    if args.corpus == "mixed":
+        s_texts = mixed_corpus(args.size, rng)
     changed = " + uncommitted changes" if dirty else ""
     versions = {"A": f"{args.base} ({base})", "B": f"checkout ({head}{changed})"}
-    print(f"A = sql/ of {versions['A']}, B = sql/ of this {versions['B']}", flush=True)
+    print(
+        f"A = sql/ of {versions['A']}, B = sql/ of this {versions['B']}; "
+        f"{args.corpus} corpus, {args.size} chunks",
+        flush=True,
+    )
 
     result: dict[str, Any] = {
         "command": "python benchmarks/sql_ab.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "versions": versions,
         "size": args.size,
+        "corpus": args.corpus,
         "rewrite": args.rewrite,
         "queries": len(queries),
         "functions": {},

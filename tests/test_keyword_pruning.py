@@ -109,6 +109,32 @@ def test_pruned_keyword_search_returns_what_the_full_scan_returns(
     assert pruned_queries >= len(queries) // 8, pruned_queries
 
 
+def hidden_ranking(
+    conn: psycopg.Connection[Any], query: str, hide: int, k: int
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]], bool, list[int]]:
+    """The full and the pruned ranking of ``query`` while the documents of the full ranking's
+    ``hide`` best chunks are not ready; whether the pruned evaluation ran; the hidden chunks."""
+    top, _ = ranking(conn, query, "off", max(k, hide))
+    hidden = [chunk_id for chunk_id, _ in top[:hide]]
+    try:
+        conn.execute(
+            "update pgrag.documents d set status = 'processing' from pgrag.chunks c"
+            " where c.tenant_id = d.tenant_id and c.document_id = d.id and c.id = any(%s)",
+            (hidden,),
+        )
+        conn.commit()
+        full, _ = ranking(conn, query, "off", k)
+        got, pruned = ranking(conn, query, "on", k)
+    finally:
+        conn.execute(
+            "update pgrag.documents d set status = 'ready' from pgrag.chunks c"
+            " where c.tenant_id = d.tenant_id and c.document_id = d.id and c.id = any(%s)",
+            (hidden,),
+        )
+        conn.commit()
+    return full, got, pruned, hidden
+
+
 def test_pruned_search_walks_past_documents_that_are_not_ready(
     scifact_db: tuple[str, list[str]],
 ) -> None:
@@ -116,27 +142,26 @@ def test_pruned_search_walks_past_documents_that_are_not_ready(
     with connect(dsn) as conn:
         # A query the pruned evaluation takes at k = 10.
         query = next(q for q in queries if ranking(conn, q, "on", 10)[1])
-        top, _ = ranking(conn, query, "off", 10)
-        hidden = [chunk_id for chunk_id, _ in top[:5]]
-        try:
-            conn.execute(
-                "update pgrag.documents d set status = 'processing' from pgrag.chunks c"
-                " where c.tenant_id = d.tenant_id and c.document_id = d.id and c.id = any(%s)",
-                (hidden,),
-            )
-            conn.commit()
-            full, _ = ranking(conn, query, "off", 10)
-            got, pruned = ranking(conn, query, "on", 10)
-        finally:
-            conn.execute(
-                "update pgrag.documents d set status = 'ready' from pgrag.chunks c"
-                " where c.tenant_id = d.tenant_id and c.document_id = d.id and c.id = any(%s)",
-                (hidden,),
-            )
-            conn.commit()
+        full, got, pruned, hidden = hidden_ranking(conn, query, 5, 10)
     assert pruned
     assert got == full
     assert len(got) == 10 and not set(hidden) & {chunk_id for chunk_id, _ in got}
+
+
+@pytest.mark.parametrize("hide", [5, 40])
+@pytest.mark.parametrize("query", EXTRA_QUERIES)
+def test_pruned_phrase_and_exclusion_queries_walk_past_documents_that_are_not_ready(
+    scifact_db: tuple[str, list[str]], query: str, hide: int
+) -> None:
+    # Phrases and exclusions take the pruned path with every candidate above the proved cut;
+    # hiding the best chunks makes the walk use more of them (5), or run past them into the
+    # full ranking (40).
+    dsn, _ = scifact_db
+    with connect(dsn) as conn:
+        full, got, pruned, hidden = hidden_ranking(conn, query, hide, 10)
+    assert pruned
+    assert got == full
+    assert not set(hidden) & {chunk_id for chunk_id, _ in got}
 
 
 def bounds_violations(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:

@@ -434,7 +434,11 @@ declare
     v_cand bigint[];
     v_part double precision[];
     v_seen bigint[];
-    v_old_merge text := pg_catalog.current_setting('enable_mergejoin');
+    v_cut double precision;
+    v_mode text := coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto');
+    v_order integer[];
+    v_i integer;
+    v_rest double precision;
 begin
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
     perform pgrag.check_filters(document_ids, source_types, metadata_filter);
@@ -508,15 +512,16 @@ begin
     v_c2 := v_k1 * v_b / v_avgdl;
     v_m := pg_catalog.cardinality(v_lex);
     -- Pruned evaluation (exact; docs/benchmarks.md "Exact BM25 that reads fewer postings"): for
-    -- one tenant's search without filters or phrases (a phrase check drops ranked chunks, and a
-    -- walk that runs out of the pruned top k pays for the full scan as well), over enough
-    -- postings to be worth it. The setting
-    -- pgrag.keyword_pruning: auto (default: 20,000 postings or more), on (always), off (never).
-    -- Same results either way.
-    v_prune := v_tenant is not null and v_m >= 2 and v_pos is null
+    -- one tenant's search without filters, over enough postings to be worth it. Phrases and
+    -- exclusions drop ranked chunks in the walk: for them the pruned evaluation hands the walk
+    -- every candidate it has proved in rank order (step 5), not only the top k. The setting
+    -- pgrag.keyword_pruning: auto (default: 20,000 postings or more, and step 2's estimate of
+    -- its cost), on (whenever the bounds leave a lexeme out), off (never). Same results either
+    -- way.
+    v_prune := v_tenant is not null and v_m >= 2
         and document_ids is null and metadata_filter is null and source_types is null
         and created_after is null and created_before is null
-        and case coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto')
+        and case v_mode
                  when 'off' then false
                  when 'on' then true
                  else (select pg_catalog.sum(x) from pg_catalog.unnest(v_df) as x) >= 20000 end;
@@ -580,14 +585,23 @@ begin
                pg_catalog.array_agg(u.lexeme order by u.i) filter (where u.skip),
                pg_catalog.array_agg(u.idf order by u.i) filter (where u.skip),
                pg_catalog.sum(u.df) filter (where not u.skip) <= 0.5 * pg_catalog.sum(u.df)
+               and coalesce(pg_catalog.sum(u.df) filter (where not u.skip and u.idf / (1 + v_k1) >= v_theta - v_bound), 0)
+                   <= 0.25 * pg_catalog.sum(u.df)
         into v_elex, v_eidf, v_nlex, v_nidf, v_prune
         from (
             select l.lexeme, l.idf, l.df, l.i, coalesce(l.i = any (v_nidx), false) as skip
             from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf), pg_catalog.unnest(v_df))
                  with ordinality as l(lexeme, idf, df, i)
         ) as u;
-        -- Worth it only when the essential lexemes hold at most half the postings.
-        v_prune := coalesce(v_prune, false) and v_nlex is not null;
+        -- Worth it only when the essential lexemes hold at most half the postings, and when few
+        -- of their chunks stay candidates (step 3): a chunk holding an essential lexeme once, at
+        -- the average length, has the partial score idf / (1 + k1); where that reaches the gap
+        -- theta - v_bound, most of that lexeme's chunks stay, and when those hold more than a
+        -- quarter of the postings the candidates are too many: steps 4 and 5 would cost about
+        -- what the full scan does (measured on both corpora of benchmarks/latency.py, a tenth to
+        -- a half: a quarter did best; docs/benchmarks.md). Setting on skips both checks (tests
+        -- compare the pruned and full rankings on small corpora).
+        v_prune := (coalesce(v_prune, false) or v_mode = 'on') and v_nlex is not null;
         if v_prune then
             raise debug 'pgrag.keyword_candidates: pruned evaluation, % of % lexemes essential',
                 pg_catalog.cardinality(v_elex), v_m;
@@ -606,10 +620,12 @@ begin
             group by p.chunk_id
             having (pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) + v_bound) * (1 + 1e-9) >= v_theta
         ) as r;
-        -- 4. A higher theta: the v_k best of them by partial score, scored in full (probes).
+        -- 4. A higher theta: the 4 v_k best of them by partial score, scored in full (probes),
+        --    their v_k-th best score (the other lexemes often add much to a chunk's partial
+        --    score: more than the v_k best partial scores come closer to the real k-th best).
         --    Then only candidates that can still reach it.
         if pg_catalog.cardinality(v_cand) > 4 * v_k then
-            select greatest(v_theta, pg_catalog.min(r.score)) into v_theta
+            select greatest(v_theta, r.score) into v_theta
             from (
                 select b.part + coalesce((
                            select pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len))
@@ -618,60 +634,54 @@ begin
                              on p.tenant_id = v_tenant and p.lexeme = t.lexeme and p.chunk_id = b.chunk_id), 0) as score
                 from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as b(chunk_id, part)
                 order by b.part desc, b.chunk_id
-                limit v_k
-            ) as r;
+                limit 4 * v_k
+            ) as r
+            order by r.score desc
+            offset v_k - 1
+            limit 1;
             select pg_catalog.array_agg(b.chunk_id order by b.chunk_id), pg_catalog.array_agg(b.part order by b.chunk_id)
             into v_cand, v_part
             from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as b(chunk_id, part)
             where (b.part + v_bound) * (1 + 1e-9) >= v_theta;
         end if;
-        -- 5. Their full scores: the other lexemes' postings of these chunks, by primary-key
-        --    probes when few (about 12 postings read in order cost one probe), else by one hash
-        --    join over those lexemes' postings. The exact top v_k: every chunk left out scores
-        --    below theta, at most the k-th best.
-        if coalesce(pg_catalog.cardinality(v_cand), 0) * pg_catalog.cardinality(v_nlex) * 12
-           <= (select pg_catalog.sum(l.df) from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_df)) as l(lexeme, df)
-               where l.lexeme = any (v_nlex)) then
-            select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
-                   pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
-                   pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
-            into v_tids, v_ids, v_scores
-            from (
-                select c.chunk_id, pg_catalog.round((c.part + coalesce(o.rest, 0)) * 1e9::double precision) / 1e9::double precision as score
-                from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
-                left join (
-                    select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as rest
-                    from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
-                    join pgrag.bm25_postings as p
-                      on p.tenant_id = v_tenant and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
-                    group by p.chunk_id
-                ) as o on o.chunk_id = c.chunk_id
-                order by 2 desc, 1
-                limit v_k
-            ) as r;
-        else
-            -- A hash join on the candidates (chunk_id + 0: no probe per candidate; no merge join,
-            -- which sorts every posting of these lexemes).
-            perform pg_catalog.set_config('enable_mergejoin', 'off', true);
-            select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
-                   pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
-                   pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
-            into v_tids, v_ids, v_scores
-            from (
-                select c.chunk_id, pg_catalog.round((c.part + coalesce(o.rest, 0)) * 1e9::double precision) / 1e9::double precision as score
-                from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
-                left join (
-                    select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as rest
-                    from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
-                    join pgrag.bm25_postings as p on p.tenant_id = v_tenant and p.lexeme = t.lexeme
-                    join pg_catalog.unnest(v_cand) as h(chunk_id) on h.chunk_id = p.chunk_id operator(pg_catalog.+) 0
-                    group by p.chunk_id
-                ) as o on o.chunk_id = c.chunk_id
-                order by 2 desc, 1
-                limit v_k
-            ) as r;
-            perform pg_catalog.set_config('enable_mergejoin', v_old_merge, true);
-        end if;
+        -- 5. Their full scores, MaxScore's way: the other lexemes one at a time, largest bound
+        --    first, each by one index scan over the candidates left (primary-key probes in
+        --    chunk_id order); after each, only the candidates whose score so far plus the bounds
+        --    of the lexemes still to add can reach theta stay (a chunk lacking a lexeme of large
+        --    bound seldom does). Then the exact top v_k: every chunk left out scores below theta,
+        --    at most the k-th best. With phrases or exclusions, whose check in the walk may drop
+        --    some of these, every candidate scoring v_cut or more instead (at most v_limit):
+        --    every chunk left out scores below theta / (1 + 1e-9), rounded below v_cut, so these
+        --    are the start of the full ranking, whatever the walk drops.
+        v_cut := case when v_pos is not null or v_neg is not null then v_theta / (1 + 1e-9) + 1e-9 end;
+        select pg_catalog.array_agg(u.i::integer order by v_ub[u.i::integer] desc, u.i) into v_order
+        from pg_catalog.unnest(v_nidx) as u(i);
+        for v_i in 1 .. pg_catalog.cardinality(v_order) loop
+            exit when coalesce(pg_catalog.cardinality(v_cand), 0) = 0;
+            select coalesce(pg_catalog.sum(v_ub[x.i]), 0) into v_rest
+            from pg_catalog.unnest(v_order[v_i + 1 :]) as x(i);
+            select pg_catalog.array_agg(c.chunk_id order by c.chunk_id),
+                   pg_catalog.array_agg(c.part + coalesce(o.s, 0) order by c.chunk_id)
+            into v_cand, v_part
+            from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
+            left join (
+                select p.chunk_id, v_idf[v_order[v_i]] * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len) as s
+                from pgrag.bm25_postings as p
+                where p.tenant_id = v_tenant and p.lexeme = v_lex[v_order[v_i]] and p.chunk_id = any (v_cand)
+            ) as o on o.chunk_id = c.chunk_id
+            where (c.part + coalesce(o.s, 0) + v_rest) * (1 + 1e-9) >= v_theta;
+        end loop;
+        select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
+               pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
+               pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
+        into v_tids, v_ids, v_scores
+        from (
+            select c.chunk_id, pg_catalog.round(c.part * 1e9::double precision) / 1e9::double precision as score
+            from rows from (pg_catalog.unnest(v_cand), pg_catalog.unnest(v_part)) as c(chunk_id, part)
+            order by 2 desc, 1
+            limit case when v_cut is null then v_k else v_limit end
+        ) as r
+        where v_cut is null or r.score >= v_cut;
         -- The walk below takes these; should it need more (rows of documents not ready,
         -- exclusions), the full ranking follows, without the chunks already walked.
         v_limit := coalesce(pg_catalog.cardinality(v_ids), 0);
@@ -729,11 +739,15 @@ begin
             v_batch := v_batch * 4;
         end loop;
         exit when v_found >= v_k or not v_more;
-        v_limit := 2147483646;
+        -- More of the full ranking: all of it, or after the pruned evaluation its start again
+        -- (v_limit more rows than the walk has seen).
         if v_prune then
+            v_limit := v_limit + greatest(4 * v_k, 200);
             v_seen := v_ids;
             v_prune := false;
             v_off := 0;
+        else
+            v_limit := 2147483646;
         end if;
     end loop;
 end
