@@ -345,7 +345,9 @@ def test_isolate_tenant_builds_the_graph_in_memory_whatever_the_session_allows(
 ) -> None:
     # pgvector builds several times slower once its graph outgrows maintenance_work_mem (it
     # says so in a notice); isolate_tenant raises it for the build and restores it after.
-    add_document(conn, "big", unit(np.random.default_rng(4).normal(0, 1, (2000, DIMS))), public=False)
+    add_document(
+        conn, "big", unit(np.random.default_rng(4).normal(0, 1, (2000, DIMS))), public=False
+    )
     conn.commit()
     notices: list[str] = []
     conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
