@@ -94,7 +94,7 @@ lint: install
 	$(VENV)/bin/pgspot --ignore PS002 $(PGSPOT_INLINED) .lint-sql/*.sql
 	@for f in sql/incremental/*.sql; do case "$$(basename "$$f")" in 001-core.sql|002-bm25.sql) continue;; esac; \
 	  sed 's/@extschema:vector@/public/g' "$$f" > .lint-sql/raw.sql; \
-	  $(VENV)/bin/pgspot --ignore PS002 .lint-sql/raw.sql | grep -q '^ Errors: 0 Warnings: 0 ' \
+	  $(VENV)/bin/pgspot --ignore PS002 .lint-sql/raw.sql | grep '^ Errors: 0 Warnings: 0 ' > /dev/null \
 	    || { echo "pgspot: $$f as written"; $(VENV)/bin/pgspot --ignore PS002 .lint-sql/raw.sql; exit 1; }; done
 	@rm -rf .lint-sql
 
