@@ -103,6 +103,11 @@ def assert_switched_schema(dsn: str) -> None:
         )
         assert columns["embedding"] == f"vector({FAKE_DIMS})"
         assert "embedding_next" not in columns
+        # Kept in the row, as incremental 015 made the column it replaced (storage main).
+        assert conn.execute(
+            "select attstorage from pg_attribute"
+            " where attrelid = 'pgrag.chunks'::regclass and attname = 'embedding'"
+        ).fetchone() == ("m",)
         graphs = dict(
             conn.execute(
                 "select c.relname, pg_get_indexdef(i.indexrelid) from pg_index i "
