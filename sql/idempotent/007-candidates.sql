@@ -615,7 +615,9 @@ begin
         select coalesce(pg_catalog.sum(v_ub[x.i]), 0) into v_rest
         from pg_catalog.unnest(v_order[2 :]) as x(i);
         -- Steps 3, 4 and the first lexeme of step 5 in one statement, the candidates passed
-        -- between them as rows, not arrays.
+        -- between them as rows, not arrays. Ids for "chunk_id = any (...)" are given sorted:
+        -- the index scan sorts the array itself, which takes far longer when it is not
+        -- (tens of milliseconds for 44,000 ids at 100k chunks, under EXPLAIN ANALYZE).
         -- 3. Chunks holding an essential lexeme, their partial score, kept when it plus the
         --    bound of the rest can reach theta (c).
         -- 4. A higher theta: when they are more than 4 v_k, the 4 v_k best of them by partial
