@@ -93,7 +93,8 @@ as $$
 #variable_conflict use_column
 declare
     v_tenant text := pgrag.current_tenant_id();
-    v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 2000, true), 10);
+    -- match_count above 2000 is clamped; below 0 it is refused (the checks below).
+    v_k integer := coalesce(least(match_count, 2000), 10);
     -- The function's plan_cache_mode (see the body).
     v_plans text := pg_catalog.current_setting('plan_cache_mode');
     v_exact_max bigint := coalesce(
@@ -108,6 +109,9 @@ declare
     v_fetch integer;
     v_docs bigint[];
     v_walked boolean := false;
+    v_outside boolean := false;
+    v_unready boolean := true;
+    v_rows real;
     v_old_ef text := pg_catalog.current_setting('hnsw.ef_search', true);
     v_old_iter text := pg_catalog.current_setting('hnsw.iterative_scan', true);
     v_old_sort text := pg_catalog.current_setting('enable_sort');
@@ -129,9 +133,16 @@ begin
     -- caller). On Citus, sql/citus/002-function-settings.sql sets force_custom_plan instead
     -- (a generic plan with the tenant as a parameter would go to every shard); v_plans holds
     -- the function's setting.
-    perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true),
-            pgrag.check_query_embedding('query_embedding', query_embedding),
-            pgrag.check_filters(document_ids, source_types, metadata_filter);
+    -- The checks raise the errors; a call whose numbers are in range and that has no filter list
+    -- calls only the embedding's check (each check is a function call: a search's fixed cost).
+    if match_count < 0 or ef_search < 1 then
+        perform pgrag.check_argument('match_count', match_count, 0, 2000, true),
+                pgrag.check_argument('ef_search', ef_search, 1, 1000, true);
+    end if;
+    perform pgrag.check_query_embedding('query_embedding', query_embedding);
+    if document_ids is not null or source_types is not null or metadata_filter is not null then
+        perform pgrag.check_filters(document_ids, source_types, metadata_filter);
+    end if;
     if query_embedding is null or v_k = 0 then
         return;
     end if;
@@ -146,24 +157,34 @@ begin
                                             and (r.rolsuper or r.rolbypassrls))
                          else false end;
     end if;
-    -- Exact search when the rows the caller may see are few: a document-id filter, or a tenant
-    -- small enough that scanning it costs less than an HNSW walk that filters most rows away.
-    -- (The tenant's size is read once: the share below uses it too.)
+    -- What the choice of path needs to know about a tenant, read in one statement (each
+    -- statement is a search's fixed cost); the function is stable, so every statement here sees
+    -- the same snapshot, and these facts hold for the walk below:
+    --   * its size: exact search when the rows the caller may see are few (a document-id filter,
+    --     or a tenant small enough that scanning it costs less than an HNSW walk that filters
+    --     most rows away); the share below uses it too;
+    --   * whether pgrag.isolate_tenant gave it an HNSW graph of its own chunks alone;
+    --   * whether it has rows a bulk load kept out of the shared graph
+    --     (pgrag.bulk_replace_document_chunks): in its own graph once pgrag.finish_bulk_load
+    --     built it; until then, in no graph, so the tenant is scanned exactly (one probe of
+    --     chunks_outside_shared_graph tells);
+    --   * whether any of its documents is not ready (one probe of documents_not_ready, usually
+    --     empty): when none is, every row a walk reaches is searchable;
+    --   * the number of chunks of all tenants (planner statistics), for the tenant's share.
     if document_ids is null and v_tenant is not null then
-        v_count := pgrag.tenant_chunk_count(v_tenant);
+        select pgrag.tenant_chunk_count(v_tenant),
+               pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_tenant))) is not null,
+               exists (select 1 from pgrag.chunks as c
+                       where c.tenant_id = v_tenant and not c.in_shared_graph),
+               exists (select 1 from pgrag.documents as d
+                       where d.tenant_id = v_tenant and d.status <> 'ready'),
+               (select c.reltuples from pg_catalog.pg_class as c
+                where c.oid = 'pgrag.chunks'::regclass)
+        into v_count, v_own_index, v_outside, v_unready, v_rows;
     end if;
-    v_exact := document_ids is not null or coalesce(v_count <= v_exact_max, false);
-    -- A tenant isolated by pgrag.isolate_tenant has an HNSW graph of its own chunks alone.
-    v_own_index := not v_exact and v_tenant is not null
-        and pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_tenant))) is not null;
-    -- Rows a bulk load kept out of the shared graph (pgrag.bulk_replace_document_chunks) are in
-    -- the tenant's own graph once pgrag.finish_bulk_load built it; until then, in no graph: scan
-    -- the tenant exactly (one probe of chunks_outside_shared_graph tells).
-    if not v_exact and not v_own_index and v_tenant is not null
-       and exists (select 1 from pgrag.chunks as c
-                   where c.tenant_id = v_tenant and not c.in_shared_graph) then
-        v_exact := true;
-    end if;
+    v_exact := document_ids is not null or coalesce(v_count <= v_exact_max, false)
+        or (v_outside and not v_own_index);
+    v_own_index := v_own_index and not v_exact;
     v_scoped := v_tenant is not null or v_filtered or v_public;
 
     if not v_exact then
@@ -183,10 +204,7 @@ begin
         if v_own_index or v_public then
             v_share := 1;
         elsif v_tenant is not null then
-            select v_count / greatest(c.reltuples, 1)
-            into v_share
-            from pg_catalog.pg_class as c
-            where c.oid = 'pgrag.chunks'::regclass;
+            v_share := v_count / greatest(v_rows, 1);
         end if;
         -- A graph that holds only rows the caller may see (the tenant's own, the public one, or
         -- the shared one when the tenant holds 95 % of it or more), searched without filters,
@@ -209,34 +227,6 @@ begin
                                     40), v_k), 1000)::text, true);
         -- Under a filter the relaxed order is only roughly by distance: take 4 x match_count
         -- rows (at least 40), re-sort them by exact distance, keep match_count.
-        -- Each walk's condition matches the predicate of the partial index to walk: the
-        -- tenant's own (the tenant as a literal, so the planner can prove it), the public one,
-        -- or the shared one (in_shared_graph).
-        v_walks := array[case when v_own_index
-                              then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L', v_tenant)
-                              when v_tenant is not null
-                              then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L and c.in_shared_graph', v_tenant)
-                              when v_public then 'c.is_public'
-                              else 'c.in_shared_graph' end];
-        -- Without a tenant (service_role, the owner: every tenant), the rows outside the shared
-        -- graph too: each such tenant's own graph, or an exact scan of those rows while it has
-        -- none (a bulk load not finished). Found by a loose scan of chunks_outside_shared_graph,
-        -- one probe per such tenant (a loop of min() queries, not a recursive CTE: a Citus
-        -- coordinator plans neither a recursive CTE over a distributed table nor a DISTINCT as
-        -- cheaply).
-        if v_tenant is null and not v_public then
-            v_other := (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
-                        where not c.in_shared_graph);
-            while v_other is not null loop
-                v_walks := v_walks operator(pg_catalog.||) pg_catalog.format(
-                    case when pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_other))) is not null
-                         then 'c.tenant_id operator(pg_catalog.=) %L'
-                         else 'c.tenant_id operator(pg_catalog.=) %L and not c.in_shared_graph' end,
-                    v_other);
-                v_other := (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
-                            where not c.in_shared_graph and c.tenant_id > v_other);
-            end loop;
-        end if;
         v_fetch := case when v_scoped and not v_clean then greatest(4 * v_k, 40) else v_k end;
         -- A tenant's walk without filters, in two plain statements (as cheap to plan and run as
         -- a plain HNSW query): the walk over the chunks alone, then whether every document it
@@ -285,13 +275,43 @@ begin
             -- The condition is documents_not_ready's predicate (incremental 015), an index that
             -- holds only the documents being ingested or failed: a few probes, usually of an
             -- empty index, rather than one per document reached.
-            v_walked := not exists (
+            -- When the tenant has no such document at all (read above, same snapshot), none is
+            -- asked for.
+            v_walked := not v_unready or not exists (
                 select 1
                 from pgrag.documents as d
                 where d.tenant_id = v_tenant and d.id = any (v_docs)
                   and d.status <> 'ready');
         end if;
         if not v_walked then
+        -- Each walk's condition matches the predicate of the partial index to walk: the
+        -- tenant's own (the tenant as a literal, so the planner can prove it), the public one,
+        -- or the shared one (in_shared_graph).
+        v_walks := array[case when v_own_index
+                              then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L', v_tenant)
+                              when v_tenant is not null
+                              then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L and c.in_shared_graph', v_tenant)
+                              when v_public then 'c.is_public'
+                              else 'c.in_shared_graph' end];
+        -- Without a tenant (service_role, the owner: every tenant), the rows outside the shared
+        -- graph too: each such tenant's own graph, or an exact scan of those rows while it has
+        -- none (a bulk load not finished). Found by a loose scan of chunks_outside_shared_graph,
+        -- one probe per such tenant (a loop of min() queries, not a recursive CTE: a Citus
+        -- coordinator plans neither a recursive CTE over a distributed table nor a DISTINCT as
+        -- cheaply).
+        if v_tenant is null and not v_public then
+            v_other := (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
+                        where not c.in_shared_graph);
+            while v_other is not null loop
+                v_walks := v_walks operator(pg_catalog.||) pg_catalog.format(
+                    case when pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_other))) is not null
+                         then 'c.tenant_id operator(pg_catalog.=) %L'
+                         else 'c.tenant_id operator(pg_catalog.=) %L and not c.in_shared_graph' end,
+                    v_other);
+                v_other := (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
+                            where not c.in_shared_graph and c.tenant_id > v_other);
+            end loop;
+        end if;
         -- One subquery per walk; a row two walks find (a tenant's row from before it was
         -- isolated is in both graphs) counts once.
         select pg_catalog.format($q$
