@@ -93,8 +93,7 @@ as $$
 #variable_conflict use_column
 declare
     v_tenant text := pgrag.current_tenant_id();
-    -- match_count above 2000 is clamped; below 0 it is refused (the checks below).
-    v_k integer := coalesce(least(match_count, 2000), 10);
+    v_k integer := coalesce(pgrag.check_argument('match_count', match_count, 0, 2000, true), 10);
     -- The function's plan_cache_mode (see the body).
     v_plans text := pg_catalog.current_setting('plan_cache_mode');
     v_exact_max bigint := coalesce(
@@ -133,16 +132,9 @@ begin
     -- caller). On Citus, sql/citus/002-function-settings.sql sets force_custom_plan instead
     -- (a generic plan with the tenant as a parameter would go to every shard); v_plans holds
     -- the function's setting.
-    -- The checks raise the errors; a call whose numbers are in range and that has no filter list
-    -- calls only the embedding's check (each check is a function call: a search's fixed cost).
-    if match_count < 0 or ef_search < 1 then
-        perform pgrag.check_argument('match_count', match_count, 0, 2000, true),
-                pgrag.check_argument('ef_search', ef_search, 1, 1000, true);
-    end if;
-    perform pgrag.check_query_embedding('query_embedding', query_embedding);
-    if document_ids is not null or source_types is not null or metadata_filter is not null then
-        perform pgrag.check_filters(document_ids, source_types, metadata_filter);
-    end if;
+    perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true),
+            pgrag.check_query_embedding('query_embedding', query_embedding),
+            pgrag.check_filters(document_ids, source_types, metadata_filter);
     if query_embedding is null or v_k = 0 then
         return;
     end if;
