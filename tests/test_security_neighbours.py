@@ -354,8 +354,11 @@ def test_a_tenant_whose_walk_runs_out_of_scan_budget_gets_its_exact_top_k(
         c.execute("select set_config('hnsw.max_scan_tuples', '1', true)")
         # The walk the arm makes for this tenant (its settings for a tenant with half of the
         # shared graph, 4 x k rows fetched), alone.
-        for name, value in (("hnsw.iterative_scan", "relaxed_order"), ("hnsw.ef_search", "100"),
-                            ("enable_sort", "off")):
+        for name, value in (
+            ("hnsw.iterative_scan", "relaxed_order"),
+            ("hnsw.ef_search", "100"),
+            ("enable_sort", "off"),
+        ):
             c.execute("select set_config(%s, %s, true)", (name, value))
         (walked,) = c.execute(
             "select count(*) from (select id from pgrag.chunks where embedding is not null"
@@ -364,9 +367,7 @@ def test_a_tenant_whose_walk_runs_out_of_scan_budget_gets_its_exact_top_k(
         ).fetchone() or (None,)
         for name in ("hnsw.iterative_scan", "hnsw.ef_search", "enable_sort"):
             c.execute(f"reset {name}")
-        rows = c.execute(
-            "select chunk_id from public.vector_search(%s, %s)", (query, k)
-        ).fetchall()
+        rows = c.execute("select chunk_id from public.vector_search(%s, %s)", (query, k)).fetchall()
     assert walked is not None and 0 < walked < k
     assert rows == exact
 
