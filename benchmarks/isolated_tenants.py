@@ -158,6 +158,7 @@ def main() -> None:
                         "select count(*) from pg_index where indrelid = 'pgrag.chunks'::regclass"
                     ).fetchone()[0]  # type: ignore[index]
                     conn.execute("checkpoint")
+                    conn.commit()
                     names = list(CALLS)
                     params = [{"q": q, "e": v} for q, v in zip(queries, qvecs, strict=True)]
                     for p in params[:10]:  # warm-up: plans and pages

@@ -15,10 +15,10 @@ security invoker
 parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
--- PL/pgSQL, not SQL: every policy and search calls it, often several times per statement, and a
--- SQL function with a SET clause is never inlined but runs its query through the executor at
--- each call: 27 microseconds with a Supabase-sized JWT, against 6 here (docs/benchmarks.md,
--- "The request's tenant"). The claims are parsed once.
+-- PL/pgSQL, not SQL: every policy and search calls it (a hybrid_search 26 times), and a SQL
+-- function with a SET clause is never inlined but sets up and runs its query at each call:
+-- 27 microseconds with a Supabase Auth token's claims, against 6 here, which parses them once
+-- (docs/benchmarks.md, "Fixed costs, fourth round").
 declare
     claim jsonb := nullif(current_setting('request.jwt.claims', true), '')::jsonb
                    #> string_to_array(
