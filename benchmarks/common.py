@@ -7,6 +7,7 @@ use; a throwaway server is ``pgrag.testing.server``.
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 import numpy as np
 from psycopg.conninfo import make_conninfo
@@ -39,4 +40,32 @@ def latency_summary(ms: list[float]) -> dict[str, float]:
         "p50_ms": round(percentile(ms, 50), 2),
         "p95_ms": round(percentile(ms, 95), 2),
         "mean_ms": round(statistics.fmean(ms), 2),
+    }
+
+
+def supabase_token_fields() -> dict[str, Any]:
+    """The fields of a Supabase Auth access token (about 700 bytes as JSON, the size that matters
+    for parsing them), which PostgREST puts into ``request.jwt.claims`` for a signed-in user;
+    the tenant is added where ``pgrag.set_request_tenant`` puts it."""
+    return {
+        "aud": "authenticated",
+        "exp": 1_790_000_000,
+        "iat": 1_789_996_400,
+        "iss": "https://abcdefghijklmnopqrst.supabase.co/auth/v1",
+        "sub": "0b3c7f3e-1111-4222-8333-444455556666",
+        "email": "someone@example.com",
+        "phone": "",
+        "app_metadata": {"provider": "email", "providers": ["email"]},
+        "user_metadata": {
+            "email": "someone@example.com",
+            "email_verified": True,
+            "full_name": "Some One Somebody",
+            "phone_verified": False,
+            "sub": "0b3c7f3e-1111-4222-8333-444455556666",
+        },
+        "role": "authenticated",
+        "aal": "aal1",
+        "amr": [{"method": "password", "timestamp": 1_789_990_000}],
+        "session_id": "9d1c2b3a-aaaa-4bbb-8ccc-ddddeeeeffff",
+        "is_anonymous": False,
     }

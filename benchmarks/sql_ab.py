@@ -7,8 +7,9 @@ installed from a git revision's ``sql/`` (version A, default ``main``), which is
 differs) and upgraded to this checkout's ``sql/`` (version B). Every query of every function
 then runs on both, alternately (A then B, then B then A for the next query), through one
 long-lived connection per database (as a pool's), as tenant ``t0`` through row-level security
-(the claims of ``pgrag.set_request_tenant``, then role ``authenticated``, as a PostgREST request
-runs). Results must be equal; the ratios B/A of p50 and p95 are what to quote.
+(the claims of ``pgrag.set_request_tenant``, or with ``--claims supabase`` a Supabase Auth
+access token's, then role ``authenticated``, as a PostgREST request runs). Results must be
+equal; the ratios B/A of p50 and p95 are what to quote.
 
 Corpus (``--corpus``): a single-tenant corpus of ``benchmarks/latency.py`` (real MiniLM
 vectors of SciFact abstracts plus noise, binary COPY, HNSW built after), ``copies`` (default: the
@@ -45,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from common import latency_summary  # noqa: E402
+from common import latency_summary, supabase_token_fields  # noqa: E402
 from latency import (  # noqa: E402
     EMBED_CHARS,
     embed_cached,
@@ -92,17 +93,34 @@ def sql_of_revision(revision: str, into: Path) -> Path:
     return into / "sql"
 
 
-def as_tenant(conn: psycopg.Connection[Any]) -> None:
-    """The tenant's claims for this transaction, then its role: rows through RLS."""
-    set_request_tenant(conn, TENANT)
+def as_tenant(conn: psycopg.Connection[Any], claims: str | None) -> None:
+    """The tenant's claims for this transaction (``claims``, a JSON text, or else those of
+    ``pgrag.set_request_tenant``), then its role: rows through RLS."""
+    if claims is None:
+        set_request_tenant(conn, TENANT)
+    else:
+        conn.execute("select set_config('request.jwt.claims', %s, true)", (claims,))
     conn.execute("set local role authenticated")
 
 
+def supabase_claims(dsn: str) -> str:
+    """A Supabase Auth access token's claims with the tenant where ``pgrag.set_request_tenant``
+    puts it (the database's ``pgrag.tenant_claim``), as JSON text."""
+    with connect(dsn) as conn, conn.transaction():
+        set_request_tenant(conn, TENANT)
+        row = conn.execute(
+            "select (%s::jsonb || current_setting('request.jwt.claims')::jsonb)::text",
+            (json.dumps(supabase_token_fields()),),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def call(
-    conn: psycopg.Connection[Any], query: str, params: dict[str, Any]
+    conn: psycopg.Connection[Any], query: str, params: dict[str, Any], claims: str | None = None
 ) -> tuple[float, list[tuple[Any, ...]]]:
     with conn.transaction():
-        as_tenant(conn)
+        as_tenant(conn, claims)
         t = time.perf_counter()
         rows = conn.execute(query, params).fetchall()
         return (time.perf_counter() - t) * 1000, rows
@@ -131,6 +149,13 @@ def main() -> None:
         help="rewrite pgrag.chunks in both databases after B's migration (VACUUM FULL, as"
         " docs/install.md advises after a storage change such as incremental 015): each"
         " rebuilds its HNSW graph, so vector results may differ slightly",
+    )
+    parser.add_argument(
+        "--claims",
+        choices=["minimal", "supabase"],
+        default="minimal",
+        help="each request's JWT claims: minimal (those of pgrag.set_request_tenant, default)"
+        " or supabase (a Supabase Auth access token's fields, about 700 bytes)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -177,6 +202,7 @@ def main() -> None:
         "size": args.size,
         "corpus": args.corpus,
         "rewrite": args.rewrite,
+        "claims": args.claims,
         "queries": len(queries),
         "functions": {},
     }
@@ -187,6 +213,7 @@ def main() -> None:
         # B is a copy of A (CREATE DATABASE ... TEMPLATE): the same rows, the same index pages
         # (an HNSW graph built twice differs), then this checkout's SQL applied over it.
         dsns = {"A": install(admin, "sql_ab_a", sql_of_revision(args.base, Path(tmp)))}
+        claims = supabase_claims(dsns["A"]) if args.claims == "supabase" else None
         try:
             print(f"  A loaded: {load(dsns['A'], s_texts, s_vecs, tenants=1)}", flush=True)
             dsns["B"] = create_database(admin, "sql_ab_b", template="sql_ab_a")
@@ -228,8 +255,8 @@ def main() -> None:
                             conn = a if name == "A" else b
                             if i == 0:  # warm-up: both connections plan and cache once
                                 for _ in range(5):
-                                    call(conn, query, params)
-                            t, rows[name] = call(conn, query, params)
+                                    call(conn, query, params, claims)
+                            t, rows[name] = call(conn, query, params, claims)
                             ms[name].append(t)
                         differ += rows["A"] != rows["B"]
                     sa, sb = latency_summary(ms["A"]), latency_summary(ms["B"])

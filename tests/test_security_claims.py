@@ -158,9 +158,10 @@ def test_propagate_request_claims_changes_nothing_without_citus(
     assert before == after and after is not None and after[1] == "acme"
 
 
-# Replays PostgREST's own per-request statement (set_config of role and claims) in a pgbench
-# script; the claims it sends are made by pgrag.set_request_tenant.
-REPLAYS_POSTGREST = {"benchmarks/load.py"}
+# Replay PostgREST's own per-request statement (set_config of role and claims): load.py in a
+# pgbench script, sql_ab.py with a Supabase token's claims; the tenant in the claims they send
+# is put there by pgrag.set_request_tenant.
+REPLAYS_POSTGREST = {"benchmarks/load.py", "benchmarks/sql_ab.py"}
 
 
 def test_no_python_code_sets_claims_but_through_set_request_tenant() -> None:

@@ -319,6 +319,59 @@ def test_a_small_tenants_results_are_the_same_whatever_its_neighbour_holds(
     assert search() == alone
 
 
+@pytest.mark.parametrize("draft", [False, True], ids=["all-ready", "with-a-draft"])
+def test_a_tenant_whose_walk_runs_out_of_scan_budget_gets_its_exact_top_k(
+    db: str, conn: psycopg.Connection[Any], pg_admin_dsn: str, draft: bool
+) -> None:
+    # A tenant above the exact threshold (2,000 chunks) in the shared graph, its query inside a
+    # neighbour's dense cluster, and a scan budget (hnsw.max_scan_tuples) too small to walk past
+    # the cluster: the walk finds some of the tenant's rows but fewer than k (k = 40 here), and
+    # the tenant gets its exact top k instead (with a document of its own not ready, too: that
+    # one never shows).
+    ensure_authenticator(pg_admin_dsn)
+    k = 40
+    rng = np.random.default_rng(29)
+    query = unit(rng.normal(0, 1, DIMS))
+    own = np.concatenate([crowd(query, 3, rng, 0.001), unit(rng.normal(0, 1, (2_497, DIMS)))])
+
+    def load() -> None:
+        add_document(conn, "crowded", own, public=False)
+        add_document(conn, "neighbour", crowd(query, 2_000, rng, 0.005), public=False)
+
+    bulk_load(conn, load)
+    if draft:
+        doc = add_document(conn, "crowded", crowd(query, 5, rng, 0.05), public=False)
+        conn.execute("update pgrag.documents set status = 'processing' where id = %s", (doc,))
+        conn.commit()
+    exact = conn.execute(
+        "select c.id from (select c.id, c.embedding <=> %s as d from pgrag.chunks as c"
+        " join pgrag.documents as d on d.id = c.document_id and d.tenant_id = c.tenant_id"
+        " where c.tenant_id = 'crowded' and d.status = 'ready' offset 0) as c"
+        " order by c.d, c.id limit %s",
+        (query, k),
+    ).fetchall()
+    with request(db, "authenticated", claims_for("crowded")) as c:
+        c.execute("select set_config('hnsw.max_scan_tuples', '1', true)")
+        # The walk the arm makes for this tenant (its settings for a tenant with half of the
+        # shared graph, 4 x k rows fetched), alone.
+        for name, value in (
+            ("hnsw.iterative_scan", "relaxed_order"),
+            ("hnsw.ef_search", "100"),
+            ("enable_sort", "off"),
+        ):
+            c.execute("select set_config(%s, %s, true)", (name, value))
+        (walked,) = c.execute(
+            "select count(*) from (select id from pgrag.chunks where embedding is not null"
+            " order by embedding <=> %s limit %s) as w",
+            (query, 4 * k),
+        ).fetchone() or (None,)
+        for name in ("hnsw.iterative_scan", "hnsw.ef_search", "enable_sort"):
+            c.execute(f"reset {name}")
+        rows = c.execute("select chunk_id from public.vector_search(%s, %s)", (query, k)).fetchall()
+    assert walked is not None and 0 < walked < k
+    assert rows == exact
+
+
 def test_isolate_tenants_gives_every_tenant_above_the_threshold_its_own_graph_once(
     conn: psycopg.Connection[Any],
 ) -> None:

@@ -9,28 +9,31 @@
 
 create or replace function pgrag.current_tenant_id()
 returns text
-language sql
+language plpgsql
 stable
 security invoker
 parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
+-- PL/pgSQL, not SQL: every policy and search calls it (a hybrid_search 26 times), and a SQL
+-- function with a SET clause is never inlined but sets up and runs its query at each call:
+-- 27 microseconds with a Supabase Auth token's claims, against 6 here, which parses them once
+-- (docs/benchmarks.md, "Fixed costs, fourth round").
+declare
+    claim jsonb := nullif(current_setting('request.jwt.claims', true), '')::jsonb
+                   #> string_to_array(
+                          coalesce(nullif(current_setting('pgrag.tenant_claim', true), ''),
+                                   'tenant_id'),
+                          '.');
+begin
     -- A tenant is a JSON string with a non-blank character; anything else (a number, a boolean,
     -- null, an array, an object, "" or "  ") is no tenant. The value is returned as it is:
     -- compared byte for byte (case-sensitive, not trimmed, not normalised).
-    select case
-               when pg_catalog.jsonb_typeof(c.claim) = 'string'
-                    and (c.claim #>> '{}') operator(pg_catalog.!~) '^[[:space:]]*$'
-               then c.claim #>> '{}'
-           end
-    from (
-        select nullif(pg_catalog.current_setting('request.jwt.claims', true), '')::jsonb
-                   #> pg_catalog.string_to_array(
-                          coalesce(
-                              nullif(pg_catalog.current_setting('pgrag.tenant_claim', true), ''),
-                              'tenant_id'),
-                          '.') as claim
-    ) as c
+    if jsonb_typeof(claim) = 'string' and (claim #>> '{}') !~ '^[[:space:]]*$' then
+        return claim #>> '{}';
+    end if;
+    return null;
+end
 $$;
 comment on function pgrag.current_tenant_id() is
 'Tenant of the current request: the claim named by the setting pgrag.tenant_claim (default tenant_id; a dotted path such as app_metadata.tenant_id reaches a nested claim) in request.jwt.claims, as PostgREST sets it. Only a JSON string that is not blank is a tenant; it is returned unchanged and compared exactly (case-sensitive). Null otherwise. Every RLS policy compares tenant_id with it.';

@@ -106,8 +106,7 @@ declare
     v_exact boolean;
     v_count bigint;
     v_fetch integer;
-    v_docs bigint[];
-    v_walked boolean := false;
+    v_returned bigint;
     v_outside boolean := false;
     v_unready boolean := true;
     v_rows real;
@@ -132,9 +131,15 @@ begin
     -- caller). On Citus, sql/citus/002-function-settings.sql sets force_custom_plan instead
     -- (a generic plan with the tenant as a parameter would go to every shard); v_plans holds
     -- the function's setting.
-    perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true),
-            pgrag.check_query_embedding('query_embedding', query_embedding),
-            pgrag.check_filters(document_ids, source_types, metadata_filter);
+    -- Argument checks. Each is a call of a function with its own search_path (a few
+    -- microseconds); a null argument passes every check, so checks of nulls are not called.
+    perform pgrag.check_query_embedding('query_embedding', query_embedding);
+    if ef_search is not null then
+        perform pgrag.check_argument('ef_search', ef_search, 1, 1000, true);
+    end if;
+    if document_ids is not null or source_types is not null or metadata_filter is not null then
+        perform pgrag.check_filters(document_ids, source_types, metadata_filter);
+    end if;
     if query_embedding is null or v_k = 0 then
         return;
     end if;
@@ -154,7 +159,9 @@ begin
     -- the same snapshot, and these facts hold for the walk below:
     --   * its size: exact search when the rows the caller may see are few (a document-id filter,
     --     or a tenant small enough that scanning it costs less than an HNSW walk that filters
-    --     most rows away); the share below uses it too;
+    --     most rows away); the share below uses it too. Read from the corpus statistics as
+    --     pgrag.tenant_chunk_count reads them, but in this statement: a call of that SQL function
+    --     sets up and runs its own query each time, and cost more than the rest of the statement;
     --   * whether pgrag.isolate_tenant gave it an HNSW graph of its own chunks alone;
     --   * whether it has rows a bulk load kept out of the shared graph
     --     (pgrag.bulk_replace_document_chunks): in its own graph once pgrag.finish_bulk_load
@@ -164,7 +171,9 @@ begin
     --     empty): when none is, every row a walk reaches is searchable;
     --   * the number of chunks of all tenants (planner statistics), for the tenant's share.
     if document_ids is null and v_tenant is not null then
-        select pgrag.tenant_chunk_count(v_tenant),
+        select (select coalesce(pg_catalog.sum(s.chunk_count), 0)::bigint
+                from pgrag.corpus_stats as s
+                where s.tenant_id = v_tenant),
                pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_tenant))) is not null,
                exists (select 1 from pgrag.chunks as c
                        where c.tenant_id = v_tenant and not c.in_shared_graph),
@@ -220,21 +229,24 @@ begin
         -- Under a filter the relaxed order is only roughly by distance: take 4 x match_count
         -- rows (at least 40), re-sort them by exact distance, keep match_count.
         v_fetch := case when v_scoped and not v_clean then greatest(4 * v_k, 40) else v_k end;
-        -- A tenant's walk without filters, in two plain statements (as cheap to plan and run as
-        -- a plain HNSW query): the walk over the chunks alone, then whether every document it
-        -- reached is ready. When they all are, the walk with the documents joined (below)
-        -- returns the very same rows (the same index scan, no row dropped before the limit), so
-        -- it is not run; otherwise it is.
+        -- A tenant's walk without filters: one statement (as cheap to plan and run as a plain
+        -- HNSW query plus a few rows' bookkeeping) that returns the walk's match_count nearest
+        -- rows directly, when
+        --   * the walk found match_count rows, and no document it reached is being ingested or
+        --     failed (the documents_not_ready index of incremental 015: a few probes, and none
+        --     when the tenant has no such document, read above in the same snapshot), so the
+        --     walk with the documents joined (below) would return the very same rows; or
+        --   * the walk came back short (the scan budget, hnsw.max_scan_tuples, ran out among
+        --     other tenants' rows) and every document of the tenant is ready: then the
+        --     tenant's exact top match_count instead.
+        -- Each half runs only when the walk's count says so. Otherwise the statement returns no
+        -- row, and the general walk below (documents joined) and the exact fallback answer.
         if v_tenant is not null and not v_filtered then
             if v_own_index then
                 -- A custom plan: the tenant a constant, matched to its own index's predicate.
                 perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
-                select (pg_catalog.array_agg(w.tenant_id order by w.distance, w.chunk_id))[1 : v_k],
-                       (pg_catalog.array_agg(w.chunk_id order by w.distance, w.chunk_id))[1 : v_k],
-                       (pg_catalog.array_agg(w.distance order by w.distance, w.chunk_id))[1 : v_k],
-                       pg_catalog.array_agg(w.document_id)
-                into v_tenants, v_ids, v_dists, v_docs
-                from (
+                return query
+                with w as materialized (
                     select c.tenant_id, c.id as chunk_id, c.document_id,
                            c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
                     from pgrag.chunks as c
@@ -242,16 +254,23 @@ begin
                       and c.tenant_id = v_tenant
                     order by c.embedding operator(@extschema:vector@.<=>) query_embedding
                     limit v_fetch
-                ) as w;
+                )
+                select w.tenant_id, w.chunk_id, w.distance
+                from w
+                where (select pg_catalog.count(*) from w) >= v_k
+                  and not (v_unready and exists (
+                               select 1
+                               from pgrag.documents as d
+                               where d.tenant_id = v_tenant
+                                 and d.id = any (array(select w.document_id from w))
+                                 and d.status <> 'ready'))
+                order by w.distance, w.chunk_id
+                limit v_k;
                 perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
             else
                 -- The shared graph's predicate holds no variable: a generic plan walks it too.
-                select (pg_catalog.array_agg(w.tenant_id order by w.distance, w.chunk_id))[1 : v_k],
-                       (pg_catalog.array_agg(w.chunk_id order by w.distance, w.chunk_id))[1 : v_k],
-                       (pg_catalog.array_agg(w.distance order by w.distance, w.chunk_id))[1 : v_k],
-                       pg_catalog.array_agg(w.document_id)
-                into v_tenants, v_ids, v_dists, v_docs
-                from (
+                return query
+                with w as materialized (
                     select c.tenant_id, c.id as chunk_id, c.document_id,
                            c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
                     from pgrag.chunks as c
@@ -260,22 +279,27 @@ begin
                       and c.tenant_id = v_tenant
                     order by c.embedding operator(@extschema:vector@.<=>) query_embedding
                     limit v_fetch
-                ) as w;
+                )
+                select w.tenant_id, w.chunk_id, w.distance
+                from w
+                where (select pg_catalog.count(*) from w) >= v_k
+                  and not (v_unready and exists (
+                               select 1
+                               from pgrag.documents as d
+                               where d.tenant_id = v_tenant
+                                 and d.id = any (array(select w.document_id from w))
+                                 and d.status <> 'ready'))
+                order by w.distance, w.chunk_id
+                limit v_k;
             end if;
-            -- Without filters a document is searchable when it is ready (pgrag.searchable), and
-            -- every chunk's document exists: so when none reached is not ready, all are ready.
-            -- The condition is documents_not_ready's predicate (incremental 015), an index that
-            -- holds only the documents being ingested or failed: a few probes, usually of an
-            -- empty index, rather than one per document reached.
-            -- When the tenant has no such document at all (read above, same snapshot), none is
-            -- asked for.
-            v_walked := not v_unready or not exists (
-                select 1
-                from pgrag.documents as d
-                where d.tenant_id = v_tenant and d.id = any (v_docs)
-                  and d.status <> 'ready');
+            get diagnostics v_returned = row_count;
+            if v_returned > 0 then
+                perform pg_catalog.set_config('enable_sort', v_old_sort, true),
+                        pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true),
+                        pg_catalog.set_config('hnsw.iterative_scan', coalesce(v_old_iter, 'off'), true);
+                return;
+            end if;
         end if;
-        if not v_walked then
         -- Each walk's condition matches the predicate of the partial index to walk: the
         -- tenant's own (the tenant as a literal, so the planner can prove it), the public one,
         -- or the shared one (in_shared_graph).
@@ -333,7 +357,6 @@ begin
         into v_tenants, v_ids, v_dists
         using v_k, query_embedding, metadata_filter, source_types, created_after,
               created_before, v_fetch;
-        end if;
         perform pg_catalog.set_config('enable_sort', v_old_sort, true);
         perform pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true);
         perform pg_catalog.set_config('hnsw.iterative_scan', coalesce(v_old_iter, 'off'), true);

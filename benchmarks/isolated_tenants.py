@@ -1,0 +1,197 @@
+"""How a server's number of isolated tenants costs each search: one run, several counts.
+
+``pgrag.isolate_tenant`` gives a tenant an HNSW graph of its own, a partial index on
+``pgrag.chunks`` (``WHERE tenant_id = '<tenant>'``); ``pgrag ingest`` gives one to every tenant
+above ``pgrag.exact_search_max_rows`` (2,000 chunks by default). The planner considers every
+index of a table whenever it plans a query on it, and a tenant's walk of its own graph is planned
+at every call (its index's predicate names the tenant as a constant), so each isolated tenant
+adds a little to every such search. This measures how much.
+
+Tenant ``t0`` holds ``--size`` chunks of ``benchmarks/latency.py``'s synthetic SciFact corpus
+and its own graph; other tenants of 20 chunks each are isolated until the server holds each
+count of ``--counts`` isolated tenants. At each count, as ``t0`` through row-level security
+(the claims of ``pgrag.set_request_tenant``, role ``authenticated``), interleaved query by
+query: the vector arm (40 candidates, as ``hybrid_search`` asks), ``vector_search`` (k = 10),
+``hybrid_search`` (k = 10) and a plain HNSW top 40 of ``t0``'s graph (the tenant written into
+the query, so a prepared statement keeps its plan); and the planner's time for a plain query
+of one chunk by key (``EXPLAIN (SUMMARY)``), what any query on ``pgrag.chunks`` pays when it is
+planned.
+
+    PGRAG_SHARED_DIR=../shared .venv/bin/python benchmarks/isolated_tenants.py
+    .venv/bin/python benchmarks/isolated_tenants.py --size 10000 --counts 1 100 300 --queries 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from common import latency_summary  # noqa: E402
+from latency import EMBED_CHARS, embed_cached, load, load_scifact, synthetic  # noqa: E402
+
+from pgrag.db import connect, set_request_tenant  # noqa: E402
+from pgrag.testing import drop_database, fresh_database, server  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "isolated_tenants.json"
+SMALL_TENANT_CHUNKS = 20
+CALLS = {
+    "vector arm, 40 candidates": "select chunk_id from pgrag.vector_candidates(%(e)s, 40)",
+    "plain HNSW of t0's graph, top 40": (
+        "select id from pgrag.chunks where embedding is not null and tenant_id = 't0'"
+        " order by embedding <=> %(e)s limit 40"
+    ),
+    "vector_search": "select chunk_id from public.vector_search(%(e)s, 10)",
+    "hybrid_search": "select chunk_id from public.hybrid_search(%(q)s, %(e)s, 10)",
+}
+
+
+def timed(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> float:
+    """One request as tenant t0 through RLS; milliseconds of the call alone."""
+    with conn.transaction():
+        set_request_tenant(conn, "t0")
+        conn.execute("set local role authenticated")
+        t = time.perf_counter()
+        conn.execute(query, params).fetchall()
+        return (time.perf_counter() - t) * 1000
+
+
+def planning_ms(conn: psycopg.Connection[Any], repeats: int = 30) -> float:
+    """Median planning time of a query of one chunk by key (EXPLAIN's own figure)."""
+    times = []
+    for i in range(repeats):
+        plan = conn.execute(
+            "explain (summary, costs off) select * from pgrag.chunks"
+            " where tenant_id = 't0' and id = %s",
+            (i + 1,),
+        ).fetchall()
+        found = re.search(r"Planning Time: ([0-9.]+) ms", "\n".join(r[0] for r in plan))
+        assert found, plan
+        times.append(float(found.group(1)))
+    conn.rollback()
+    return round(float(np.median(times)), 3)
+
+
+def isolate_more(conn: psycopg.Connection[Any], have: int, want: int, vectors: np.ndarray) -> None:
+    """Small tenants s<have>.. s<want - 1>, each loaded and given its own graph."""
+    for i in range(have, want):
+        tenant = f"s{i}"
+        row = conn.execute(
+            "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)"
+            " values (%s, 'small', 'text', %s, 'ready') returning id",
+            (tenant, f"bench://small/{i}"),
+        ).fetchone()
+        assert row is not None
+        with conn.cursor().copy(
+            "copy pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding,"
+            " token_count, content_sha256) from stdin (format binary)"
+        ) as cp:
+            cp.set_types(["text", "int8", "int4", "text", "vector", "int4", "text"])
+            for j in range(SMALL_TENANT_CHUNKS):
+                v = vectors[(i * SMALL_TENANT_CHUNKS + j) % len(vectors)]
+                cp.write_row((tenant, row[0], j, f"small tenant {i} chunk {j}", v, 4, "x"))
+        conn.execute("select pgrag.isolate_tenant(%s)", (tenant,))
+        conn.commit()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", type=int, default=10_000, help="t0's chunks (default 10,000)")
+    parser.add_argument(
+        "--counts",
+        type=int,
+        nargs="+",
+        default=[1, 100, 300, 1000],
+        help="isolated tenants on the server, t0 included (default 1 100 300 1000)",
+    )
+    parser.add_argument("--queries", type=int, default=200, help="queries per count (max 300)")
+    parser.add_argument("--admin-dsn", help="superuser DSN of a server with pgvector")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    texts, queries = load_scifact()
+    queries = queries[: args.queries]
+    vectors = embed_cached("scifact-corpus", [t[:EMBED_CHARS] for t in texts])
+    qvecs = embed_cached("scifact-queries", load_scifact()[1])[: len(queries)]
+    s_texts, s_vecs = synthetic(args.size, texts, vectors, np.random.default_rng(42))
+    result: dict[str, Any] = {
+        "command": "python benchmarks/isolated_tenants.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "t0_chunks": args.size,
+        "small_tenant_chunks": SMALL_TENANT_CHUNKS,
+        "queries": len(queries),
+        "counts": {},
+    }
+    with server(args.admin_dsn, "pgrag-isolated-") as admin:
+        dsn = fresh_database(admin, "isolated_tenants")
+        try:
+            print(f"  t0 loaded: {load(dsn, s_texts, s_vecs, tenants=1)}", flush=True)
+            with connect(dsn) as conn:
+                result["server"] = conn.execute("select version()").fetchone()[0]  # type: ignore[index]
+                conn.execute("set maintenance_work_mem = '512MB'")
+                conn.execute("select pgrag.isolate_tenant('t0')")
+                conn.commit()
+                have = 1
+                for count in sorted(args.counts):
+                    t = time.perf_counter()
+                    isolate_more(conn, have, count, vectors)
+                    conn.execute("analyze pgrag.chunks")
+                    conn.commit()
+                    built = time.perf_counter() - t
+                    have = count
+                    indexes = conn.execute(
+                        "select count(*) from pg_index where indrelid = 'pgrag.chunks'::regclass"
+                    ).fetchone()[0]  # type: ignore[index]
+                    conn.execute("checkpoint")
+                    conn.commit()
+                    names = list(CALLS)
+                    params = [{"q": q, "e": v} for q, v in zip(queries, qvecs, strict=True)]
+                    for p in params[:10]:  # warm-up: plans and pages
+                        for n in names:
+                            timed(conn, CALLS[n], p)
+                    ms: dict[str, list[float]] = {n: [] for n in names}
+                    for j, p in enumerate(params):
+                        turn = j % len(names)
+                        for n in names[turn:] + names[:turn]:
+                            ms[n].append(timed(conn, CALLS[n], p))
+                    entry: dict[str, Any] = {
+                        "indexes_on_chunks": indexes,
+                        "isolating_s": round(built, 1),
+                        "planning_ms_chunk_by_key": planning_ms(conn),
+                        "functions": {n: latency_summary(ms[n]) for n in names},
+                    }
+                    arm = entry["functions"]["vector arm, 40 candidates"]["p50_ms"]
+                    plain = entry["functions"]["plain HNSW of t0's graph, top 40"]["p50_ms"]
+                    entry["arm_over_plain_p50"] = round(arm / plain, 2)
+                    result["counts"][str(count)] = entry
+                    print(
+                        f"  {count:5d} isolated tenants ({indexes} indexes):"
+                        f" planning a chunk by key {entry['planning_ms_chunk_by_key']:.3f} ms; "
+                        + "; ".join(f"{n} p50 {entry['functions'][n]['p50_ms']:.2f}" for n in names)
+                        + f"; arm / plain {entry['arm_over_plain_p50']:.2f}",
+                        flush=True,
+                    )
+                    args.out.parent.mkdir(parents=True, exist_ok=True)
+                    args.out.write_text(json.dumps(result, indent=2) + "\n")
+        finally:
+            drop_database(admin, dsn)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
