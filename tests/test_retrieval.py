@@ -331,12 +331,20 @@ def test_documents_not_ready_are_never_searched(
     assert draft not in ids_of(rows)
 
 
-@pytest.mark.parametrize("threshold", ["0", "100000"], ids=["hnsw", "exact"])
+@pytest.mark.parametrize(
+    ("threshold", "own_graph"),
+    [("0", False), ("0", True), ("100000", False)],
+    ids=["hnsw", "hnsw-own-graph", "exact"],
+)
 def test_the_vector_arm_skips_a_document_not_ready_that_its_walk_reaches_first(
-    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], threshold: str
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], threshold: str, own_graph: bool
 ) -> None:
-    # The draft's own embedding: the graph walk reaches the draft first, the readiness check
-    # (documents_not_ready) sees it, and the walk with the documents joined runs instead.
+    # The draft's own embedding: the graph walk (of the shared graph, or of the tenant's own)
+    # reaches the draft first, the readiness check (documents_not_ready) sees it, and the walk
+    # with the documents joined runs instead.
+    if own_graph:
+        conn.execute("select pgrag.isolate_tenant(%s)", (TENANT,))
+        conn.commit()
     (draft_embedding,) = conn.execute(
         "select embedding from pgrag.chunks where id = %s", (seeded["Draft"][0],)
     ).fetchone() or (None,)
