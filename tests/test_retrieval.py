@@ -342,18 +342,23 @@ def test_the_vector_arm_skips_a_document_not_ready_that_its_walk_reaches_first(
     # The draft's own embedding: the graph walk (of the shared graph, or of the tenant's own)
     # reaches the draft first, the readiness check (documents_not_ready) sees it, and the walk
     # with the documents joined runs instead.
-    if own_graph:
-        conn.execute("select pgrag.isolate_tenant(%s)", (TENANT,))
-        conn.commit()
     (draft_embedding,) = conn.execute(
         "select embedding from pgrag.chunks where id = %s", (seeded["Draft"][0],)
     ).fetchone() or (None,)
-    with conn.transaction():
-        set_request_tenant(conn, TENANT)
-        conn.execute("select set_config('pgrag.exact_search_max_rows', %s, true)", (threshold,))
-        rows = conn.execute(
-            "select chunk_id from public.vector_search(%s, 3)", (draft_embedding,)
-        ).fetchall()
+    if own_graph:
+        conn.execute("select pgrag.isolate_tenant(%s)", (TENANT,))
+        conn.commit()
+    try:
+        with conn.transaction():
+            set_request_tenant(conn, TENANT)
+            conn.execute("select set_config('pgrag.exact_search_max_rows', %s, true)", (threshold,))
+            rows = conn.execute(
+                "select chunk_id from public.vector_search(%s, 3)", (draft_embedding,)
+            ).fetchall()
+    finally:
+        if own_graph:  # the module's other tests search the shared graph
+            conn.execute("select pgrag.share_tenant(%s)", (TENANT,))
+            conn.commit()
     assert len(rows) == 3
     assert seeded["Draft"][0] not in [r[0] for r in rows]
 
