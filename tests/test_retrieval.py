@@ -331,21 +331,34 @@ def test_documents_not_ready_are_never_searched(
     assert draft not in ids_of(rows)
 
 
-@pytest.mark.parametrize("threshold", ["0", "100000"], ids=["hnsw", "exact"])
+@pytest.mark.parametrize(
+    ("threshold", "own_graph"),
+    [("0", False), ("0", True), ("100000", False)],
+    ids=["hnsw", "hnsw-own-graph", "exact"],
+)
 def test_the_vector_arm_skips_a_document_not_ready_that_its_walk_reaches_first(
-    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], threshold: str
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], threshold: str, own_graph: bool
 ) -> None:
-    # The draft's own embedding: the graph walk reaches the draft first, the readiness check
-    # (documents_not_ready) sees it, and the walk with the documents joined runs instead.
+    # The draft's own embedding: the graph walk (of the shared graph, or of the tenant's own)
+    # reaches the draft first, the readiness check (documents_not_ready) sees it, and the walk
+    # with the documents joined runs instead.
     (draft_embedding,) = conn.execute(
         "select embedding from pgrag.chunks where id = %s", (seeded["Draft"][0],)
     ).fetchone() or (None,)
-    with conn.transaction():
-        set_request_tenant(conn, TENANT)
-        conn.execute("select set_config('pgrag.exact_search_max_rows', %s, true)", (threshold,))
-        rows = conn.execute(
-            "select chunk_id from public.vector_search(%s, 3)", (draft_embedding,)
-        ).fetchall()
+    if own_graph:
+        conn.execute("select pgrag.isolate_tenant(%s)", (TENANT,))
+        conn.commit()
+    try:
+        with conn.transaction():
+            set_request_tenant(conn, TENANT)
+            conn.execute("select set_config('pgrag.exact_search_max_rows', %s, true)", (threshold,))
+            rows = conn.execute(
+                "select chunk_id from public.vector_search(%s, 3)", (draft_embedding,)
+            ).fetchall()
+    finally:
+        if own_graph:  # the module's other tests search the shared graph
+            conn.execute("select pgrag.share_tenant(%s)", (TENANT,))
+            conn.commit()
     assert len(rows) == 3
     assert seeded["Draft"][0] not in [r[0] for r in rows]
 

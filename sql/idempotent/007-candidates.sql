@@ -229,18 +229,17 @@ begin
         -- Under a filter the relaxed order is only roughly by distance: take 4 x match_count
         -- rows (at least 40), re-sort them by exact distance, keep match_count.
         v_fetch := case when v_scoped and not v_clean then greatest(4 * v_k, 40) else v_k end;
-        -- A tenant's walk without filters: one statement (as cheap to plan and run as a plain
-        -- HNSW query plus a few rows' bookkeeping) that returns the walk's match_count nearest
-        -- rows directly, when
-        --   * the walk found match_count rows, and no document it reached is being ingested or
-        --     failed (the documents_not_ready index of incremental 015: a few probes, and none
-        --     when the tenant has no such document, read above in the same snapshot), so the
-        --     walk with the documents joined (below) would return the very same rows; or
-        --   * the walk came back short (the scan budget, hnsw.max_scan_tuples, ran out among
-        --     other tenants' rows) and every document of the tenant is ready: then the
-        --     tenant's exact top match_count instead.
-        -- Each half runs only when the walk's count says so. Otherwise the statement returns no
-        -- row, and the general walk below (documents joined) and the exact fallback answer.
+        -- A tenant's walk without filters, returned by one statement (as cheap to plan and run
+        -- as a plain HNSW query, plus counting its rows) when it found match_count rows and no
+        -- document it reached is not ready: then the walk with the documents joined (below)
+        -- would return the very same rows (the same index scan, no row dropped before the
+        -- limit). Without filters a document is searchable when it is ready (pgrag.searchable)
+        -- and every chunk's document exists, so a probe of documents_not_ready (incremental
+        -- 015: only the documents being ingested or failed) tells, and none runs when the
+        -- tenant has no such document (read above, same snapshot). Otherwise (a walk that came
+        -- back short, the scan budget hnsw.max_scan_tuples spent among other tenants' rows, or
+        -- one that reached a document not ready) the statement returns no row, and the general
+        -- walk below and the exact fallback answer.
         if v_tenant is not null and not v_filtered then
             if v_own_index then
                 -- A custom plan: the tenant a constant, matched to its own index's predicate.
@@ -266,7 +265,6 @@ begin
                                  and d.status <> 'ready'))
                 order by w.distance, w.chunk_id
                 limit v_k;
-                perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
             else
                 -- The shared graph's predicate holds no variable: a generic plan walks it too.
                 return query
@@ -292,7 +290,9 @@ begin
                 order by w.distance, w.chunk_id
                 limit v_k;
             end if;
+            -- (Before any other statement: each sets the row count.)
             get diagnostics v_returned = row_count;
+            perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
             if v_returned > 0 then
                 perform pg_catalog.set_config('enable_sort', v_old_sort, true),
                         pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true),
