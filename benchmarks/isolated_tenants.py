@@ -124,10 +124,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    texts, queries = load_scifact()
-    queries = queries[: args.queries]
+    texts, all_queries = load_scifact()
+    queries = all_queries[: args.queries]
     vectors = embed_cached("scifact-corpus", [t[:EMBED_CHARS] for t in texts])
-    qvecs = embed_cached("scifact-queries", load_scifact()[1])[: len(queries)]
+    qvecs = embed_cached("scifact-queries", all_queries)[: len(queries)]
     s_texts, s_vecs = synthetic(args.size, texts, vectors, np.random.default_rng(42))
     result: dict[str, Any] = {
         "command": "python benchmarks/isolated_tenants.py " + " ".join(sys.argv[1:]),
