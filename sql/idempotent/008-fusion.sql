@@ -121,7 +121,10 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_custom_plan
+-- A generic plan, made once per session (sql/idempotent/README.md, "Plans"): the fusion joins
+-- the two arms' candidates to their chunks by key, the same plan whatever the values. The arms
+-- set their own mode.
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -259,6 +262,9 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Custom plans (sql/idempotent/README.md, "Plans"): a generic plan of the windows statement,
+-- its row counts unknown, joined every document of the tenant to every neighbour (minutes).
+set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
