@@ -3,19 +3,21 @@
 ``pgrag.isolate_tenant`` gives a tenant an HNSW graph of its own, a partial index on
 ``pgrag.chunks`` (``WHERE tenant_id = '<tenant>'``); ``pgrag ingest`` gives one to every tenant
 above ``pgrag.exact_search_max_rows`` (2,000 chunks by default). The planner considers every
-index of a table whenever it plans a query on it, and a tenant's walk of its own graph is planned
-at every call (its index's predicate names the tenant as a constant), so each isolated tenant
-adds a little to every such search. This measures how much.
+index of a table whenever it plans a query on it, and some statements of a search are planned at
+every call (a tenant's walk of its own graph, whose index's predicate names the tenant as a
+constant; the keyword arm's; the windows'), so each isolated tenant adds a little to every such
+search. This measures how much, for each function a client calls.
 
 Tenant ``t0`` holds ``--size`` chunks of ``benchmarks/latency.py``'s synthetic SciFact corpus
 and its own graph; other tenants of 20 chunks each are isolated until the server holds each
 count of ``--counts`` isolated tenants. At each count, as ``t0`` through row-level security
 (the claims of ``pgrag.set_request_tenant``, role ``authenticated``), interleaved query by
-query: the vector arm (40 candidates, as ``hybrid_search`` asks), ``vector_search`` (k = 10),
-``hybrid_search`` (k = 10) and a plain HNSW top 40 of ``t0``'s graph (the tenant written into
-the query, so a prepared statement keeps its plan); and the planner's time for a plain query
-of one chunk by key (``EXPLAIN (SUMMARY)``), what any query on ``pgrag.chunks`` pays when it is
-planned.
+query: the vector arm (40 candidates, as ``hybrid_search`` asks), ``vector_search``,
+``keyword_search`` and ``hybrid_search`` (k = 10), ``chunk_windows`` (the query's hybrid top 10,
+window 1), ``build_context`` (window 1) and a plain HNSW top 40 of ``t0``'s graph (the tenant
+written into the query, so a prepared statement keeps its plan); and the planner's time for a
+plain query of one chunk by key (``EXPLAIN (SUMMARY)``), what any query on ``pgrag.chunks`` pays
+when it is planned.
 
     PGRAG_SHARED_DIR=../shared .venv/bin/python benchmarks/isolated_tenants.py
     .venv/bin/python benchmarks/isolated_tenants.py --size 10000 --counts 1 100 300 --queries 100
@@ -55,7 +57,10 @@ CALLS = {
         " order by embedding <=> %(e)s limit 40"
     ),
     "vector_search": "select chunk_id from public.vector_search(%(e)s, 10)",
+    "keyword_search": "select chunk_id from public.keyword_search(%(q)s, 10)",
     "hybrid_search": "select chunk_id from public.hybrid_search(%(q)s, %(e)s, 10)",
+    "chunk_windows": "select chunk_ids from public.chunk_windows(%(ids)s, 1)",
+    "build_context": "select context from public.build_context(%(q)s, %(e)s, window_size => 1)",
 }
 
 
@@ -161,6 +166,13 @@ def main() -> None:
                     conn.commit()
                     names = list(CALLS)
                     params = [{"q": q, "e": v} for q, v in zip(queries, qvecs, strict=True)]
+                    for p in params:  # chunk_windows' hits: the query's hybrid top 10
+                        with conn.transaction():
+                            set_request_tenant(conn, "t0")
+                            conn.execute("set local role authenticated")
+                            p["ids"] = [
+                                r[0] for r in conn.execute(CALLS["hybrid_search"], p).fetchall()
+                            ]
                     for p in params[:10]:  # warm-up: plans and pages
                         for n in names:
                             timed(conn, CALLS[n], p)

@@ -628,6 +628,48 @@ def test_every_search_function_inlines_the_filters(
     assert_inlined(plans)
 
 
+def test_search_plans_do_not_depend_on_the_callers_plan_cache_mode(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    """Every statement a search runs on pgrag's tables gets the plan its function chose, never
+    the plan cache mode of the caller's session: a generic plan where the values matter (the
+    keyword arm's lexemes, a few hits' windows) was hundreds of times slower, and PostgreSQL's
+    default mode switches to one after five calls (sql/idempotent/README.md, "Plans")."""
+    q = local_embedder.embed(["inverter error"])[0]
+    ids = seeded["Inverter guide"]
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("select * from public.vector_search(%s, 3)", (q,)),
+        ("select * from public.keyword_search('inverter error', 3)", ()),
+        ("select * from public.hybrid_search('inverter error', %s, 3)", (q,)),
+        ("select * from public.hybrid_search('inverter error', %s, 3, window_size => 1)", (q,)),
+        ("select * from public.chunk_windows(%s, 1)", (ids,)),
+        ("select * from public.build_context('inverter error', %s, window_size => 1)", (q,)),
+    ]
+
+    def reading_tables(plans: list[Plan]) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (p.query, p.nodes[0])
+            for p in plans
+            if any(n.get("Schema") == "pgrag" and "Relation Name" in n for n in p.nodes)
+        ]
+
+    for call, params in calls:
+        seen = {}
+        for mode in ("force_generic_plan", "force_custom_plan"):
+            rows, plans = run_with_plans(
+                conn,
+                call,
+                params,
+                tenant=TENANT,
+                role="authenticated",
+                settings={"plan_cache_mode": mode, "auto_explain.log_verbose": "on"},
+            )
+            assert rows, call
+            seen[mode] = (rows, reading_tables(plans))
+        assert seen["force_generic_plan"][1], call
+        assert seen["force_generic_plan"] == seen["force_custom_plan"], call
+
+
 # -- tenancy and T3 -------------------------------------------------------------------------------
 
 

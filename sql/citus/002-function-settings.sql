@@ -13,10 +13,8 @@
 --   variables' values, the tenant among them. A generic plan (which PL/pgSQL's plan cache may
 --   choose after five calls) has the tenant as a parameter inside an OR, which Citus cannot
 --   prune: it would go to every shard, and Citus prices its plans at zero, so the plan cache
---   would keep it. On one server the functions keep the default (plans cached as usual), but
---   pgrag.vector_candidates and public.vector_search set force_generic_plan (their statements plan
---   the same whatever the values; vector_candidates plans the two that need values itself):
---   the setting made here replaces theirs.
+--   would keep it. On one server each function sets the mode its statements need
+--   (sql/idempotent/README.md, "Plans"): the setting made here replaces theirs.
 --
 -- citus.allow_nested_distributed_execution = on: a routed statement runs whole on the worker,
 --   the search functions called in its FROM clause included (fused_candidates in hybrid_search,

@@ -422,6 +422,12 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Custom plans, made at every call with the values (sql/idempotent/README.md, "Plans"): the
+-- postings of the query's lexemes are found by an index scan per lexeme only when the planner
+-- sees the lexemes and the tenant (a generic plan scanned every posting of the tenant), and a
+-- generic plan of the walk read the tenant's documents before the candidates' chunks; each was
+-- hundreds of times slower.
+set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare

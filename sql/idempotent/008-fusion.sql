@@ -121,7 +121,10 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
-set plan_cache_mode = force_custom_plan
+-- A generic plan, made once per session (sql/idempotent/README.md, "Plans"): the fusion joins
+-- the two arms' candidates to their chunks by key, the same plan whatever the values. The arms
+-- set their own mode.
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -259,6 +262,13 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Generic plans, made once per session (sql/idempotent/README.md, "Plans"), but for the lookup
+-- of the hits' tenant (the body says so). The windows statement's stages are materialised: a
+-- generic plan knows neither the tenant nor how many hits come, and may join them in any order,
+-- but never re-runs a stage for each row of another (as one that joined every document of the
+-- tenant to every neighbour did: minutes). On Citus, sql/citus/002-function-settings.sql sets
+-- force_custom_plan instead; v_plans holds the function's setting.
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -266,6 +276,7 @@ declare
     v_tenants text[] := windows.tenant_ids;
     v_ids bigint[] := windows.hit_ids;
     v_scores double precision[] := windows.scores;
+    v_plans text := pg_catalog.current_setting('plan_cache_mode');
 begin
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
     perform pgrag.check_length('tenant_ids', pg_catalog.cardinality(windows.tenant_ids), 2000),
@@ -278,7 +289,9 @@ begin
 
     -- Hits given by chunk id alone (public.chunk_windows): the tenant of each, among the chunks
     -- the caller may see (ids of other tenants' or unknown chunks are dropped, with their score).
+    -- A custom plan: the caller's tenant a constant, so the chunks are found by key.
     if windows.tenant_ids is null then
+        perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
         select pg_catalog.array_agg(c.tenant_id order by u.ord),
                pg_catalog.array_agg(u.id order by u.ord),
                pg_catalog.array_agg(windows.scores[u.ord] order by u.ord)
@@ -286,6 +299,7 @@ begin
         from pg_catalog.unnest(windows.hit_ids) with ordinality as u(id, ord)
         join pgrag.chunks as c on c.id = u.id
         where v_tenant is null or c.tenant_id = v_tenant;
+        perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
     end if;
 
     -- Every statement below says the caller's tenant (when there is one) of each table it
@@ -298,8 +312,9 @@ begin
              with ordinality as u(t, id, s, ord)
         where u.id is not null
     ),
-    hc as (
-        select h.t, h.id, h.ord, h.s, c.document_id, c.chunk_index
+    hc as materialized (
+        select h.t, h.id, h.ord, h.s, c.document_id, c.chunk_index, d.title, d.source_uri,
+               d.source_type
         from hits as h
         join pgrag.chunks as c on c.tenant_id = h.t and c.id = h.id
         join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
@@ -308,8 +323,8 @@ begin
           and (v_tenant is null or c.tenant_id = v_tenant)
     ),
     -- The neighbours that exist: a range on the (tenant_id, document_id, chunk_index) key.
-    expanded as (
-        select hc.t, hc.document_id, n.chunk_index as idx,
+    expanded as materialized (
+        select hc.t, hc.document_id, n.chunk_index as idx, hc.title, hc.source_uri, hc.source_type,
                pg_catalog.max(hc.s * pg_catalog.power(coalesce(windows.decay, 0.5),
                                                        pg_catalog.abs(n.chunk_index - hc.chunk_index))) as score,
                pg_catalog.min(hc.ord) filter (where n.chunk_index = hc.chunk_index) as hit_ord
@@ -319,11 +334,12 @@ begin
          and n.chunk_index >= hc.chunk_index - coalesce(windows.window_size, 0)
          and n.chunk_index <= hc.chunk_index + coalesce(windows.window_size, 0)
          and (v_tenant is null or n.tenant_id = v_tenant)
-        group by hc.t, hc.document_id, n.chunk_index
+        group by hc.t, hc.document_id, n.chunk_index, hc.title, hc.source_uri, hc.source_type
     ),
-    present as (
-        select e.t, e.document_id, e.idx, e.score, e.hit_ord, c.id, c.content, c.overlap_chars,
-               c.page, c.heading_path, c.token_count,
+    present as materialized (
+        select e.t, e.document_id, e.idx, e.score, e.hit_ord, e.title, e.source_uri,
+               e.source_type, c.id, c.content, c.overlap_chars, c.page, c.heading_path,
+               c.token_count,
                case when coalesce(windows.window_size, 0) > 0
                     then e.idx - pg_catalog.row_number() over (
                              partition by e.t, e.document_id order by e.idx)
@@ -343,7 +359,7 @@ begin
         window win as (partition by p.t, p.document_id, p.grp),
                best as (partition by p.t, p.document_id, p.grp order by p.hit_ord nulls last, p.idx)
     ),
-    w as (
+    w as materialized (
         select m.t, m.document_id, pg_catalog.min(m.idx) as first_idx, pg_catalog.max(m.idx) as last_idx,
                pg_catalog.array_agg(m.id order by m.idx) as ids,
                pg_catalog.string_agg(
@@ -357,16 +373,18 @@ begin
                pg_catalog.array_agg(m.id order by m.idx) filter (where m.hit_ord is not null) as hit_ids,
                m.best_id,
                pg_catalog.min(m.hit_ord) as first_hit,
-               pg_catalog.sum(m.token_count)::integer as token_count
+               pg_catalog.sum(m.token_count)::integer as token_count,
+               m.title, m.source_uri, m.source_type
         from marked as m
-        group by m.t, m.document_id, m.grp, m.best_page, m.best_heading, m.best_id
+        group by m.t, m.document_id, m.grp, m.best_page, m.best_heading, m.best_id, m.title,
+                 m.source_uri, m.source_type
     )
+    -- The documents' columns came with the hits (hc): no join to the documents here, which a
+    -- generic plan would make by scanning the tenant's documents for each window.
     select w.t, w.document_id, w.first_idx, w.last_idx, w.ids, w.content, w.page, w.heading_path,
-           w.score, d.title, d.source_uri, d.source_type, w.hit_ids, w.best_id, w.first_hit,
+           w.score, w.title, w.source_uri, w.source_type, w.hit_ids, w.best_id, w.first_hit,
            w.token_count
     from w
-    join pgrag.documents as d on d.tenant_id = w.t and d.id = w.document_id
-                             and (v_tenant is null or d.tenant_id = v_tenant)
     order by w.first_hit;
 end
 $$;

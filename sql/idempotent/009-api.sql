@@ -118,6 +118,9 @@ language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
+-- A generic plan (sql/idempotent/README.md, "Plans"): the candidates joined to their chunks and
+-- documents by key. The keyword arm sets its own mode.
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -177,6 +180,9 @@ language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
+-- A generic plan (sql/idempotent/README.md, "Plans"): the fused candidates (and their windows)
+-- joined to their chunks and documents by key. The functions it calls set their own modes.
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -301,6 +307,9 @@ language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
+-- A generic plan (sql/idempotent/README.md, "Plans"): the windows of the fused candidates, and
+-- chunks read by key. The functions it calls set their own modes.
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
