@@ -7,10 +7,16 @@ use; a throwaway server is ``pgrag.testing.server``.
 from __future__ import annotations
 
 import statistics
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 from psycopg.conninfo import make_conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def database_url(dsn: str | None) -> str:
@@ -69,3 +75,38 @@ def supabase_token_fields() -> dict[str, Any]:
         "session_id": "9d1c2b3a-aaaa-4bbb-8ccc-ddddeeeeffff",
         "is_anonymous": False,
     }
+
+
+def short_revision(revision: str) -> str:
+    """The short hash of a git revision of this checkout."""
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", revision],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def insert_ready_document(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    uri: str,
+    chunks: Iterable[tuple[str, Any]],
+    title: str = "bench",
+) -> int:
+    """A ready text document of ``tenant`` with ``chunks`` ((content, embedding) in order),
+    the chunks by binary COPY; its id. The caller commits."""
+    row = conn.execute(
+        "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)"
+        " values (%s, %s, 'text', %s, 'ready') returning id",
+        (tenant, title, uri),
+    ).fetchone()
+    assert row is not None
+    with conn.cursor().copy(
+        "copy pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding,"
+        " token_count, content_sha256) from stdin (format binary)"
+    ) as cp:
+        cp.set_types(["text", "int8", "int4", "text", "vector", "int4", "text"])
+        for index, (content, embedding) in enumerate(chunks):
+            cp.write_row((tenant, row[0], index, content, embedding, 64, f"{uri}#{index}"))
+    return int(row[0])

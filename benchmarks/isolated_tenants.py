@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from common import latency_summary  # noqa: E402
+from common import insert_ready_document, latency_summary  # noqa: E402
 from latency import EMBED_CHARS, embed_cached, load, load_scifact, synthetic  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
@@ -94,20 +94,19 @@ def isolate_more(conn: psycopg.Connection[Any], have: int, want: int, vectors: n
     """Small tenants s<have>.. s<want - 1>, each loaded and given its own graph."""
     for i in range(have, want):
         tenant = f"s{i}"
-        row = conn.execute(
-            "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)"
-            " values (%s, 'small', 'text', %s, 'ready') returning id",
-            (tenant, f"bench://small/{i}"),
-        ).fetchone()
-        assert row is not None
-        with conn.cursor().copy(
-            "copy pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding,"
-            " token_count, content_sha256) from stdin (format binary)"
-        ) as cp:
-            cp.set_types(["text", "int8", "int4", "text", "vector", "int4", "text"])
-            for j in range(SMALL_TENANT_CHUNKS):
-                v = vectors[(i * SMALL_TENANT_CHUNKS + j) % len(vectors)]
-                cp.write_row((tenant, row[0], j, f"small tenant {i} chunk {j}", v, 4, "x"))
+        insert_ready_document(
+            conn,
+            tenant,
+            f"bench://small/{i}",
+            (
+                (
+                    f"small tenant {i} chunk {j}",
+                    vectors[(i * SMALL_TENANT_CHUNKS + j) % len(vectors)],
+                )
+                for j in range(SMALL_TENANT_CHUNKS)
+            ),
+            title="small",
+        )
         conn.execute("select pgrag.isolate_tenant(%s)", (tenant,))
         conn.commit()
 

@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from common import insert_ready_document, short_revision  # noqa: E402
 from latency import EMBED_CHARS, embed_cached, load_scifact  # noqa: E402
 from sql_ab import install, sql_of_revision  # noqa: E402
 
@@ -63,20 +63,17 @@ def load_tenants(
         specs = [("t0", i, per_document) for i in range(documents)]
         specs += [(f"s{i}", documents + i, 1) for i in range(others)]
         for tenant, number, chunks in specs:
-            row = conn.execute(
-                "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)"
-                " values (%s, %s, 'text', %s, 'ready') returning id",
-                (tenant, f"document {number}", f"bench://{tenant}/{number}"),
-            ).fetchone()
-            assert row is not None
-            with conn.cursor().copy(
-                "copy pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding,"
-                " token_count, content_sha256) from stdin (format binary)"
-            ) as cp:
-                cp.set_types(["text", "int8", "int4", "text", "vector", "int4", "text"])
-                for j in range(chunks):
-                    k = (number * per_document + j) % len(texts)
-                    cp.write_row((tenant, row[0], j, texts[k], vectors[k], 64, f"{number}:{j}"))
+            first = number * per_document
+            insert_ready_document(
+                conn,
+                tenant,
+                f"bench://{tenant}/{number}",
+                (
+                    (texts[k % len(texts)], vectors[k % len(texts)])
+                    for k in range(first, first + chunks)
+                ),
+                title=f"document {number}",
+            )
         conn.execute("analyze")
         conn.commit()
 
@@ -161,13 +158,7 @@ def main() -> None:
                     flush=True,
                 )
             result["versions"][version] = entry
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    result["versions"]["B"]["sql"] = f"checkout ({head})"
+    result["versions"]["B"]["sql"] = f"checkout ({short_revision('HEAD')})"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

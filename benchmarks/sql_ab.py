@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from common import latency_summary, supabase_token_fields  # noqa: E402
+from common import latency_summary, short_revision, supabase_token_fields  # noqa: E402
 from latency import (  # noqa: E402
     EMBED_CHARS,
     embed_cached,
@@ -160,18 +160,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    base = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", args.base],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    head = short_revision("HEAD")
+    base = short_revision(args.base)
     dirty = subprocess.run(
         ["git", "-C", str(ROOT), "status", "--porcelain", "sql"],
         check=True,
