@@ -10,8 +10,9 @@
 --   1. reembed_start records the target and adds pgrag.chunks.embedding_next (metadata only,
 --      under a brief exclusive lock taken in 200 ms attempts, so readers never queue for long).
 --   2. Any number of processes loop: in one transaction, reembed_claim (FOR UPDATE SKIP LOCKED
---      on the queue rows; the locks die with a killed process, so its batch is claimed again),
---      embed the texts with the new model, reembed_store, commit. Searches read
+--      on the queue rows; the locks die with a killed process, so its batch is claimed again;
+--      FOR SHARE on the running re-embed's row, so a switch or a cancel waits for the batches
+--      claimed), embed the texts with the new model, reembed_store, commit. Searches read
 --      chunks.embedding with the old model all along. A claim that finds the queue empty first
 --      queues chunks written since (reembed_sync): new chunks, and chunks whose content_sha256
 --      changed since their embedding was computed.
@@ -187,7 +188,13 @@ as $$
 declare
     v_n integer := coalesce(pgrag.check_argument('batch_size', batch_size, 1, 10000), 64);
 begin
-    if not exists (select 1 from pgrag.reembeds as r where r.status = 'running') then
+    -- The re-embed stays running until the caller's transaction ends: a switch or a cancel
+    -- (FOR UPDATE, UPDATE of this row) waits for the batches claimed, and a claim that waited
+    -- for one finds it ended. Without the lock, a claim that saw the re-embed running before a
+    -- switch committed read the queue after: emptied, it queued every chunk again and handed out
+    -- a batch that was embedded for nothing (reembed_store refuses it: PR202).
+    perform 1 from pgrag.reembeds as r where r.status = 'running' for share;
+    if not found then
         raise exception 'no re-embed is running'
             using errcode = 'PR202',
                   hint = 'start one with pgrag reembed --model ... (pgrag.reembed_start); it may have been switched or cancelled meanwhile.';
@@ -208,7 +215,7 @@ begin
 end
 $$;
 comment on function pgrag.reembed_claim(integer) is
-'Claims up to batch_size (1-10,000, default 64) chunks waiting for their embedding of the running re-embed''s model: (tenant_id, chunk_id, content, content_sha256), locked FOR UPDATE SKIP LOCKED until the caller''s transaction ends, so concurrent workers never get the same chunk and a killed worker''s batch is claimed again. Embed the contents with the new model and call pgrag.reembed_store in the same transaction. When nothing is queued it first queues chunks written since (pgrag.reembed_sync); no row means every chunk is done, or claimed by another worker. PR202 when no re-embed is running.';
+'Claims up to batch_size (1-10,000, default 64) chunks waiting for their embedding of the running re-embed''s model: (tenant_id, chunk_id, content, content_sha256), locked FOR UPDATE SKIP LOCKED until the caller''s transaction ends, so concurrent workers never get the same chunk and a killed worker''s batch is claimed again; the running re-embed''s row is locked FOR SHARE as long, so a switch or a cancel waits for the batches claimed (a claim that waited for one raises PR202 before anything is embedded). Embed the contents with the new model and call pgrag.reembed_store in the same transaction. When nothing is queued it first queues chunks written since (pgrag.reembed_sync); no row means every chunk is done, or claimed by another worker. PR202 when no re-embed is running.';
 
 create or replace function pgrag.reembed_store(
     model text,
