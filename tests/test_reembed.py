@@ -414,13 +414,17 @@ def test_a_claim_that_waited_for_the_switch_embeds_nothing(
     late: list[Any] = []
     threads: list[threading.Thread] = []
 
-    def waits_for_a_lock(watch: psycopg.Connection[Any], conn: psycopg.Connection[Any]) -> None:
+    def waits_for_a_lock(
+        watch: psycopg.Connection[Any], conn: psycopg.Connection[Any], table: str | None = None
+    ) -> None:
+        """Until ``conn`` waits for a lock (an exclusive one on ``table``, when given)."""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if watch.execute(
-                "select wait_event_type = 'Lock' from pg_stat_activity where pid = %s",
-                (conn.info.backend_pid,),
-            ).fetchone() == (True,):
+                "select count(*) from pg_locks where pid = %s and not granted and (%s::text is "
+                "null or (relation = %s::regclass and mode = 'AccessExclusiveLock'))",
+                (conn.info.backend_pid, table, table),
+            ).fetchone() != (0,):
                 return
             time.sleep(0.005)
         raise AssertionError(f"backend {conn.info.backend_pid} never waited for a lock")
@@ -448,9 +452,9 @@ def test_a_claim_that_waited_for_the_switch_embeds_nothing(
             # The switch has done its work and marked the re-embed switched (not committed):
             # its exclusive lock on pgrag.chunks waits for the reader.
             in_thread(lambda: switched.append(first.switch()))
-            waits_for_a_lock(watch, first.conn)
+            waits_for_a_lock(watch, first.conn, "pgrag.chunks")
             in_thread(gate_keeper)
-            waits_for_a_lock(watch, gate)
+            waits_for_a_lock(watch, gate, "pgrag.chunk_embeddings_next")
             # The other process starts its next batch: the re-embed is still running.
             in_thread(lambda: late.append(second.run(other)))
             waits_for_a_lock(watch, second.conn)
