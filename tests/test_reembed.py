@@ -398,6 +398,82 @@ def test_two_processes_share_a_reembed_and_embed_each_chunk_once(
     assert_every_chunk_has_its_new_embedding(corpus)
 
 
+def test_a_claim_that_waited_for_the_switch_embeds_nothing(
+    corpus: str, openai_embeddings: Callable[..., FakeEmbeddings]
+) -> None:
+    """The interleaving behind a rare extra batch in the test above: one process switches while
+    the other starts a claim. A claim that finds the re-embed still running and then waits for
+    the switch's commit must not see an emptied queue, queue every chunk again, and send a
+    batch to the endpoint that the store then refuses (PR202)."""
+    fake = openai_embeddings(FAKE_DIMS)
+    first = Reembedder(corpus, new_model(), batch_size=100)
+    second = Reembedder(corpus, new_model(), batch_size=3)
+    reader = connect(corpus)  # a search transaction: the switch's last step waits for it
+    gate = connect(corpus)
+    switched: list[Any] = []
+    late: list[Any] = []
+    threads: list[threading.Thread] = []
+
+    def waits_for_a_lock(
+        watch: psycopg.Connection[Any], conn: psycopg.Connection[Any], table: str | None = None
+    ) -> None:
+        """Until ``conn`` waits for a lock (an exclusive one on ``table``, when given)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if watch.execute(
+                "select count(*) from pg_locks where pid = %s and not granted and (%s::text is "
+                "null or (relation = %s::regclass and mode = 'AccessExclusiveLock'))",
+                (conn.info.backend_pid, table, table),
+            ).fetchone() != (0,):
+                return
+            time.sleep(0.005)
+        raise AssertionError(f"backend {conn.info.backend_pid} never waited for a lock")
+
+    def in_thread(target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    def gate_keeper() -> None:
+        # Queued behind the switch (which holds the queue table until it commits), this lock
+        # request holds back the claim below until the switch has committed.
+        gate.execute("lock table pgrag.chunk_embeddings_next in access exclusive mode")
+        gate.rollback()
+
+    try:
+        summary = first.start()
+        while first.batch(summary):
+            pass
+        total = len(fake.texts(FAKE_MODEL))
+        other = second.start()
+        assert other.joined
+        reader.execute("select count(*) from pgrag.chunks")
+        with connect(corpus, autocommit=True) as watch:
+            # The switch has done its work and marked the re-embed switched (not committed):
+            # its exclusive lock on pgrag.chunks waits for the reader.
+            in_thread(lambda: switched.append(first.switch()))
+            waits_for_a_lock(watch, first.conn, "pgrag.chunks")
+            in_thread(gate_keeper)
+            waits_for_a_lock(watch, gate, "pgrag.chunk_embeddings_next")
+            # The other process starts its next batch: the re-embed is still running.
+            in_thread(lambda: late.append(second.run(other)))
+            waits_for_a_lock(watch, second.conn)
+            reader.rollback()  # the switch commits; then the gate opens; then the claim goes on
+            for thread in threads:
+                thread.join(timeout=60)
+    finally:
+        reader.close()
+        gate.close()
+        first.close()
+        second.close()
+
+    assert switched and switched[0][0] is True
+    assert late and late[0].switched and not late[0].switched_here
+    assert late[0].chunks_embedded == 0
+    assert len(fake.texts(FAKE_MODEL)) == total  # nothing sent to the endpoint after the switch
+    assert_every_chunk_has_its_new_embedding(corpus)
+
+
 # -- refusals and the rest of the protocol -------------------------------------------------------
 
 

@@ -10,8 +10,9 @@
 --   1. reembed_start records the target and adds pgrag.chunks.embedding_next (metadata only,
 --      under a brief exclusive lock taken in 200 ms attempts, so readers never queue for long).
 --   2. Any number of processes loop: in one transaction, reembed_claim (FOR UPDATE SKIP LOCKED
---      on the queue rows; the locks die with a killed process, so its batch is claimed again),
---      embed the texts with the new model, reembed_store, commit. Searches read
+--      on the queue rows; the locks die with a killed process, so its batch is claimed again;
+--      the advisory lock of start, switch and cancel shared, so they wait for the batches
+--      claimed), embed the texts with the new model, reembed_store, commit. Searches read
 --      chunks.embedding with the old model all along. A claim that finds the queue empty first
 --      queues chunks written since (reembed_sync): new chunks, and chunks whose content_sha256
 --      changed since their embedding was computed.
@@ -86,8 +87,9 @@ begin
     end if;
     perform pgrag.check_argument('dims', reembed_start.dims, 1, 2000);
     -- Start, switch and cancel run one at a time (a transaction-level advisory lock, taken
-    -- first by each: they lock the same rows in different orders). A second process starting
-    -- the same re-embed waits for the first and joins it.
+    -- first by each: they lock the same rows in different orders; reembed_claim holds it
+    -- shared, so they wait for the batches being embedded). A second process starting the same
+    -- re-embed waits for the first and joins it.
     perform pg_catalog.pg_advisory_xact_lock(123589602928386);  -- 0x7067726167_02: "pgrag", 2
     select c.* into v_config from pgrag.embedding_config as c for update;
     select r.* into v_job from pgrag.reembeds as r where r.status = 'running' for update;
@@ -187,6 +189,13 @@ as $$
 declare
     v_n integer := coalesce(pgrag.check_argument('batch_size', batch_size, 1, 10000), 64);
 begin
+    -- The lock of start, switch and cancel, shared until the caller's transaction ends: they
+    -- wait for the batches claimed, and a claim that waited for one of them sees how it ended.
+    -- (Without it, a claim that found the re-embed running could read the queue after a switch
+    -- committed: emptied, it queued every chunk again and handed out a batch that was embedded
+    -- for nothing, reembed_store refusing it with PR202. A heavyweight lock, not FOR SHARE on
+    -- the row: a waiting switch or cancel holds back the claims that come after it.)
+    perform pg_catalog.pg_advisory_xact_lock_shared(123589602928386);
     if not exists (select 1 from pgrag.reembeds as r where r.status = 'running') then
         raise exception 'no re-embed is running'
             using errcode = 'PR202',
@@ -208,7 +217,7 @@ begin
 end
 $$;
 comment on function pgrag.reembed_claim(integer) is
-'Claims up to batch_size (1-10,000, default 64) chunks waiting for their embedding of the running re-embed''s model: (tenant_id, chunk_id, content, content_sha256), locked FOR UPDATE SKIP LOCKED until the caller''s transaction ends, so concurrent workers never get the same chunk and a killed worker''s batch is claimed again. Embed the contents with the new model and call pgrag.reembed_store in the same transaction. When nothing is queued it first queues chunks written since (pgrag.reembed_sync); no row means every chunk is done, or claimed by another worker. PR202 when no re-embed is running.';
+'Claims up to batch_size (1-10,000, default 64) chunks waiting for their embedding of the running re-embed''s model: (tenant_id, chunk_id, content, content_sha256), locked FOR UPDATE SKIP LOCKED until the caller''s transaction ends, so concurrent workers never get the same chunk and a killed worker''s batch is claimed again; it holds the advisory lock of pgrag.reembed_start, reembed_switch and reembed_cancel shared as long, so they wait for the batches claimed (a claim that waited for a switch or cancel raises PR202 before anything is embedded). Embed the contents with the new model and call pgrag.reembed_store in the same transaction. When nothing is queued it first queues chunks written since (pgrag.reembed_sync); no row means every chunk is done, or claimed by another worker. PR202 when no re-embed is running.';
 
 create or replace function pgrag.reembed_store(
     model text,
