@@ -446,6 +446,62 @@ def test_isolated_search_uses_the_tenants_own_index(
     assert after >= before + 3
 
 
+def walk_function(conn: psycopg.Connection[Any], tenant: str) -> str | None:
+    """The name of ``tenant``'s walk function (pgrag.make_own_graph_walk), when it exists."""
+    row = conn.execute(
+        "select to_regproc('pgrag.' || pgrag.own_graph_walk_name(%s))::text", (tenant,)
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def test_an_isolated_tenants_walk_function_returns_what_the_walk_planned_per_call_returns(
+    db: str, conn: psycopg.Connection[Any], neighbourhood: dict[str, Any]
+) -> None:
+    # The function keeps its plan for the session; without it (Citus, or a graph made by
+    # hand) the arm plans the same statement at each call. Both must answer alike, the short
+    # walks included (a 3,000-row tenant, k = 10).
+    queries = neighbourhood["queries"]
+    name = walk_function(conn, "victim")
+    assert name is not None
+    with_function = victim_search(db, queries)
+    conn.execute(f"drop function {name}")
+    conn.commit()
+    assert walk_function(conn, "victim") is None
+    assert victim_search(db, queries) == with_function
+    assert all(len(rows) == K for rows in with_function)
+
+
+def test_every_migrate_makes_and_grants_an_isolated_tenants_walk_function_until_it_is_shared(
+    db: str, conn: psycopg.Connection[Any], neighbourhood: dict[str, Any]
+) -> None:
+    from pgrag.migrator import Migrator
+
+    name = psycopg.conninfo.conninfo_to_dict(db)["dbname"]
+    conn.execute(f'alter database "{name}" set track_functions = pl')
+    # A graph made before walk functions existed: the next migrate of the idempotent tier
+    # makes its function, and grants it after revoking every function's grants.
+    conn.execute(f"drop function {walk_function(conn, 'victim')}")
+    conn.execute("update pgrag.schema_migrations set sha256 = 'older' where kind = 'idempotent'")
+    conn.commit()
+    Migrator(db).migrate()
+    walk = walk_function(conn, "victim")
+    assert walk is not None
+    victim_search(db, neighbourhood["queries"][:3])  # as authenticated, through RLS
+    calls = 0
+    for _ in range(50):  # the request's backend flushes its statistics as it exits
+        with connect(db) as fresh:
+            row = fresh.execute(
+                "select calls from pg_stat_user_functions where funcid = %s::regproc", (walk,)
+            ).fetchone()
+        calls = row[0] if row else 0
+        if calls >= 3:
+            break
+        time.sleep(0.1)
+    assert calls >= 3
+    assert conn.execute("select pgrag.share_tenant('victim')").fetchone() == (True,)
+    assert walk_function(conn, "victim") is None
+
+
 def test_ingest_gives_a_tenant_past_the_exact_threshold_its_own_graph(
     db: str, local_embedder: Any, tmp_path: Any
 ) -> None:

@@ -3,9 +3,10 @@
 --   pgrag.vector_candidates and pgrag.keyword_candidates, each returning (tenant_id, chunk_id,
 --   distance or score) best first with every filter applied inside the arm; and
 --   pgrag.tenant_chunk_count. Relies on: argument checks and pgrag.current_tenant_id
---   (001-helpers.sql), pgrag.keyword_query (005-text-search.sql), pgrag.tenant_index_name
---   (006-vector-isolation.sql), the BM25 tables (002-bm25-maintenance.sql keeps them). Callers:
---   the fusion (008-fusion.sql) and the public API (009-api.sql), as the calling role.
+--   (001-helpers.sql), pgrag.keyword_query (005-text-search.sql), pgrag.tenant_index_name,
+--   pgrag.own_graph_walk_name, pgrag.own_graph_walk_sql and each isolated tenant's walk
+--   function (006-vector-isolation.sql), the BM25 tables (002-bm25-maintenance.sql keeps them).
+--   Callers: the fusion (008-fusion.sql) and the public API (009-api.sql), as the calling role.
 
 -- What a search may return, written once: a chunk of a ready document that passes the five
 -- filters. Every search statement (both arms, windows, the public API) joins pgrag.chunks c to
@@ -117,6 +118,7 @@ declare
     v_clean boolean := false;
     v_public boolean := false;
     v_own_index boolean := false;
+    v_own_walk boolean := false;
     v_scoped boolean;
     v_walks text[];
     v_other text;
@@ -124,11 +126,12 @@ declare
 begin
     -- Plans. The statements here plan to the same scans whatever the variables' values, so
     -- they keep a generic plan, made once per session (the function's setting
-    -- force_generic_plan): planning them at every call cost more than running them. Two need
-    -- custom plans, planned at every call with the values, and say so locally (the function's
-    -- setting restores it on exit): the walk of a tenant's own graph (the tenant matched to
-    -- its index's predicate) and the exact scan (only the conditions that hold for this
-    -- caller). On Citus, sql/citus/002-function-settings.sql sets force_custom_plan instead
+    -- force_generic_plan): planning them at every call cost more than running them. The exact
+    -- scan needs a custom plan (only the conditions that hold for this caller), planned at every
+    -- call with the values, and says so locally (the function's setting restores it on exit).
+    -- The walk of a tenant's own graph needs the tenant as a constant (its index's predicate):
+    -- it runs in the tenant's walk function (pgrag.make_own_graph_walk), whose plan is kept, or
+    -- through EXECUTE, planned at the call. On Citus, sql/citus/002-function-settings.sql sets force_custom_plan instead
     -- (a generic plan with the tenant as a parameter would go to every shard); v_plans holds
     -- the function's setting.
     -- Argument checks. Each is a call of a function with its own search_path (a few
@@ -162,7 +165,8 @@ begin
     --     most rows away); the share below uses it too. Read from the corpus statistics as
     --     pgrag.tenant_chunk_count reads them, but in this statement: a call of that SQL function
     --     sets up and runs its own query each time, and cost more than the rest of the statement;
-    --   * whether pgrag.isolate_tenant gave it an HNSW graph of its own chunks alone;
+    --   * whether pgrag.isolate_tenant gave it an HNSW graph of its own chunks alone, and the
+    --     function that walks it (one the caller may execute);
     --   * whether it has rows a bulk load kept out of the shared graph
     --     (pgrag.bulk_replace_document_chunks): in its own graph once pgrag.finish_bulk_load
     --     built it; until then, in no graph, so the tenant is scanned exactly (one probe of
@@ -175,17 +179,20 @@ begin
                 from pgrag.corpus_stats as s
                 where s.tenant_id = v_tenant),
                pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_tenant))) is not null,
+               coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regproc(pg_catalog.format(
+                   'pgrag.%I', pgrag.own_graph_walk_name(v_tenant))), 'EXECUTE'), false),
                exists (select 1 from pgrag.chunks as c
                        where c.tenant_id = v_tenant and not c.in_shared_graph),
                exists (select 1 from pgrag.documents as d
                        where d.tenant_id = v_tenant and d.status <> 'ready'),
                (select c.reltuples from pg_catalog.pg_class as c
                 where c.oid = 'pgrag.chunks'::regclass)
-        into v_count, v_own_index, v_outside, v_unready, v_rows;
+        into v_count, v_own_index, v_own_walk, v_outside, v_unready, v_rows;
     end if;
     v_exact := document_ids is not null or coalesce(v_count <= v_exact_max, false)
         or (v_outside and not v_own_index);
     v_own_index := v_own_index and not v_exact;
+    v_own_walk := v_own_walk and v_own_index;
     v_scoped := v_tenant is not null or v_filtered or v_public;
 
     if not v_exact then
@@ -241,30 +248,18 @@ begin
         -- one that reached a document not ready) the statement returns no row, and the general
         -- walk below and the exact fallback answer.
         if v_tenant is not null and not v_filtered then
-            if v_own_index then
-                -- A custom plan: the tenant a constant, matched to its own index's predicate.
-                perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
-                return query
-                with w as materialized (
-                    select c.tenant_id, c.id as chunk_id, c.document_id,
-                           c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
-                    from pgrag.chunks as c
-                    where c.embedding is not null
-                      and c.tenant_id = v_tenant
-                    order by c.embedding operator(@extschema:vector@.<=>) query_embedding
-                    limit v_fetch
-                )
-                select w.tenant_id, w.chunk_id, w.distance
-                from w
-                where (select pg_catalog.count(*) from w) >= v_k
-                  and not (v_unready and exists (
-                               select 1
-                               from pgrag.documents as d
-                               where d.tenant_id = v_tenant
-                                 and d.id = any (array(select w.document_id from w))
-                                 and d.status <> 'ready'))
-                order by w.distance, w.chunk_id
-                limit v_k;
+            if v_own_walk and v_plans = 'force_generic_plan' then
+                -- The tenant's walk function (pgrag.make_own_graph_walk): its plan, with the
+                -- tenant written in, is kept for the session; EXECUTE plans only this call.
+                return query execute pg_catalog.format(
+                    'select w.tenant_id, w.chunk_id, w.distance from pgrag.%I($1, $2, $3, $4) as w',
+                    pgrag.own_graph_walk_name(v_tenant))
+                using query_embedding, v_fetch, v_k, v_unready;
+            elsif v_own_index then
+                -- The same statement planned at this call, with the tenant written in (Citus,
+                -- or a graph without its function).
+                return query execute pgrag.own_graph_walk_sql(v_tenant)
+                using query_embedding, v_fetch, v_k, v_unready;
             else
                 -- The shared graph's predicate holds no variable: a generic plan walks it too.
                 return query
@@ -292,7 +287,6 @@ begin
             end if;
             -- (Before any other statement: each sets the row count.)
             get diagnostics v_returned = row_count;
-            perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
             if v_returned > 0 then
                 perform pg_catalog.set_config('enable_sort', v_old_sort, true),
                         pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true),
