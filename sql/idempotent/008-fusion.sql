@@ -289,14 +289,22 @@ begin
 
     -- Hits given by chunk id alone (public.chunk_windows): the tenant of each, among the chunks
     -- the caller may see (ids of other tenants' or unknown chunks are dropped, with their score).
-    -- A caller with a tenant finds them by key (tenant_id, id), a plan made once per session.
+    -- A caller with a tenant finds them by key, one probe per hit, with a plan made once per
+    -- session: the subquery is fenced (offset 0) so that no plan joins another way (a plain
+    -- join let a generic plan, which takes the tenant for an average one, read every chunk of
+    -- the tenant into a hash table: 10,000 rows for 10 hits).
     if windows.tenant_ids is null and v_tenant is not null then
         select pg_catalog.array_agg(c.tenant_id order by u.ord),
                pg_catalog.array_agg(u.id order by u.ord),
                pg_catalog.array_agg(windows.scores[u.ord] order by u.ord)
         into v_tenants, v_ids, v_scores
         from pg_catalog.unnest(windows.hit_ids) with ordinality as u(id, ord)
-        join pgrag.chunks as c on c.tenant_id = v_tenant and c.id = u.id;
+        cross join lateral (
+            select c.tenant_id
+            from pgrag.chunks as c
+            where c.tenant_id = v_tenant and c.id = u.id
+            offset 0
+        ) as c;
     elsif windows.tenant_ids is null then
         -- Without a tenant (anon, service_role) by id among every tenant's chunks: a custom
         -- plan, so that the condition left out for this caller costs nothing.
