@@ -119,6 +119,7 @@ declare
     v_public boolean := false;
     v_own_index boolean := false;
     v_own_walk boolean := false;
+    v_walk text;
     v_scoped boolean;
     v_walks text[];
     v_other text;
@@ -165,8 +166,7 @@ begin
     --     most rows away); the share below uses it too. Read from the corpus statistics as
     --     pgrag.tenant_chunk_count reads them, but in this statement: a call of that SQL function
     --     sets up and runs its own query each time, and cost more than the rest of the statement;
-    --   * whether pgrag.isolate_tenant gave it an HNSW graph of its own chunks alone, and the
-    --     function that walks it (one the caller may execute);
+    --   * whether pgrag.isolate_tenant gave it an HNSW graph of its own chunks alone;
     --   * whether it has rows a bulk load kept out of the shared graph
     --     (pgrag.bulk_replace_document_chunks): in its own graph once pgrag.finish_bulk_load
     --     built it; until then, in no graph, so the tenant is scanned exactly (one probe of
@@ -179,20 +179,17 @@ begin
                 from pgrag.corpus_stats as s
                 where s.tenant_id = v_tenant),
                pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_tenant))) is not null,
-               coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regproc(pg_catalog.format(
-                   'pgrag.%I', pgrag.own_graph_walk_name(v_tenant))), 'EXECUTE'), false),
                exists (select 1 from pgrag.chunks as c
                        where c.tenant_id = v_tenant and not c.in_shared_graph),
                exists (select 1 from pgrag.documents as d
                        where d.tenant_id = v_tenant and d.status <> 'ready'),
                (select c.reltuples from pg_catalog.pg_class as c
                 where c.oid = 'pgrag.chunks'::regclass)
-        into v_count, v_own_index, v_own_walk, v_outside, v_unready, v_rows;
+        into v_count, v_own_index, v_outside, v_unready, v_rows;
     end if;
     v_exact := document_ids is not null or coalesce(v_count <= v_exact_max, false)
         or (v_outside and not v_own_index);
     v_own_index := v_own_index and not v_exact;
-    v_own_walk := v_own_walk and v_own_index;
     v_scoped := v_tenant is not null or v_filtered or v_public;
 
     if not v_exact then
@@ -248,12 +245,19 @@ begin
         -- one that reached a document not ready) the statement returns no row, and the general
         -- walk below and the exact fallback answer.
         if v_tenant is not null and not v_filtered then
-            if v_own_walk and v_plans = 'force_generic_plan' then
-                -- The tenant's walk function (pgrag.make_own_graph_walk): its plan, with the
-                -- tenant written in, is kept for the session; EXECUTE plans only this call.
+            if v_own_index and v_plans = 'force_generic_plan' then
+                -- The tenant's walk function (pgrag.make_own_graph_walk), when it has one the
+                -- caller may execute (looked up only here: the other paths pay nothing for it).
+                v_walk := pgrag.own_graph_walk_name(v_tenant);
+                v_own_walk := coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regproc(
+                    pg_catalog.format('pgrag.%I', v_walk)), 'EXECUTE'), false);
+            end if;
+            if v_own_walk then
+                -- Its plan, with the tenant written in, is kept for the session; EXECUTE plans
+                -- only this call.
                 return query execute pg_catalog.format(
                     'select w.tenant_id, w.chunk_id, w.distance from pgrag.%I($1, $2, $3, $4) as w',
-                    pgrag.own_graph_walk_name(v_tenant))
+                    v_walk)
                 using query_embedding, v_fetch, v_k, v_unready;
             elsif v_own_index then
                 -- The same statement planned at this call, with the tenant written in (Citus,
