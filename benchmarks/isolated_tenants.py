@@ -19,7 +19,11 @@ written into the query, so a prepared statement keeps its plan); and the planner
 plain query of one chunk by key (``EXPLAIN (SUMMARY)``), what any query on ``pgrag.chunks`` pays
 when it is planned.
 
-    PGRAG_SHARED_DIR=../shared .venv/bin/python benchmarks/isolated_tenants.py
+With ``--base REV`` the same rows go into a second database installed from the ``sql/`` of git
+revision REV (version A) and both versions are timed, interleaved call by call (B: this
+checkout's ``sql/``); the results give B / A per function and count.
+
+    PGRAG_SHARED_DIR=../shared .venv/bin/python benchmarks/isolated_tenants.py --base main
     .venv/bin/python benchmarks/isolated_tenants.py --size 10000 --counts 1 100 300 --queries 100
 """
 
@@ -31,6 +35,7 @@ import os
 import platform
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,8 +47,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from common import insert_ready_document, latency_summary  # noqa: E402
+from common import insert_ready_document, latency_summary, short_revision  # noqa: E402
 from latency import EMBED_CHARS, embed_cached, load, load_scifact, synthetic  # noqa: E402
+from sql_ab import install, sql_of_revision  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
 from pgrag.testing import drop_database, fresh_database, server  # noqa: E402
@@ -111,6 +117,44 @@ def isolate_more(conn: psycopg.Connection[Any], have: int, want: int, vectors: n
         conn.commit()
 
 
+def prepare(dsn: str, texts: list[str], vectors: np.ndarray) -> dict[str, float]:
+    """t0's chunks loaded and its own graph built."""
+    loaded = load(dsn, texts, vectors, tenants=1)
+    with connect(dsn) as conn:
+        conn.execute("set maintenance_work_mem = '512MB'")
+        conn.execute("select pgrag.isolate_tenant('t0')")
+        conn.commit()
+    return loaded
+
+
+def measure(
+    conns: dict[str, psycopg.Connection[Any]], queries: list[str], qvecs: np.ndarray
+) -> dict[str, dict[str, list[float]]]:
+    """Every call of CALLS as t0, for each query, the versions and functions interleaved (each
+    first in turn); milliseconds per version and function."""
+    names = list(CALLS)
+    base = [{"q": q, "e": v} for q, v in zip(queries, qvecs, strict=True)]
+    params: dict[str, list[dict[str, Any]]] = {}
+    for version, conn in conns.items():
+        params[version] = [dict(p) for p in base]
+        for p in params[version]:  # chunk_windows' hits: the query's hybrid top 10
+            with conn.transaction():
+                set_request_tenant(conn, "t0")
+                conn.execute("set local role authenticated")
+                p["ids"] = [r[0] for r in conn.execute(CALLS["hybrid_search"], p).fetchall()]
+        for p in params[version][:10]:  # warm-up: plans and pages
+            for n in names:
+                timed(conn, CALLS[n], p)
+    ms: dict[str, dict[str, list[float]]] = {v: {n: [] for n in names} for v in conns}
+    versions = list(conns)
+    for j in range(len(base)):
+        turn = j % len(names)
+        for n in names[turn:] + names[:turn]:
+            for v in versions[j % len(versions) :] + versions[: j % len(versions)]:
+                ms[v][n].append(timed(conns[v], CALLS[n], params[v][j]))
+    return ms
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -124,6 +168,11 @@ def main() -> None:
         help="isolated tenants on the server, t0 included (default 1 100 300 1000)",
     )
     parser.add_argument("--queries", type=int, default=200, help="queries per count (max 300)")
+    parser.add_argument(
+        "--base",
+        help="also time the sql/ of this git revision (version A) in a second database with "
+        "the same rows, interleaved with this checkout's (version B)",
+    )
     parser.add_argument("--admin-dsn", help="superuser DSN of a server with pgvector")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -139,68 +188,78 @@ def main() -> None:
         "t0_chunks": args.size,
         "small_tenant_chunks": SMALL_TENANT_CHUNKS,
         "queries": len(queries),
+        "versions": {"B": f"checkout ({short_revision('HEAD')})"},
         "counts": {},
     }
-    with server(args.admin_dsn, "pgrag-isolated-") as admin:
-        dsn = fresh_database(admin, "isolated_tenants")
+    if args.base:
+        result["versions"]["A"] = f"{args.base} ({short_revision(args.base)})"
+    dsns: dict[str, str] = {}
+    conns: dict[str, psycopg.Connection[Any]] = {}
+    with (
+        server(args.admin_dsn, "pgrag-isolated-") as admin,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         try:
-            print(f"  t0 loaded: {load(dsn, s_texts, s_vecs, tenants=1)}", flush=True)
-            with connect(dsn) as conn:
-                result["server"] = conn.execute("select version()").fetchone()[0]  # type: ignore[index]
-                conn.execute("set maintenance_work_mem = '512MB'")
-                conn.execute("select pgrag.isolate_tenant('t0')")
-                conn.commit()
-                have = 1
-                for count in sorted(args.counts):
+            if args.base:
+                dsns["A"] = install(admin, "isolated_a", sql_of_revision(args.base, Path(tmp)))
+            dsns["B"] = fresh_database(admin, "isolated_tenants")
+            for version, dsn in dsns.items():
+                print(f"  {version}: t0 loaded: {prepare(dsn, s_texts, s_vecs)}", flush=True)
+            conns.update({v: connect(dsn) for v, dsn in dsns.items()})
+            version_row = conns["B"].execute("select version()").fetchone()
+            result["server"] = version_row[0] if version_row else None
+            have = 1
+            for count in sorted(args.counts):
+                entry: dict[str, Any] = {}
+                for version, conn in conns.items():
                     t = time.perf_counter()
                     isolate_more(conn, have, count, vectors)
                     conn.execute("analyze pgrag.chunks")
                     conn.commit()
-                    built = time.perf_counter() - t
-                    have = count
                     indexes = conn.execute(
                         "select count(*) from pg_index where indrelid = 'pgrag.chunks'::regclass"
-                    ).fetchone()[0]  # type: ignore[index]
+                    ).fetchone()
+                    entry[version] = {
+                        "indexes_on_chunks": indexes[0] if indexes else None,
+                        "isolating_s": round(time.perf_counter() - t, 1),
+                    }
                     conn.execute("checkpoint")
                     conn.commit()
-                    names = list(CALLS)
-                    params = [{"q": q, "e": v} for q, v in zip(queries, qvecs, strict=True)]
-                    for p in params:  # chunk_windows' hits: the query's hybrid top 10
-                        with conn.transaction():
-                            set_request_tenant(conn, "t0")
-                            conn.execute("set local role authenticated")
-                            p["ids"] = [
-                                r[0] for r in conn.execute(CALLS["hybrid_search"], p).fetchall()
-                            ]
-                    for p in params[:10]:  # warm-up: plans and pages
-                        for n in names:
-                            timed(conn, CALLS[n], p)
-                    ms: dict[str, list[float]] = {n: [] for n in names}
-                    for j, p in enumerate(params):
-                        turn = j % len(names)
-                        for n in names[turn:] + names[:turn]:
-                            ms[n].append(timed(conn, CALLS[n], p))
-                    entry: dict[str, Any] = {
-                        "indexes_on_chunks": indexes,
-                        "isolating_s": round(built, 1),
-                        "planning_ms_chunk_by_key": planning_ms(conn),
-                        "functions": {n: latency_summary(ms[n]) for n in names},
-                    }
-                    arm = entry["functions"]["vector arm, 40 candidates"]["p50_ms"]
-                    plain = entry["functions"]["plain HNSW of t0's graph, top 40"]["p50_ms"]
-                    entry["arm_over_plain_p50"] = round(arm / plain, 2)
-                    result["counts"][str(count)] = entry
+                have = count
+                ms = measure(conns, queries, qvecs)
+                for version, conn in conns.items():
+                    e = entry[version]
+                    e["planning_ms_chunk_by_key"] = planning_ms(conn)
+                    e["functions"] = {n: latency_summary(t) for n, t in ms[version].items()}
+                    arm = e["functions"]["vector arm, 40 candidates"]["p50_ms"]
+                    plain = e["functions"]["plain HNSW of t0's graph, top 40"]["p50_ms"]
+                    e["arm_over_plain_p50"] = round(arm / plain, 2)
                     print(
-                        f"  {count:5d} isolated tenants ({indexes} indexes):"
-                        f" planning a chunk by key {entry['planning_ms_chunk_by_key']:.3f} ms; "
-                        + "; ".join(f"{n} p50 {entry['functions'][n]['p50_ms']:.2f}" for n in names)
-                        + f"; arm / plain {entry['arm_over_plain_p50']:.2f}",
+                        f"  {version} {count:5d} isolated tenants"
+                        f" ({e['indexes_on_chunks']} indexes): planning a chunk by key"
+                        f" {e['planning_ms_chunk_by_key']:.3f} ms; "
+                        + "; ".join(f"{n} p50 {e['functions'][n]['p50_ms']:.2f}" for n in CALLS)
+                        + f"; arm / plain {e['arm_over_plain_p50']:.2f}",
                         flush=True,
                     )
-                    args.out.parent.mkdir(parents=True, exist_ok=True)
-                    args.out.write_text(json.dumps(result, indent=2) + "\n")
+                if "A" in entry:
+                    entry["B_over_A_p50"] = {
+                        n: round(
+                            entry["B"]["functions"][n]["p50_ms"]
+                            / entry["A"]["functions"][n]["p50_ms"],
+                            2,
+                        )
+                        for n in CALLS
+                    }
+                    print(f"  B / A p50 at {count}: {entry['B_over_A_p50']}", flush=True)
+                result["counts"][str(count)] = entry
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(result, indent=2) + "\n")
         finally:
-            drop_database(admin, dsn)
+            for conn in conns.values():
+                conn.close()
+            for dsn in dsns.values():
+                drop_database(admin, dsn)
     print(f"wrote {args.out}")
 
 

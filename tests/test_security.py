@@ -477,6 +477,8 @@ PGRAG_FUNCTIONS = (
     "keyword_query",
     "mmr_order",
     "normalize_query(text)",
+    "own_graph_walk_name(text)",
+    "own_graph_walk_sql(text)",
     "propagate_request_claims()",
     "query_cache_key(text)",
     "searchable",

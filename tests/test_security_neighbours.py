@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from plugins.tenancy import claims_for, ensure_authenticator, request
 
-from pgrag.db import connect
+from pgrag.db import connect, set_request_tenant
 
 DIMS = 384
 PUBLIC_TEXTS = [
@@ -444,6 +444,130 @@ def test_isolated_search_uses_the_tenants_own_index(
             break
         time.sleep(0.1)
     assert after >= before + 3
+
+
+def walk_function(conn: psycopg.Connection[Any], tenant: str) -> str | None:
+    """The name of ``tenant``'s walk function (pgrag.make_own_graph_walk), when it exists."""
+    row = conn.execute(
+        "select to_regproc('pgrag.' || pgrag.own_graph_walk_name(%s))::text", (tenant,)
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def test_an_isolated_tenants_walk_function_returns_what_the_walk_planned_per_call_returns(
+    db: str, conn: psycopg.Connection[Any], neighbourhood: dict[str, Any]
+) -> None:
+    # The function keeps its plan for the session; without it (Citus, or a graph made by
+    # hand) the arm plans the same statement at each call. Both must answer alike, the short
+    # walks included (a 3,000-row tenant, k = 10).
+    queries = neighbourhood["queries"]
+    name = walk_function(conn, "victim")
+    assert name is not None
+    with_function = victim_search(db, queries)
+    conn.execute(f"drop function {name}")
+    conn.commit()
+    assert walk_function(conn, "victim") is None
+    assert victim_search(db, queries) == with_function
+    assert all(len(rows) == K for rows in with_function)
+
+
+def test_every_migrate_makes_and_grants_an_isolated_tenants_walk_function_until_it_is_shared(
+    db: str, conn: psycopg.Connection[Any], neighbourhood: dict[str, Any]
+) -> None:
+    from pgrag.migrator import Migrator
+
+    name = psycopg.conninfo.conninfo_to_dict(db)["dbname"]
+    conn.execute(f'alter database "{name}" set track_functions = pl')
+    # A graph made before walk functions existed: the next migrate of the idempotent tier
+    # makes its function, and grants it after revoking every function's grants.
+    conn.execute(f"drop function {walk_function(conn, 'victim')}")
+    conn.execute("update pgrag.schema_migrations set sha256 = 'older' where kind = 'idempotent'")
+    conn.commit()
+    Migrator(db).migrate()
+    walk = walk_function(conn, "victim")
+    assert walk is not None
+    victim_search(db, neighbourhood["queries"][:3])  # as authenticated, through RLS
+    calls = 0
+    for _ in range(50):  # the request's backend flushes its statistics as it exits
+        with connect(db) as fresh:
+            row = fresh.execute(
+                "select calls from pg_stat_user_functions where funcid = %s::regproc", (walk,)
+            ).fetchone()
+        calls = row[0] if row else 0
+        if calls >= 3:
+            break
+        time.sleep(0.1)
+    assert calls >= 3
+    assert conn.execute("select pgrag.share_tenant('victim')").fetchone() == (True,)
+    assert walk_function(conn, "victim") is None
+
+
+def rows_read(conn: psycopg.Connection[Any]) -> int:
+    """Rows and index entries this transaction has read from pgrag.chunks and pgrag.documents
+    and their indexes (the backend's own counters, as the owner)."""
+    row = conn.execute(
+        "select sum(pg_stat_get_xact_tuples_returned(c.oid)"
+        " + pg_stat_get_xact_tuples_fetched(c.oid))"
+        " from pg_class c left join pg_index i on i.indexrelid = c.oid"
+        " where c.oid in ('pgrag.chunks'::regclass, 'pgrag.documents'::regclass)"
+        "    or i.indrelid in ('pgrag.chunks'::regclass, 'pgrag.documents'::regclass)"
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def test_many_small_tenants_leave_a_large_tenants_kept_plans_reading_by_key(
+    db: str, conn: psycopg.Connection[Any], pg_admin_dsn: str
+) -> None:
+    # With 300 tenants on the server the planner takes a tenant for an average one (a few
+    # rows). A search keeps generic plans for the session (each function's plan cache mode),
+    # which must still read a few hits' chunks and documents by key, not every row of a large
+    # tenant (as a hash join of its 2,000 chunks did for chunk_windows' ten hits).
+    ensure_authenticator(pg_admin_dsn)
+    conn.execute(
+        "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)"
+        " select 'big', 'doc ' || d, 'text', 'big://' || d, 'ready' from generate_series(1, 400) d"
+    )
+    conn.execute(
+        "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
+        " select 'big', d.id, i, 'note ' || i || ' of ' || d.title || ' about inverter '"
+        "        || (array['faults', 'wiring', 'cooling', 'firmware'])[1 + (d.id + i) % 4],"
+        "        md5(d.id || ':' || i)"
+        " from pgrag.documents d, generate_series(0, 4) i where d.tenant_id = 'big'"
+    )
+    conn.execute(
+        "with d as (insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)"
+        " select 's' || t, 'small', 'text', 'small://' || t, 'ready'"
+        " from generate_series(1, 300) t returning tenant_id, id)"
+        " insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
+        " select d.tenant_id, d.id, 0, 'inverter cooling', md5(d.tenant_id) from d"
+    )
+    conn.execute("analyze pgrag.chunks")
+    conn.execute("analyze pgrag.documents")
+    conn.commit()
+    hits = [
+        r[0]
+        for r in conn.execute(
+            "select id from pgrag.chunks where tenant_id = 'big' order by id limit 10"
+        )
+    ]
+    calls = {
+        "keyword_search": ("select * from public.keyword_search('inverter firmware', 10)", ()),
+        "chunk_windows": ("select * from public.chunk_windows(%s, 1)", (hits,)),
+    }
+    read: dict[str, list[int]] = {name: [] for name in calls}
+    for _ in range(7):  # past the fifth call, where PostgreSQL's default mode would switch
+        for name, (call, params) in calls.items():
+            with conn.transaction():
+                before = rows_read(conn)
+                set_request_tenant(conn, "big")
+                conn.execute("set local role authenticated")
+                assert conn.execute(call, params).fetchall(), name
+                conn.execute("reset role")
+                read[name].append(rows_read(conn) - before)
+    # ten hits, their documents and neighbours: a few hundred rows and index entries at most,
+    # never the tenant's 2,400 rows (4,200 read with a plain join in chunk_windows' lookup)
+    assert max(read["chunk_windows"]) < 1000, read
+    assert max(read["keyword_search"]) < 1000, read
 
 
 def test_ingest_gives_a_tenant_past_the_exact_threshold_its_own_graph(

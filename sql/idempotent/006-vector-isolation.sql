@@ -1,8 +1,10 @@
 -- Tenant isolation in the vector index: a tenant's own HNSW graph.
 -- Contract. Provides: pgrag.tenant_index_name (the name of a tenant's partial HNSW index, read by
---   the vector arm), pgrag.isolate_tenant, pgrag.share_tenant and pgrag.isolate_tenants (the
---   owner of pgrag.chunks runs them: pgrag ingest, or an operator). Relies on: pgrag.chunks and
---   pgrag.corpus_stats (for tenant sizes).
+--   the vector arm), pgrag.own_graph_walk_name and pgrag.own_graph_walk_sql (the walk of a
+--   tenant's own graph, run by the vector arm), pgrag.make_own_graph_walk, pgrag.isolate_tenant,
+--   pgrag.share_tenant and pgrag.isolate_tenants (the owner of pgrag.chunks runs them: pgrag
+--   ingest, or an operator). Relies on: pgrag.chunks, pgrag.documents and pgrag.corpus_stats (for
+--   tenant sizes).
 --
 -- Tenant isolation in the vector index (docs/security.md): a tenant above
 -- pgrag.exact_search_max_rows searches the HNSW graph of every chunk unless it has a graph of
@@ -21,6 +23,113 @@ as $$
 $$;
 comment on function pgrag.tenant_index_name(text) is
 'Name (in schema pgrag) of the partial HNSW index pgrag.isolate_tenant makes for a tenant.';
+
+-- The walk of a tenant's own graph, as the vector arm runs it for a tenant's search without
+-- filters (pgrag.vector_candidates, its fast path). The index's predicate names the tenant as a
+-- constant, and the planner uses a partial index only where the query names the same constant:
+-- a plan of this walk with the tenant as a parameter cannot walk the tenant's graph. Planned at
+-- every call, the walk costs the planner about 3 us per index on pgrag.chunks (one per isolated
+-- tenant: 3 ms with a thousand, docs/benchmarks.md). So each isolated tenant has a function of
+-- its own whose body is this statement with its tenant written in (pgrag.make_own_graph_walk):
+-- its plan is made once per session and kept. The arm calls it through EXECUTE, which plans
+-- only that call. Where the function does not exist (Citus, below; an index made by hand) the
+-- arm runs this statement itself through EXECUTE, planned at each call.
+create or replace function pgrag.own_graph_walk_name(tenant text)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select 'own_graph_walk_t_' operator(pg_catalog.||) pg_catalog.left(pg_catalog.md5(tenant), 24)
+$$;
+comment on function pgrag.own_graph_walk_name(text) is
+'Name (in schema pgrag) of the function holding the walk of a tenant''s own HNSW graph (pgrag.make_own_graph_walk).';
+
+create or replace function pgrag.own_graph_walk_sql(tenant text)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    -- $1 the query embedding, $2 how many rows to walk, $3 match_count, $4 whether the tenant
+    -- has a document not ready (then the documents the walk reached are probed).
+    select pg_catalog.format($q$
+        with w as materialized (
+            select c.tenant_id, c.id as chunk_id, c.document_id,
+                   c.embedding operator(@extschema:vector@.<=>) $1 as distance
+            from pgrag.chunks as c
+            where c.embedding is not null
+              and c.tenant_id operator(pg_catalog.=) %1$L
+            order by c.embedding operator(@extschema:vector@.<=>) $1
+            limit $2
+        )
+        select w.tenant_id, w.chunk_id, w.distance
+        from w
+        where (select pg_catalog.count(*) from w) operator(pg_catalog.>=) $3
+          and not ($4 and exists (
+                       select 1
+                       from pgrag.documents as d
+                       where d.tenant_id operator(pg_catalog.=) %1$L
+                         and d.id operator(pg_catalog.=) any (array(select w.document_id from w))
+                         and d.status operator(pg_catalog.<>) 'ready'))
+        order by w.distance, w.chunk_id
+        limit $3$q$, tenant)
+$$;
+comment on function pgrag.own_graph_walk_sql(text) is
+'The statement walking a tenant''s own HNSW graph with the tenant written in (parameters: query embedding, rows to walk, match_count, whether any of its documents is not ready): match_count rows, or none when the walk came back short or reached a document not ready. Run by pgrag.vector_candidates, through the tenant''s walk function when it has one.';
+
+create or replace function pgrag.make_own_graph_walk(tenant text)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_name text := pgrag.own_graph_walk_name(tenant);
+    v_signature text;
+begin
+    -- Not on Citus: there the search functions plan every statement with its values
+    -- (sql/citus/002-function-settings.sql), so the arm runs the statement itself.
+    if exists (select 1 from pg_catalog.pg_extension as e where e.extname = 'citus') then
+        return;
+    end if;
+    -- A generic plan, made at the first call of a session: the tenant is a constant of the body.
+    execute pg_catalog.format($f$
+        create or replace function pgrag.%I(
+            query_embedding @extschema:vector@.vector,
+            walk_count integer,
+            match_count integer,
+            any_not_ready boolean)
+        returns table (tenant_id text, chunk_id bigint, distance double precision)
+        language plpgsql
+        stable
+        rows 10
+        security invoker
+        set search_path = pg_catalog, pg_temp
+        set plan_cache_mode = force_generic_plan
+        as %L$f$,
+        v_name,
+        pg_catalog.concat_ws(E'\n', '#variable_conflict use_column', 'begin', 'return query',
+                             pgrag.own_graph_walk_sql(tenant) operator(pg_catalog.||) ';', 'end'));
+    v_signature := pg_catalog.format('pgrag.%I(@extschema:vector@.vector, integer, integer, boolean)', v_name);
+    execute pg_catalog.format('comment on function %s is %L', v_signature, pg_catalog.format(
+        'Walk of the HNSW graph of tenant %s alone (pgrag.own_graph_walk_sql), called by pgrag.vector_candidates; made by pgrag.isolate_tenant, dropped by pgrag.share_tenant.',
+        tenant));
+    -- The callers of the vector arm that have a tenant (anon has none: it never walks a
+    -- tenant's graph); 910-function-privileges.sql grants the same on every migrate.
+    execute pg_catalog.format('revoke all on function %s from public', v_signature);
+    if pg_catalog.to_regrole('authenticated') is not null and pg_catalog.to_regrole('service_role') is not null then
+        execute pg_catalog.format('grant execute on function %s to authenticated, service_role', v_signature);
+    end if;
+end
+$$;
+comment on function pgrag.make_own_graph_walk(text) is
+'Creates (or replaces) the function holding the walk of the tenant''s own HNSW graph, pgrag.own_graph_walk_name(tenant): the vector arm calls it so that the walk is planned once per session rather than at every call. Not on Citus. Run by pgrag.isolate_tenant and on every migrate for the tenants that have a graph.';
 
 create or replace function pgrag.isolate_tenant(tenant text)
 returns regclass
@@ -60,11 +169,12 @@ begin
             pg_catalog.format('HNSW graph of the chunks of tenant %s alone (pgrag.isolate_tenant).', tenant));
         perform pg_catalog.set_config('maintenance_work_mem', v_old_mem, true);
     end if;
+    perform pgrag.make_own_graph_walk(tenant);
     return pg_catalog.format('pgrag.%I', v_name)::regclass;
 end
 $$;
 comment on function pgrag.isolate_tenant(text) is
-'Gives a tenant an HNSW graph of its own chunks (a partial index on pgrag.chunks; no-op when it exists; built with maintenance_work_mem raised for the graph to fit, at most 1 GB) and returns it: its vector searches no longer walk the graph shared with other tenants, so other tenants'' rows can change neither their results nor their speed. Run by the owner of pgrag.chunks; blocks writes to pgrag.chunks while the index builds.';
+'Gives a tenant an HNSW graph of its own chunks (a partial index on pgrag.chunks, and the function walking it, pgrag.make_own_graph_walk; no-op when they exist; built with maintenance_work_mem raised for the graph to fit, at most 1 GB) and returns it: its vector searches no longer walk the graph shared with other tenants, so other tenants'' rows can change neither their results nor their speed. Run by the owner of pgrag.chunks; blocks writes to pgrag.chunks while the index builds.';
 
 create or replace function pgrag.share_tenant(tenant text)
 returns boolean
@@ -77,6 +187,9 @@ declare
     v_index regclass := pg_catalog.to_regclass(
         pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(tenant)));
 begin
+    execute pg_catalog.format(
+        'drop function if exists pgrag.%I(@extschema:vector@.vector, integer, integer, boolean)',
+        pgrag.own_graph_walk_name(tenant));
     if v_index is null then
         return false;
     end if;
@@ -90,7 +203,7 @@ begin
 end
 $$;
 comment on function pgrag.share_tenant(text) is
-'Drops the tenant''s own HNSW graph made by pgrag.isolate_tenant (true when there was one) and puts its rows a bulk load kept out of the shared graph into it: its searches go back to the shared graph.';
+'Drops the tenant''s own HNSW graph made by pgrag.isolate_tenant and its walk function (true when there was a graph) and puts its rows a bulk load kept out of the shared graph into it: its searches go back to the shared graph.';
 
 -- (unreleased one-argument form, replaced by the form with a tenant list)
 drop function if exists pgrag.isolate_tenants(bigint);
@@ -129,3 +242,21 @@ end
 $$;
 comment on function pgrag.isolate_tenants(bigint, text[]) is
 'Isolates (pgrag.isolate_tenant) every tenant (or every one of tenants, when given) with more than min_rows chunks (default pgrag.exact_search_max_rows, 2000) that has no graph of its own yet; returns those it isolated. pgrag ingest runs it for its tenant after loading when it owns pgrag.chunks; for other loaders, the operator runs it after loads (e.g. from cron).';
+
+-- The walk functions of tenants that have a graph, made again on every migrate: tenants isolated
+-- before the functions existed get theirs, and every body is this release's statement.
+do $$
+declare
+    r record;
+begin
+    for r in
+        select t.tenant_id
+        -- (a tenant without chunks is searched exactly: it needs no walk)
+        from (select distinct s.tenant_id from pgrag.corpus_stats as s) as t
+        where pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(t.tenant_id))) is not null
+        order by t.tenant_id
+    loop
+        perform pgrag.make_own_graph_walk(r.tenant_id);
+    end loop;
+end
+$$;

@@ -3,9 +3,10 @@
 --   pgrag.vector_candidates and pgrag.keyword_candidates, each returning (tenant_id, chunk_id,
 --   distance or score) best first with every filter applied inside the arm; and
 --   pgrag.tenant_chunk_count. Relies on: argument checks and pgrag.current_tenant_id
---   (001-helpers.sql), pgrag.keyword_query (005-text-search.sql), pgrag.tenant_index_name
---   (006-vector-isolation.sql), the BM25 tables (002-bm25-maintenance.sql keeps them). Callers:
---   the fusion (008-fusion.sql) and the public API (009-api.sql), as the calling role.
+--   (001-helpers.sql), pgrag.keyword_query (005-text-search.sql), pgrag.tenant_index_name,
+--   pgrag.own_graph_walk_name, pgrag.own_graph_walk_sql and each isolated tenant's walk
+--   function (006-vector-isolation.sql), the BM25 tables (002-bm25-maintenance.sql keeps them).
+--   Callers: the fusion (008-fusion.sql) and the public API (009-api.sql), as the calling role.
 
 -- What a search may return, written once: a chunk of a ready document that passes the five
 -- filters. Every search statement (both arms, windows, the public API) joins pgrag.chunks c to
@@ -117,6 +118,8 @@ declare
     v_clean boolean := false;
     v_public boolean := false;
     v_own_index boolean := false;
+    v_own_walk boolean := false;
+    v_walk text;
     v_scoped boolean;
     v_walks text[];
     v_other text;
@@ -124,13 +127,14 @@ declare
 begin
     -- Plans. The statements here plan to the same scans whatever the variables' values, so
     -- they keep a generic plan, made once per session (the function's setting
-    -- force_generic_plan): planning them at every call cost more than running them. Two need
-    -- custom plans, planned at every call with the values, and say so locally (the function's
-    -- setting restores it on exit): the walk of a tenant's own graph (the tenant matched to
-    -- its index's predicate) and the exact scan (only the conditions that hold for this
-    -- caller). On Citus, sql/citus/002-function-settings.sql sets force_custom_plan instead
-    -- (a generic plan with the tenant as a parameter would go to every shard); v_plans holds
-    -- the function's setting.
+    -- force_generic_plan): planning them at every call cost more than running them. The exact
+    -- scan needs a custom plan (only the conditions that hold for this caller), planned at every
+    -- call with the values, and says so locally (the function's setting restores it on exit).
+    -- The walk of a tenant's own graph needs the tenant as a constant (its index's predicate):
+    -- it runs in the tenant's walk function (pgrag.make_own_graph_walk), whose plan is kept, or
+    -- through EXECUTE, planned at the call. On Citus, sql/citus/002-function-settings.sql sets
+    -- force_custom_plan instead (a generic plan with the tenant as a parameter would go to
+    -- every shard); v_plans holds the function's setting.
     -- Argument checks. Each is a call of a function with its own search_path (a few
     -- microseconds); a null argument passes every check, so checks of nulls are not called.
     perform pgrag.check_query_embedding('query_embedding', query_embedding);
@@ -241,30 +245,25 @@ begin
         -- one that reached a document not ready) the statement returns no row, and the general
         -- walk below and the exact fallback answer.
         if v_tenant is not null and not v_filtered then
-            if v_own_index then
-                -- A custom plan: the tenant a constant, matched to its own index's predicate.
-                perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
-                return query
-                with w as materialized (
-                    select c.tenant_id, c.id as chunk_id, c.document_id,
-                           c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
-                    from pgrag.chunks as c
-                    where c.embedding is not null
-                      and c.tenant_id = v_tenant
-                    order by c.embedding operator(@extschema:vector@.<=>) query_embedding
-                    limit v_fetch
-                )
-                select w.tenant_id, w.chunk_id, w.distance
-                from w
-                where (select pg_catalog.count(*) from w) >= v_k
-                  and not (v_unready and exists (
-                               select 1
-                               from pgrag.documents as d
-                               where d.tenant_id = v_tenant
-                                 and d.id = any (array(select w.document_id from w))
-                                 and d.status <> 'ready'))
-                order by w.distance, w.chunk_id
-                limit v_k;
+            if v_own_index and v_plans = 'force_generic_plan' then
+                -- The tenant's walk function (pgrag.make_own_graph_walk), when it has one the
+                -- caller may execute (looked up only here: the other paths pay nothing for it).
+                v_walk := pgrag.own_graph_walk_name(v_tenant);
+                v_own_walk := coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regproc(
+                    pg_catalog.format('pgrag.%I', v_walk)), 'EXECUTE'), false);
+            end if;
+            if v_own_walk then
+                -- Its plan, with the tenant written in, is kept for the session; EXECUTE plans
+                -- only this call.
+                return query execute pg_catalog.format(
+                    'select w.tenant_id, w.chunk_id, w.distance from pgrag.%I($1, $2, $3, $4) as w',
+                    v_walk)
+                using query_embedding, v_fetch, v_k, v_unready;
+            elsif v_own_index then
+                -- The same statement planned at this call, with the tenant written in (Citus,
+                -- or a graph without its function).
+                return query execute pgrag.own_graph_walk_sql(v_tenant)
+                using query_embedding, v_fetch, v_k, v_unready;
             else
                 -- The shared graph's predicate holds no variable: a generic plan walks it too.
                 return query
@@ -292,7 +291,6 @@ begin
             end if;
             -- (Before any other statement: each sets the row count.)
             get diagnostics v_returned = row_count;
-            perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
             if v_returned > 0 then
                 perform pg_catalog.set_config('enable_sort', v_old_sort, true),
                         pg_catalog.set_config('hnsw.ef_search', coalesce(v_old_ef, '40'), true),
@@ -422,12 +420,16 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
--- Custom plans, made at every call with the values (sql/idempotent/README.md, "Plans"): the
+-- Generic plans, made once per session (sql/idempotent/README.md, "Plans"), but for the
+-- statements on the BM25 tables, planned at every call with the values (the body says so): the
 -- postings of the query's lexemes are found by an index scan per lexeme only when the planner
--- sees the lexemes and the tenant (a generic plan scanned every posting of the tenant), and a
--- generic plan of the walk read the tenant's documents before the candidates' chunks; each was
--- hundreds of times slower.
-set plan_cache_mode = force_custom_plan
+-- sees the lexemes and the tenant (a generic plan scanned every posting of the tenant, hundreds
+-- of times slower). For a caller without a tenant the walk over the ranking is custom too. The
+-- walk of a caller with a tenant keeps its generic plan: its form fixes the plan (the body says
+-- how), and planning it at every call cost more with every isolated tenant's index on
+-- pgrag.chunks. On Citus, sql/citus/002-function-settings.sql sets force_custom_plan instead
+-- (v_plans holds the function's setting): every statement custom, the walk in its other form.
+set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
@@ -477,6 +479,7 @@ declare
     v_seen bigint[];
     v_cut double precision;
     v_mode text := coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto');
+    v_plans text := pg_catalog.current_setting('plan_cache_mode');
     v_order integer[];
     v_i integer;
     v_rest double precision;
@@ -516,6 +519,9 @@ begin
         return;
     end if;
 
+    -- Custom plans from here to the walk, for the statements on the BM25 tables (the function's
+    -- setting restores the caller's on exit). Those above read by key and keep generic plans.
+    perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
     -- Document frequency of each query lexeme: the sum of its sharded counters; and the term
     -- bounds of its postings (largest tf, shortest chunk; null when unknown).
     with d as materialized (
@@ -780,27 +786,68 @@ begin
         -- document ready, filters, phrases and exclusions (filters inside the arm).
         v_batch := greatest(2 * v_k, 50);
         while v_found < v_k and v_off < least(coalesce(pg_catalog.cardinality(v_ids), 0), v_limit) loop
-            return query
-            select u.t, u.id, u.s
-            from rows from (
-                pg_catalog.unnest(v_tids[v_off + 1 : least(v_off + v_batch, v_limit)]),
-                pg_catalog.unnest(v_ids[v_off + 1 : least(v_off + v_batch, v_limit)]),
-                pg_catalog.unnest(v_scores[v_off + 1 : least(v_off + v_batch, v_limit)])
-            ) with ordinality as u(t, id, s, ord)
-            join pgrag.chunks as c on c.tenant_id = u.t and c.id = u.id
-            join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
-            where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
-                                   d.created_at, document_ids, metadata_filter, source_types,
-                                   created_after, created_before)
-              -- Every candidate is the caller's tenant's when there is one: said of c as well,
-              -- so that a sharded cluster (Citus) sends this to that tenant's shards alone.
-              and (v_tenant is null or c.tenant_id = v_tenant)
-              and (v_neg is null or not c.fts operator(pg_catalog.@@) v_neg)
-              and (v_pos is null or c.fts operator(pg_catalog.@@) v_pos)
-              and (v_seen is null or u.id operator(pg_catalog.<>) all (v_seen))
-            order by u.ord
-            limit v_k - v_found;
-            get diagnostics v_rows = row_count;
+            if v_tenant is not null and v_plans = 'force_generic_plan' then
+                -- A caller with a tenant: a generic plan, made once per session. Each candidate's
+                -- chunk, then its document, read by key in rank order: the subqueries are fenced
+                -- (offset 0), so no plan joins them another way (a generic plan knows neither the
+                -- tenant's size nor how many candidates come, and one that read the tenant's
+                -- documents before the candidates' chunks was hundreds of times slower). Citus
+                -- cannot run fenced subqueries for a caller without a tenant: the form below.
+                perform pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true);
+                return query
+                select u.t, u.id, u.s
+                from rows from (
+                    pg_catalog.unnest(v_tids[v_off + 1 : least(v_off + v_batch, v_limit)]),
+                    pg_catalog.unnest(v_ids[v_off + 1 : least(v_off + v_batch, v_limit)]),
+                    pg_catalog.unnest(v_scores[v_off + 1 : least(v_off + v_batch, v_limit)])
+                ) with ordinality as u(t, id, s, ord)
+                cross join lateral (
+                    select c.document_id, c.metadata, c.fts
+                    from pgrag.chunks as c
+                    where c.tenant_id = v_tenant and c.id = u.id
+                    offset 0
+                ) as c
+                -- (the filters in the documents' scan, as in the form below)
+                cross join lateral (
+                    select
+                    from pgrag.documents as d
+                    where d.tenant_id = v_tenant and d.id = c.document_id
+                      and pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata,
+                                           d.source_type, d.created_at, document_ids,
+                                           metadata_filter, source_types, created_after,
+                                           created_before)
+                    offset 0
+                ) as d
+                where (v_neg is null or not c.fts operator(pg_catalog.@@) v_neg)
+                  and (v_pos is null or c.fts operator(pg_catalog.@@) v_pos)
+                  and (v_seen is null or u.id operator(pg_catalog.<>) all (v_seen))
+                order by u.ord
+                limit v_k - v_found;
+                get diagnostics v_rows = row_count;
+                perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
+            else
+                return query
+                select u.t, u.id, u.s
+                from rows from (
+                    pg_catalog.unnest(v_tids[v_off + 1 : least(v_off + v_batch, v_limit)]),
+                    pg_catalog.unnest(v_ids[v_off + 1 : least(v_off + v_batch, v_limit)]),
+                    pg_catalog.unnest(v_scores[v_off + 1 : least(v_off + v_batch, v_limit)])
+                ) with ordinality as u(t, id, s, ord)
+                join pgrag.chunks as c on c.tenant_id = u.t and c.id = u.id
+                join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
+                where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
+                                       d.created_at, document_ids, metadata_filter, source_types,
+                                       created_after, created_before)
+                  -- Every candidate is the caller's tenant's when there is one: said of c as well,
+                  -- so that a sharded cluster (Citus) sends this to that tenant's shards alone.
+                  and (v_tenant is null or c.tenant_id = v_tenant)
+                  and (v_neg is null or not c.fts operator(pg_catalog.@@) v_neg)
+                  and (v_pos is null or c.fts operator(pg_catalog.@@) v_pos)
+                  and (v_seen is null or u.id operator(pg_catalog.<>) all (v_seen))
+                order by u.ord
+                limit v_k - v_found;
+                get diagnostics v_rows = row_count;
+            end if;
             v_found := v_found + v_rows;
             v_off := least(v_off + v_batch, v_limit);
             v_batch := v_batch * 4;

@@ -263,7 +263,7 @@ rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
 -- Generic plans, made once per session (sql/idempotent/README.md, "Plans"), but for the lookup
--- of the hits' tenant (the body says so). The windows statement's stages are materialised: a
+-- of the hits' tenant for a caller without one (the body says so). The windows statement's stages are materialised: a
 -- generic plan knows neither the tenant nor how many hits come, and may join them in any order,
 -- but never re-runs a stage for each row of another (as one that joined every document of the
 -- tenant to every neighbour did: minutes). On Citus, sql/citus/002-function-settings.sql sets
@@ -289,16 +289,32 @@ begin
 
     -- Hits given by chunk id alone (public.chunk_windows): the tenant of each, among the chunks
     -- the caller may see (ids of other tenants' or unknown chunks are dropped, with their score).
-    -- A custom plan: the caller's tenant a constant, so the chunks are found by key.
-    if windows.tenant_ids is null then
+    -- A caller with a tenant finds them by key, one probe per hit, with a plan made once per
+    -- session: the subquery is fenced (offset 0) so that no plan joins another way (a plain
+    -- join let a generic plan, which takes the tenant for an average one, read every chunk of
+    -- the tenant into a hash table: 10,000 rows for 10 hits).
+    if windows.tenant_ids is null and v_tenant is not null then
+        select pg_catalog.array_agg(c.tenant_id order by u.ord),
+               pg_catalog.array_agg(u.id order by u.ord),
+               pg_catalog.array_agg(windows.scores[u.ord] order by u.ord)
+        into v_tenants, v_ids, v_scores
+        from pg_catalog.unnest(windows.hit_ids) with ordinality as u(id, ord)
+        cross join lateral (
+            select c.tenant_id
+            from pgrag.chunks as c
+            where c.tenant_id = v_tenant and c.id = u.id
+            offset 0
+        ) as c;
+    elsif windows.tenant_ids is null then
+        -- Without a tenant (anon, service_role) by id among every tenant's chunks: a custom
+        -- plan, so that the condition left out for this caller costs nothing.
         perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
         select pg_catalog.array_agg(c.tenant_id order by u.ord),
                pg_catalog.array_agg(u.id order by u.ord),
                pg_catalog.array_agg(windows.scores[u.ord] order by u.ord)
         into v_tenants, v_ids, v_scores
         from pg_catalog.unnest(windows.hit_ids) with ordinality as u(id, ord)
-        join pgrag.chunks as c on c.id = u.id
-        where v_tenant is null or c.tenant_id = v_tenant;
+        join pgrag.chunks as c on c.id = u.id;
         perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
     end if;
 

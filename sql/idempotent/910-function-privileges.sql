@@ -35,7 +35,7 @@ begin
               'current_tenant_id', 'propagate_request_claims', 'tenant_chunk_count',
               'keyword_query', 'searchable',
               'vector_candidates', 'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
-              'tenant_index_name', 'chunk_fts', 'identifier_terms', 'check_argument', 'check_length',
+              'tenant_index_name', 'own_graph_walk_name', 'own_graph_walk_sql', 'chunk_fts', 'identifier_terms', 'check_argument', 'check_length',
               'check_filters',
               'check_query_embedding', 'text_search_config', 'bm25_apply', 'bm25_write_sql',
               'delete_documents',
@@ -57,6 +57,27 @@ begin
         else
             execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
         end if;
+    end loop;
+end
+$$;
+
+-- Each isolated tenant's walk function (pgrag.make_own_graph_walk, 006-vector-isolation.sql),
+-- called by the vector arm for a caller with a tenant: authenticated and service_role (anon has
+-- no tenant and never walks a tenant's graph).
+do $$
+declare
+    f record;
+begin
+    for f in
+        select p.oid::regprocedure as sig
+        from pg_catalog.pg_proc as p
+        where p.pronamespace = 'pgrag'::regnamespace
+          and p.prokind = 'f'
+          and not p.prosecdef
+          and p.proname operator(pg_catalog.~) '^own_graph_walk_t_[0-9a-f]{24}$'
+        order by 1
+    loop
+        execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
     end loop;
 end
 $$;
