@@ -67,6 +67,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 DATA = Path(os.environ.get("PGRAG_SHARED_DIR") or ROOT.parent / "shared") / "data" / "scifact"
 CACHE = Path(os.environ.get("PGRAG_BENCH_CACHE", Path(tempfile.gettempdir()) / "pgrag-bench"))
 RESULTS = ROOT / "benchmarks" / "results" / "latency.json"
+VECTOR_RESULTS = ROOT / "benchmarks" / "results" / "latency-vector.json"
 CHUNKS_PER_DOC = 10
 NOISE = 0.01  # per-dimension standard deviation (noise vector norm about 0.2 before re-normalising)
 TENANTS = 100
@@ -499,8 +500,14 @@ def main() -> None:
         help="single layout: only the vector arm and vector_search against plain HNSW,"
         " interleaved, in the shared graph and in the tenant's own graph",
     )
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"results file (default {RESULTS.name}, with --vector-only {VECTOR_RESULTS.name})",
+    )
     args = parser.parse_args()
+    if args.out is None:
+        args.out = VECTOR_RESULTS if args.vector_only else RESULTS
 
     texts, queries = load_scifact()
     texts = texts[: args.base_docs]
