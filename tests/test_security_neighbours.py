@@ -20,6 +20,7 @@ import numpy as np
 import psycopg
 import pytest
 from plugins.tenancy import claims_for, ensure_authenticator, request
+from psycopg import sql
 
 from pgrag.db import connect, set_request_tenant
 
@@ -515,14 +516,9 @@ def rows_read(conn: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def test_many_small_tenants_leave_a_large_tenants_kept_plans_reading_by_key(
-    db: str, conn: psycopg.Connection[Any], pg_admin_dsn: str
-) -> None:
-    # With 300 tenants on the server the planner takes a tenant for an average one (a few
-    # rows). A search keeps generic plans for the session (each function's plan cache mode),
-    # which must still read a few hits' chunks and documents by key, not every row of a large
-    # tenant (as a hash join of its 2,000 chunks did for chunk_windows' ten hits).
-    ensure_authenticator(pg_admin_dsn)
+def crowd_the_server(conn: psycopg.Connection[Any], documents_per_small_tenant: int) -> None:
+    """Tenant 'big' (400 ready documents of 5 chunks) beside 300 small tenants, each with
+    ``documents_per_small_tenant`` documents of one chunk; analyzed, as the owner."""
     conn.execute(
         "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)"
         " select 'big', 'doc ' || d, 'text', 'big://' || d, 'ready' from generate_series(1, 400) d"
@@ -536,14 +532,26 @@ def test_many_small_tenants_leave_a_large_tenants_kept_plans_reading_by_key(
     )
     conn.execute(
         "with d as (insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)"
-        " select 's' || t, 'small', 'text', 'small://' || t, 'ready'"
-        " from generate_series(1, 300) t returning tenant_id, id)"
+        " select 's' || t, 'small', 'text', 'small://' || t || '/' || n, 'ready'"
+        " from generate_series(1, 300) t, generate_series(1, %s) n returning tenant_id, id)"
         " insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
-        " select d.tenant_id, d.id, 0, 'inverter cooling', md5(d.tenant_id) from d"
+        " select d.tenant_id, d.id, 0, 'inverter cooling', md5(d.tenant_id || d.id) from d",
+        (documents_per_small_tenant,),
     )
     conn.execute("analyze pgrag.chunks")
     conn.execute("analyze pgrag.documents")
     conn.commit()
+
+
+def test_many_small_tenants_leave_a_large_tenants_kept_plans_reading_by_key(
+    db: str, conn: psycopg.Connection[Any], pg_admin_dsn: str
+) -> None:
+    # With 300 tenants on the server the planner takes a tenant for an average one (a few
+    # rows). A search keeps generic plans for the session (each function's plan cache mode),
+    # which must still read a few hits' chunks and documents by key, not every row of a large
+    # tenant (as a hash join of its 2,000 chunks did for chunk_windows' ten hits).
+    ensure_authenticator(pg_admin_dsn)
+    crowd_the_server(conn, 1)
     hits = [
         r[0]
         for r in conn.execute(
@@ -568,6 +576,46 @@ def test_many_small_tenants_leave_a_large_tenants_kept_plans_reading_by_key(
     # never the tenant's 2,400 rows (4,200 read with a plain join in chunk_windows' lookup)
     assert max(read["chunk_windows"]) < 1000, read
     assert max(read["keyword_search"]) < 1000, read
+
+
+def test_many_small_tenants_leave_a_large_tenants_batch_writes_reading_by_key(
+    db: str, conn: psycopg.Connection[Any], pg_admin_dsn: str
+) -> None:
+    # The loader's and the worker's batch functions join a batch of document ids to the rows:
+    # under PostgreSQL's default plan cache mode their generic plans (from the sixth call of a
+    # session) hashed every document of the large tenant to update ten.
+    ensure_authenticator(pg_admin_dsn)
+    crowd_the_server(conn, 20)
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "select id from pgrag.documents where tenant_id = 'big' order by id limit 10"
+        )
+    ]
+    calls = {
+        "fail_documents": (
+            "service_role",
+            "select pgrag.fail_documents(%s, array_fill('failed'::text, array[10]))",
+        ),
+        "relabel_documents": (
+            "service_role",
+            "select pgrag.relabel_documents(%s, array_fill('{}'::jsonb, array[10]))",
+        ),
+        "document_status": ("authenticated", "select * from public.document_status(%s)"),
+    }
+    read: dict[str, list[int]] = {name: [] for name in calls}
+    for _ in range(7):  # past the fifth call, where PostgreSQL's default mode would switch
+        for name, (role, call) in calls.items():
+            with conn.transaction(force_rollback=True):
+                before = rows_read(conn)
+                set_request_tenant(conn, "big")
+                conn.execute(sql.SQL("set local role {}").format(sql.Identifier(role)))
+                conn.execute(call, (ids,)).fetchall()
+                conn.execute("reset role")
+                read[name].append(rows_read(conn) - before)
+    # ten documents by key: tens of rows and index entries, never the tenant's 400 documents
+    # (1,030 to 2,260 read by the generic plans)
+    assert all(max(n) < 200 for n in read.values()), read
 
 
 def test_ingest_gives_a_tenant_past_the_exact_threshold_its_own_graph(

@@ -111,6 +111,8 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Custom plans: a batch's documents by key (sql/idempotent/README.md, "Plans", write paths).
+set plan_cache_mode = force_custom_plan
 as $$
 declare
     v_tenant text := pgrag.loader_tenant('pgrag.relabel_documents');
@@ -129,6 +131,8 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Custom plans: a batch's documents by key (sql/idempotent/README.md, "Plans", write paths).
+set plan_cache_mode = force_custom_plan
 as $$
 declare
     v_tenant text := pgrag.loader_tenant('pgrag.fail_documents');
@@ -225,6 +229,8 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Custom plans: a batch's documents by key (sql/idempotent/README.md, "Plans", write paths).
+set plan_cache_mode = force_custom_plan
 as $$
 declare
     v_missing bigint;

@@ -236,6 +236,8 @@ language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Custom plans: a batch's documents by key (sql/idempotent/README.md, "Plans", write paths).
+set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
@@ -601,6 +603,8 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Custom plans: a batch's documents by key (sql/idempotent/README.md, "Plans", write paths).
+set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
@@ -655,6 +659,8 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Custom plans: a batch's documents by key (sql/idempotent/README.md, "Plans", write paths).
+set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
