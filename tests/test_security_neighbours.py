@@ -604,7 +604,8 @@ def test_many_small_tenants_leave_a_large_tenants_batch_writes_reading_by_key(
 ) -> None:
     # The loader's and the worker's batch functions join a batch of document ids to the rows:
     # under PostgreSQL's default plan cache mode their generic plans (from the sixth call of a
-    # session) hashed every document of the large tenant to update ten.
+    # session) hashed every document of the large tenant to update ten. (delete_documents read
+    # them all on every call: one condition ORed ids, URIs and URI patterns.)
     ensure_authenticator(pg_admin_dsn)
     crowd_the_server(conn, 20)
     ids = [
@@ -631,11 +632,16 @@ def test_many_small_tenants_leave_a_large_tenants_batch_writes_reading_by_key(
                 "select * from public.document_status(%s)",
                 (ids,),
             ),
+            "delete_documents": (
+                "service_role",
+                "select * from pgrag.delete_documents(%s, dry_run => true)",
+                (ids,),
+            ),
         },
     )
-    # ten documents by key: tens of rows and index entries, never the tenant's 400 documents
-    # (858 to 910 read here by the generic plans, before these functions set their mode)
-    assert all(max(n) < 200 for n in read.values()), read
+    # ten documents by key: tens of rows and index entries (170 with delete_documents' chunk
+    # counts), never the tenant's 400 documents (858 to 1,070 read here before)
+    assert all(max(n) < 300 for n in read.values()), read
 
 
 def test_ingest_gives_a_tenant_past_the_exact_threshold_its_own_graph(

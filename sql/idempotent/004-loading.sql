@@ -325,6 +325,8 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Custom plans: a criterion left null drops out of the lookup (sql/idempotent/README.md, "Plans").
+set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
@@ -343,16 +345,25 @@ begin
     perform pgrag.check_length('document_ids', pg_catalog.cardinality(document_ids), 10000);
     perform pgrag.check_length('source_uris', pg_catalog.cardinality(source_uris), 10000);
     perform pgrag.check_length('source_uri_patterns', pg_catalog.cardinality(source_uri_patterns), 100);
-    -- Lock the matching documents (in id order, as the loader does) so no ingest swaps them in
-    -- while they are being removed.
+    -- The matching documents, each criterion its own lookup (by key for ids and URIs; patterns
+    -- scan the tenant's URIs): one condition ORing the three read every document of the
+    -- tenant, whatever was asked. Then locked (in id order, as the loader does) so no ingest
+    -- swaps them in while they are being removed.
+    select pg_catalog.array_agg(u.id) into v_ids
+    from (select x.id from pgrag.documents as x
+          where x.tenant_id = v_tenant and x.id = any (document_ids)
+          union
+          select x.id from pgrag.documents as x
+          where x.tenant_id = v_tenant and x.source_uri = any (source_uris)
+          union
+          select x.id from pgrag.documents as x
+          where source_uri_patterns is not null  -- (a null list drops out only so)
+            and x.tenant_id = v_tenant and x.source_uri like any (source_uri_patterns)) as u;
     select pg_catalog.array_agg(m.id order by m.id) into v_ids
     from (
         select d.id
         from pgrag.documents as d
-        where d.tenant_id = v_tenant
-          and (d.id = any (document_ids)
-               or d.source_uri = any (source_uris)
-               or d.source_uri like any (source_uri_patterns))
+        where d.tenant_id = v_tenant and d.id = any (v_ids)
         order by d.id
         for update
     ) as m;
