@@ -31,12 +31,12 @@ begin
         where p.pronamespace = 'pgrag'::regnamespace
           and p.prokind = 'f'
           and not p.prosecdef
-          and p.proname = any (array[
+          and (p.proname = any (array[
               'current_tenant_id', 'propagate_request_claims', 'tenant_chunk_count',
               'keyword_query', 'searchable',
               'vector_candidates', 'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
-              'tenant_index_name', 'own_graph_walk_name', 'own_graph_walk_sql', 'chunk_fts', 'identifier_terms', 'check_argument', 'check_length',
-              'check_filters',
+              'tenant_index_name', 'own_graph_walk_name', 'own_graph_walk_sql', 'chunk_fts',
+              'identifier_terms', 'check_argument', 'check_length', 'check_filters',
               'check_query_embedding', 'text_search_config', 'bm25_apply', 'bm25_write_sql',
               'delete_documents',
               'text_search_config_allowed',
@@ -46,38 +46,22 @@ begin
               'check_chunk_arguments', 'query_cache_get', 'query_cache_put', 'prune_query_cache',
               'query_cache_max_entries'
           ])
+          -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
+          -- file by pgrag.isolate_tenant, which grants it the same way)
+          or p.proname operator(pg_catalog.~) '^own_graph_walk_t_[0-9a-f]{24}$')
         order by 1
     loop
         if f.proname in ('bm25_apply', 'bm25_write_sql', 'delete_documents', 'text_search_config_allowed',
                          'chunk_text', 'check_chunk_arguments', 'query_cache_get',
-                         'query_cache_put', 'prune_query_cache', 'query_cache_max_entries') then
+                         'query_cache_put', 'prune_query_cache', 'query_cache_max_entries')
+           or f.proname operator(pg_catalog.~) '^own_graph_walk_t_' then
             -- writers only (the chunks triggers call bm25_apply and text_search_config_allowed
-            -- as the writer; the cache's writers, chunking): anon writes nothing
+            -- as the writer; the cache's writers, chunking): anon writes nothing; and the walk
+            -- functions, for callers with a tenant (anon has none and never walks a tenant's graph)
             execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
         else
             execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
         end if;
-    end loop;
-end
-$$;
-
--- Each isolated tenant's walk function (pgrag.make_own_graph_walk, 006-vector-isolation.sql),
--- called by the vector arm for a caller with a tenant: authenticated and service_role (anon has
--- no tenant and never walks a tenant's graph).
-do $$
-declare
-    f record;
-begin
-    for f in
-        select p.oid::regprocedure as sig
-        from pg_catalog.pg_proc as p
-        where p.pronamespace = 'pgrag'::regnamespace
-          and p.prokind = 'f'
-          and not p.prosecdef
-          and p.proname operator(pg_catalog.~) '^own_graph_walk_t_[0-9a-f]{24}$'
-        order by 1
-    loop
-        execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
     end loop;
 end
 $$;
