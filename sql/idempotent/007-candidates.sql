@@ -119,6 +119,7 @@ declare
     v_public boolean := false;
     v_own_index boolean := false;
     v_own_walk boolean := false;
+    v_shared_only boolean := false;
     v_walk text;
     v_scoped boolean;
     v_walks text[];
@@ -244,7 +245,40 @@ begin
         -- back short, the scan budget hnsw.max_scan_tuples spent among other tenants' rows, or
         -- one that reached a document not ready) the statement returns no row, and the general
         -- walk below and the exact fallback answer.
-        if v_tenant is not null and not v_filtered then
+        -- Without a tenant (service_role, the owner, a session without claims) and without
+        -- filters, the same when every chunk is in the shared graph (no bulk load unfinished:
+        -- one probe of chunks_outside_shared_graph; otherwise the general walk below adds the
+        -- walks of the rows outside it): its walk was planned at every call, as the general
+        -- walk is (EXECUTE), which cost more than the walk and grew with every index on
+        -- pgrag.chunks (each isolated tenant's graph).
+        if v_tenant is null and not v_public and not v_filtered and v_plans = 'force_generic_plan' then
+            select not exists (select 1 from pgrag.chunks as c where not c.in_shared_graph),
+                   exists (select 1 from pgrag.documents as d where d.status <> 'ready')
+            into v_shared_only, v_unready;
+        end if;
+        if v_shared_only then
+            return query
+            with w as materialized (
+                select c.tenant_id, c.id as chunk_id, c.document_id,
+                       c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                from pgrag.chunks as c
+                where c.embedding is not null
+                  and c.in_shared_graph
+                order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+                limit v_fetch
+            )
+            select w.tenant_id, w.chunk_id, w.distance
+            from w
+            where (select pg_catalog.count(*) from w) >= v_k
+              and not (v_unready and exists (
+                           select 1
+                           from w as r
+                           join pgrag.documents as d
+                             on d.tenant_id = r.tenant_id and d.id = r.document_id
+                           where d.status <> 'ready'))
+            order by w.distance, w.chunk_id
+            limit v_k;
+        elsif v_tenant is not null and not v_filtered then
             if v_own_index and v_plans = 'force_generic_plan' then
                 -- The tenant's walk function (pgrag.make_own_graph_walk), when it has one the
                 -- caller may execute (looked up only here: the other paths pay nothing for it).
@@ -289,6 +323,8 @@ begin
                 order by w.distance, w.chunk_id
                 limit v_k;
             end if;
+        end if;
+        if v_shared_only or (v_tenant is not null and not v_filtered) then
             -- (Before any other statement: each sets the row count.)
             get diagnostics v_returned = row_count;
             if v_returned > 0 then
