@@ -497,6 +497,15 @@ def run_with_plans(
     return rows, plans
 
 
+# auto_explain with the rows each node returned and how often it ran (not its time).
+ANALYZED = {"auto_explain.log_analyze": "on", "auto_explain.log_timing": "off"}
+
+
+def walked_chunk_scans(plan: Plan) -> list[dict[str, Any]]:
+    """The scans of pgrag.chunks in plan that ran (a branch a condition turned off did not)."""
+    return [n for n in plan.scans("chunks") if n["Actual Loops"]]
+
+
 def arm_plan(plans: list[Plan], marker: str) -> Plan:
     """The one plan whose statement contains marker."""
     found = [p for p in plans if marker in p.query]
@@ -511,10 +520,13 @@ def test_a_search_without_a_tenant_walks_the_shared_graph_in_a_kept_plan(
     # shared graph. The walk is one statement whose plan is made once per session (the query
     # embedding stays a parameter in it), not the general walk, planned at every call.
     q = local_embedder.embed(["solar panels in summer"])[0]
-    rows, plans = run_with_plans(conn, "select chunk_id from public.vector_search(%s, 3)", (q,))
+    rows, plans = run_with_plans(
+        conn, "select chunk_id from public.vector_search(%s, 3)", (q,), settings=ANALYZED
+    )
     assert len(rows) == 3
     walk = arm_plan(plans, "from w as r")
-    (hnsw,) = [n for n in walk.nodes if n.get("Index Name") == "chunks_embedding_hnsw"]
+    (hnsw,) = walked_chunk_scans(walk)
+    assert hnsw["Index Name"] == "chunks_embedding_hnsw"
     assert hnsw["Order By"] == "(embedding OPERATOR(public.<=>) $1)"
     assert not [p.query for p in plans if "group by u.tenant_id" in p.query]
 
@@ -562,10 +574,18 @@ def test_anon_walks_the_public_hnsw_index(
 ) -> None:
     q = local_embedder.embed(["solar panels in summer"])[0]
     # The arm itself: no document here is public, so vector_search would never need to run it.
+    # The walk with a kept plan finds no row, then the general walk runs: both walk the public
+    # graph alone.
     _, plans = run_with_plans(
-        conn, "select chunk_id from pgrag.vector_candidates(%s, 3)", (q,), role="anon"
+        conn,
+        "select chunk_id from pgrag.vector_candidates(%s, 3)",
+        (q,),
+        role="anon",
+        settings=ANALYZED,
     )
     assert_inlined(plans)
+    kept = arm_plan(plans, "from w as r")
+    assert [n["Index Name"] for n in walked_chunk_scans(kept)] == ["chunks_public_embedding_hnsw"]
     walk = arm_plan(plans, "created_before => $6)\n              and c.is_public")
     assert [n["Index Name"] for n in walk.scans("chunks")] == ["chunks_public_embedding_hnsw"]
 

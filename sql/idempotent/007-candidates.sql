@@ -119,7 +119,7 @@ declare
     v_public boolean := false;
     v_own_index boolean := false;
     v_own_walk boolean := false;
-    v_shared_only boolean := false;
+    v_one_graph boolean := false;
     v_walk text;
     v_scoped boolean;
     v_walks text[];
@@ -245,27 +245,41 @@ begin
         -- back short, the scan budget hnsw.max_scan_tuples spent among other tenants' rows, or
         -- one that reached a document not ready) the statement returns no row, and the general
         -- walk below and the exact fallback answer.
-        -- Without a tenant (service_role, the owner, a session without claims) and without
-        -- filters, the same when every chunk is in the shared graph (no bulk load unfinished:
-        -- one probe of chunks_outside_shared_graph; otherwise the general walk below adds the
-        -- walks of the rows outside it): its walk was planned at every call, as the general
-        -- walk is (EXECUTE), which cost more than the walk and grew with every index on
-        -- pgrag.chunks (each isolated tenant's graph).
-        if v_tenant is null and not v_public and not v_filtered and v_plans = 'force_generic_plan' then
-            select not exists (select 1 from pgrag.chunks as c where not c.in_shared_graph),
+        -- Without a tenant and without filters, the same over a graph whose predicate holds no
+        -- variable, so that its plan too is made once per session: anon's, the public graph
+        -- (chunks.is_public); any other caller's (service_role, the owner, a session without
+        -- claims), the shared graph, when every chunk is in it (no bulk load unfinished: one
+        -- probe of chunks_outside_shared_graph; otherwise the general walk below adds the walks
+        -- of the rows outside it). Both walks are in the statement, and a condition on
+        -- v_public runs only one. They went through the general walk (EXECUTE), planned at
+        -- every call: that cost more than the walk, and grew with every index on pgrag.chunks
+        -- (each isolated tenant's graph).
+        if v_tenant is null and not v_filtered and v_plans = 'force_generic_plan' then
+            select case when v_public then true
+                        else not exists (select 1 from pgrag.chunks as c where not c.in_shared_graph) end,
                    exists (select 1 from pgrag.documents as d where d.status <> 'ready')
-            into v_shared_only, v_unready;
+            into v_one_graph, v_unready;
         end if;
-        if v_shared_only then
+        if v_one_graph then
             return query
             with w as materialized (
-                select c.tenant_id, c.id as chunk_id, c.document_id,
-                       c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
-                from pgrag.chunks as c
-                where c.embedding is not null
-                  and c.in_shared_graph
-                order by c.embedding operator(@extschema:vector@.<=>) query_embedding
-                limit v_fetch
+                (select c.tenant_id, c.id as chunk_id, c.document_id,
+                        c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                 from pgrag.chunks as c
+                 where c.embedding is not null
+                   and c.in_shared_graph
+                   and not v_public
+                 order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+                 limit v_fetch)
+                union all
+                (select c.tenant_id, c.id as chunk_id, c.document_id,
+                        c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                 from pgrag.chunks as c
+                 where c.embedding is not null
+                   and c.is_public
+                   and v_public
+                 order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+                 limit v_fetch)
             )
             select w.tenant_id, w.chunk_id, w.distance
             from w
@@ -324,7 +338,7 @@ begin
                 limit v_k;
             end if;
         end if;
-        if v_shared_only or (v_tenant is not null and not v_filtered) then
+        if v_one_graph or (v_tenant is not null and not v_filtered) then
             -- (Before any other statement: each sets the row count.)
             get diagnostics v_returned = row_count;
             if v_returned > 0 then
