@@ -15,7 +15,10 @@ count of ``--counts`` isolated tenants. At each count, as ``t0`` through row-lev
 query: the vector arm (40 candidates, as ``hybrid_search`` asks), ``vector_search``,
 ``keyword_search`` and ``hybrid_search`` (k = 10), ``chunk_windows`` (the query's hybrid top 10,
 window 1), ``build_context`` (window 1) and a plain HNSW top 40 of ``t0``'s graph (the tenant
-written into the query, so a prepared statement keeps its plan); and the planner's time for a
+written into the query, so a prepared statement keeps its plan); without a tenant, as
+``service_role`` (every tenant's rows) the vector arm, ``hybrid_search`` and a plain HNSW top 40
+of the shared graph, and as ``anon`` (``t0``'s documents are published) the vector arm,
+``vector_search`` and a plain HNSW top 40 of the public graph; and the planner's time for a
 plain query of one chunk by key (``EXPLAIN (SUMMARY)``), what any query on ``pgrag.chunks`` pays
 when it is planned.
 
@@ -76,16 +79,24 @@ CALLS = {
         "select id from pgrag.chunks where embedding is not null and in_shared_graph"
         " order by embedding <=> %(e)s limit 40"
     ),
+    # anon: the public documents (t0's are published), through RLS.
+    "vector arm, 40 candidates, anon": "select chunk_id from pgrag.vector_candidates(%(e)s, 40)",
+    "vector_search, anon": "select chunk_id from public.vector_search(%(e)s, 10)",
+    "plain HNSW of the public graph, top 40, anon": (
+        "select id from pgrag.chunks where embedding is not null and is_public"
+        " order by embedding <=> %(e)s limit 40"
+    ),
 }
-WITHOUT_TENANT = "service_role"
+ROLES_WITHOUT_TENANT = ("service_role", "anon")
 
 
 def timed(conn: psycopg.Connection[Any], query: str, params: dict[str, Any], name: str) -> float:
-    """One request as tenant t0 through RLS (or, for a call named so, as service_role without
-    a tenant); milliseconds of the call alone."""
+    """One request as tenant t0 through RLS (or, for a call whose name ends in a role of
+    ROLES_WITHOUT_TENANT, as that role without a tenant); milliseconds of the call alone."""
     with conn.transaction():
-        if name.endswith(WITHOUT_TENANT):
-            conn.execute("set local role service_role")
+        role = name.rsplit(", ", 1)[-1]
+        if role in ROLES_WITHOUT_TENANT:
+            conn.execute(f"set local role {role}")
         else:
             set_request_tenant(conn, "t0")
             conn.execute("set local role authenticated")
@@ -132,9 +143,11 @@ def isolate_more(conn: psycopg.Connection[Any], have: int, want: int, vectors: n
 
 
 def prepare(dsn: str, texts: list[str], vectors: np.ndarray) -> dict[str, float]:
-    """t0's chunks loaded and its own graph built."""
+    """t0's chunks loaded and published (anon's searches), and its own graph built."""
     loaded = load(dsn, texts, vectors, tenants=1)
     with connect(dsn) as conn:
+        conn.execute("update pgrag.documents set is_public = true where tenant_id = 't0'")
+        conn.execute("analyze pgrag.chunks")
         conn.execute("set maintenance_work_mem = '512MB'")
         conn.execute("select pgrag.isolate_tenant('t0')")
         conn.commit()
@@ -253,6 +266,11 @@ def main() -> None:
                         / e["functions"]["plain HNSW of the shared graph, top 40, service_role"][
                             "p50_ms"
                         ],
+                        2,
+                    )
+                    e["arm_over_plain_p50_anon"] = round(
+                        e["functions"]["vector arm, 40 candidates, anon"]["p50_ms"]
+                        / e["functions"]["plain HNSW of the public graph, top 40, anon"]["p50_ms"],
                         2,
                     )
                     print(
