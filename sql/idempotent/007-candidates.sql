@@ -494,6 +494,7 @@ declare
     v_avgdl double precision;
     v_q record;
     v_tenants text[];
+    v_scored text;
     v_lex text[];
     v_idf double precision[];
     v_pos tsquery;
@@ -546,8 +547,18 @@ begin
     if v_tenant is not null then
         v_tenants := array[v_tenant];
     else
-        select pg_catalog.array_agg(distinct s.tenant_id) into v_tenants from pgrag.corpus_stats as s;
+        -- (Tenants whose chunks were all deleted keep their statistics' rows, at zero.)
+        select pg_catalog.array_agg(t.tenant_id) into v_tenants
+        from (select s.tenant_id
+              from pgrag.corpus_stats as s
+              group by s.tenant_id
+              having pg_catalog.sum(s.chunk_count) > 0) as t;
     end if;
+    -- The tenant whose postings the pruned evaluation reads (its term bounds are per tenant):
+    -- the caller's, or, without a tenant, the only one the caller sees (a single-tenant
+    -- installation searched from psql, as its owner).
+    v_scored := coalesce(v_tenant,
+                         case when pg_catalog.cardinality(v_tenants) = 1 then v_tenants[1] end);
     select pg_catalog.sum(s.chunk_count), pg_catalog.sum(s.token_count)
     into v_n, v_total
     from pgrag.corpus_stats as s
@@ -609,13 +620,14 @@ begin
     v_c2 := v_k1 * v_b / v_avgdl;
     v_m := pg_catalog.cardinality(v_lex);
     -- Pruned evaluation (exact; docs/benchmarks.md "Exact BM25 that reads fewer postings"): for
-    -- one tenant's search without filters, over enough postings to be worth it. Phrases and
+    -- a search of one tenant's rows (v_scored) without filters, over enough postings to be
+    -- worth it. Phrases and
     -- exclusions drop ranked chunks in the walk: for them the pruned evaluation hands the walk
     -- every candidate it has proved in rank order (step 5), not only the top k. The setting
     -- pgrag.keyword_pruning: auto (default: 20,000 postings or more, and step 2's estimate of
     -- its cost), on (whenever the bounds leave a lexeme out), off (never). Same results either
     -- way.
-    v_prune := v_tenant is not null and v_m >= 2
+    v_prune := v_scored is not null and v_m >= 2
         and document_ids is null and metadata_filter is null and source_types is null
         and created_after is null and created_before is null
         and case v_mode
@@ -639,7 +651,7 @@ begin
             from (
                 select p.chunk_id
                 from rows from (pg_catalog.unnest(v_lex[1 : v_rare]), pg_catalog.unnest(v_idf[1 : v_rare])) as t(lexeme, idf)
-                join pgrag.bm25_postings as p on p.tenant_id = v_tenant and p.lexeme = t.lexeme
+                join pgrag.bm25_postings as p on p.tenant_id = v_scored and p.lexeme = t.lexeme
                 group by p.chunk_id
                 order by pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) desc, p.chunk_id
                 limit 2 * v_k
@@ -650,7 +662,7 @@ begin
                     select pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as score
                     from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
                     join pgrag.bm25_postings as p
-                      on p.tenant_id = v_tenant and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
+                      on p.tenant_id = v_scored and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
                     group by p.chunk_id
                     order by 1 desc
                     limit v_k
@@ -726,7 +738,7 @@ begin
         with c as materialized (
             select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as part
             from rows from (pg_catalog.unnest(v_elex), pg_catalog.unnest(v_eidf)) as t(lexeme, idf)
-            join pgrag.bm25_postings as p on p.tenant_id = v_tenant and p.lexeme = t.lexeme
+            join pgrag.bm25_postings as p on p.tenant_id = v_scored and p.lexeme = t.lexeme
             group by p.chunk_id
             having (pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) + v_bound) * (1 + 1e-9) >= v_theta
         ), b as materialized (
@@ -744,7 +756,7 @@ begin
                     select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as s
                     from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
                     join pgrag.bm25_postings as p
-                      on p.tenant_id = v_tenant and p.lexeme = t.lexeme
+                      on p.tenant_id = v_scored and p.lexeme = t.lexeme
                      and p.chunk_id = any (array(select b.chunk_id from b order by b.chunk_id))
                     group by p.chunk_id
                 ) as o on o.chunk_id = b.chunk_id
@@ -765,7 +777,7 @@ begin
         left join (
             select p.chunk_id, v_idf[v_order[1]] * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len) as s
             from pgrag.bm25_postings as p
-            where p.tenant_id = v_tenant and p.lexeme = v_lex[v_order[1]]
+            where p.tenant_id = v_scored and p.lexeme = v_lex[v_order[1]]
               and p.chunk_id = any (array(select f.chunk_id from f order by f.chunk_id))
         ) as o on o.chunk_id = f.chunk_id
         where (f.part + coalesce(o.s, 0) + v_rest) * (1 + 1e-9) >= (select h.theta from h);
@@ -790,11 +802,11 @@ begin
             left join (
                 select p.chunk_id, v_idf[v_order[v_i]] * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len) as s
                 from pgrag.bm25_postings as p
-                where p.tenant_id = v_tenant and p.lexeme = v_lex[v_order[v_i]] and p.chunk_id = any (v_cand)
+                where p.tenant_id = v_scored and p.lexeme = v_lex[v_order[v_i]] and p.chunk_id = any (v_cand)
             ) as o on o.chunk_id = c.chunk_id
             where (c.part + coalesce(o.s, 0) + v_rest) * (1 + 1e-9) >= v_theta;
         end loop;
-        select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
+        select pg_catalog.array_agg(v_scored order by r.score desc, r.chunk_id),
                pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
                pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
         into v_tids, v_ids, v_scores
