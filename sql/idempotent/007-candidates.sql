@@ -250,36 +250,53 @@ begin
         -- (chunks.is_public); any other caller's (service_role, the owner, a session without
         -- claims), the shared graph, when every chunk is in it (no bulk load unfinished: one
         -- probe of chunks_outside_shared_graph; otherwise the general walk below adds the walks
-        -- of the rows outside it). Both walks are in the statement, and a condition on
-        -- v_public runs only one. They went through the general walk (EXECUTE), planned at
+        -- of the rows outside it). These went through the general walk (EXECUTE), planned at
         -- every call: that cost more than the walk, and grew with every index on pgrag.chunks
-        -- (each isolated tenant's graph).
+        -- (each isolated tenant's graph). A statement each for anon and the others, not one
+        -- with a branch per graph: a kept plan is made again whenever another role runs it
+        -- (row-level security), and a pooled connection serves anon and service_role in turn.
         if v_tenant is null and not v_filtered and v_plans = 'force_generic_plan' then
-            select case when v_public then true
-                        else not exists (select 1 from pgrag.chunks as c where not c.in_shared_graph) end,
-                   exists (select 1 from pgrag.documents as d where d.status <> 'ready')
-            into v_one_graph, v_unready;
+            if v_public then
+                v_one_graph := true;
+                v_unready := exists (select 1 from pgrag.documents as d where d.status <> 'ready');
+            else
+                select not exists (select 1 from pgrag.chunks as c where not c.in_shared_graph),
+                       exists (select 1 from pgrag.documents as d where d.status <> 'ready')
+                into v_one_graph, v_unready;
+            end if;
         end if;
-        if v_one_graph then
+        if v_one_graph and v_public then
             return query
             with w as materialized (
-                (select c.tenant_id, c.id as chunk_id, c.document_id,
-                        c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
-                 from pgrag.chunks as c
-                 where c.embedding is not null
-                   and c.in_shared_graph
-                   and not v_public
-                 order by c.embedding operator(@extschema:vector@.<=>) query_embedding
-                 limit v_fetch)
-                union all
-                (select c.tenant_id, c.id as chunk_id, c.document_id,
-                        c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
-                 from pgrag.chunks as c
-                 where c.embedding is not null
-                   and c.is_public
-                   and v_public
-                 order by c.embedding operator(@extschema:vector@.<=>) query_embedding
-                 limit v_fetch)
+                select c.tenant_id, c.id as chunk_id, c.document_id,
+                       c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                from pgrag.chunks as c
+                where c.embedding is not null
+                  and c.is_public
+                order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+                limit v_fetch
+            )
+            select w.tenant_id, w.chunk_id, w.distance
+            from w
+            where (select pg_catalog.count(*) from w) >= v_k
+              and not (v_unready and exists (
+                           select 1
+                           from w as r
+                           join pgrag.documents as d
+                             on d.tenant_id = r.tenant_id and d.id = r.document_id
+                           where d.status <> 'ready'))
+            order by w.distance, w.chunk_id
+            limit v_k;
+        elsif v_one_graph then
+            return query
+            with w as materialized (
+                select c.tenant_id, c.id as chunk_id, c.document_id,
+                       c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                from pgrag.chunks as c
+                where c.embedding is not null
+                  and c.in_shared_graph
+                order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+                limit v_fetch
             )
             select w.tenant_id, w.chunk_id, w.distance
             from w
