@@ -147,7 +147,8 @@ def prepare(dsn: str, texts: list[str], vectors: np.ndarray) -> dict[str, float]
     loaded = load(dsn, texts, vectors, tenants=1)
     with connect(dsn) as conn:
         conn.execute("update pgrag.documents set is_public = true where tenant_id = 't0'")
-        conn.execute("analyze pgrag.chunks")
+        conn.commit()
+        conn.execute("analyze pgrag.chunks, pgrag.documents")
         conn.execute("set maintenance_work_mem = '512MB'")
         conn.execute("select pgrag.isolate_tenant('t0')")
         conn.commit()
@@ -241,7 +242,7 @@ def main() -> None:
                 for version, conn in conns.items():
                     t = time.perf_counter()
                     isolate_more(conn, have, count, vectors)
-                    conn.execute("analyze pgrag.chunks")
+                    conn.execute("analyze pgrag.chunks, pgrag.documents")
                     conn.commit()
                     indexes = conn.execute(
                         "select count(*) from pg_index where indrelid = 'pgrag.chunks'::regclass"
