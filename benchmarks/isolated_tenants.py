@@ -15,7 +15,10 @@ count of ``--counts`` isolated tenants. At each count, as ``t0`` through row-lev
 query: the vector arm (40 candidates, as ``hybrid_search`` asks), ``vector_search``,
 ``keyword_search`` and ``hybrid_search`` (k = 10), ``chunk_windows`` (the query's hybrid top 10,
 window 1), ``build_context`` (window 1) and a plain HNSW top 40 of ``t0``'s graph (the tenant
-written into the query, so a prepared statement keeps its plan); and the planner's time for a
+written into the query, so a prepared statement keeps its plan); without a tenant, as
+``service_role`` (every tenant's rows) the vector arm, ``hybrid_search`` and a plain HNSW top 40
+of the shared graph, and as ``anon`` (``t0``'s documents are published) the vector arm,
+``vector_search`` and a plain HNSW top 40 of the public graph; and the planner's time for a
 plain query of one chunk by key (``EXPLAIN (SUMMARY)``), what any query on ``pgrag.chunks`` pays
 when it is planned.
 
@@ -67,14 +70,36 @@ CALLS = {
     "hybrid_search": "select chunk_id from public.hybrid_search(%(q)s, %(e)s, 10)",
     "chunk_windows": "select chunk_ids from public.chunk_windows(%(ids)s, 1)",
     "build_context": "select context from public.build_context(%(q)s, %(e)s, window_size => 1)",
+    # Without a tenant (a backend's service_role, the owner): every tenant's rows.
+    "vector arm, 40 candidates, service_role": (
+        "select chunk_id from pgrag.vector_candidates(%(e)s, 40)"
+    ),
+    "hybrid_search, service_role": "select chunk_id from public.hybrid_search(%(q)s, %(e)s, 10)",
+    "plain HNSW of the shared graph, top 40, service_role": (
+        "select id from pgrag.chunks where embedding is not null and in_shared_graph"
+        " order by embedding <=> %(e)s limit 40"
+    ),
+    # anon: the public documents (t0's are published), through RLS.
+    "vector arm, 40 candidates, anon": "select chunk_id from pgrag.vector_candidates(%(e)s, 40)",
+    "vector_search, anon": "select chunk_id from public.vector_search(%(e)s, 10)",
+    "plain HNSW of the public graph, top 40, anon": (
+        "select id from pgrag.chunks where embedding is not null and is_public"
+        " order by embedding <=> %(e)s limit 40"
+    ),
 }
+ROLES_WITHOUT_TENANT = ("service_role", "anon")
 
 
-def timed(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> float:
-    """One request as tenant t0 through RLS; milliseconds of the call alone."""
+def timed(conn: psycopg.Connection[Any], query: str, params: dict[str, Any], name: str) -> float:
+    """One request as tenant t0 through RLS (or, for a call whose name ends in a role of
+    ROLES_WITHOUT_TENANT, as that role without a tenant); milliseconds of the call alone."""
     with conn.transaction():
-        set_request_tenant(conn, "t0")
-        conn.execute("set local role authenticated")
+        role = name.rsplit(", ", 1)[-1]
+        if role in ROLES_WITHOUT_TENANT:
+            conn.execute(f"set local role {role}")
+        else:
+            set_request_tenant(conn, "t0")
+            conn.execute("set local role authenticated")
         t = time.perf_counter()
         conn.execute(query, params).fetchall()
         return (time.perf_counter() - t) * 1000
@@ -118,9 +143,12 @@ def isolate_more(conn: psycopg.Connection[Any], have: int, want: int, vectors: n
 
 
 def prepare(dsn: str, texts: list[str], vectors: np.ndarray) -> dict[str, float]:
-    """t0's chunks loaded and its own graph built."""
+    """t0's chunks loaded and published (anon's searches), and its own graph built."""
     loaded = load(dsn, texts, vectors, tenants=1)
     with connect(dsn) as conn:
+        conn.execute("update pgrag.documents set is_public = true where tenant_id = 't0'")
+        conn.commit()
+        conn.execute("analyze pgrag.chunks, pgrag.documents")
         conn.execute("set maintenance_work_mem = '512MB'")
         conn.execute("select pgrag.isolate_tenant('t0')")
         conn.commit()
@@ -144,14 +172,14 @@ def measure(
                 p["ids"] = [r[0] for r in conn.execute(CALLS["hybrid_search"], p).fetchall()]
         for p in params[version][:10]:  # warm-up: plans and pages
             for n in names:
-                timed(conn, CALLS[n], p)
+                timed(conn, CALLS[n], p, n)
     ms: dict[str, dict[str, list[float]]] = {v: {n: [] for n in names} for v in conns}
     versions = list(conns)
     for j in range(len(base)):
         turn = j % len(names)
         for n in names[turn:] + names[:turn]:
             for v in versions[j % len(versions) :] + versions[: j % len(versions)]:
-                ms[v][n].append(timed(conns[v], CALLS[n], params[v][j]))
+                ms[v][n].append(timed(conns[v], CALLS[n], params[v][j], n))
     return ms
 
 
@@ -214,7 +242,7 @@ def main() -> None:
                 for version, conn in conns.items():
                     t = time.perf_counter()
                     isolate_more(conn, have, count, vectors)
-                    conn.execute("analyze pgrag.chunks")
+                    conn.execute("analyze pgrag.chunks, pgrag.documents")
                     conn.commit()
                     indexes = conn.execute(
                         "select count(*) from pg_index where indrelid = 'pgrag.chunks'::regclass"
@@ -234,6 +262,18 @@ def main() -> None:
                     arm = e["functions"]["vector arm, 40 candidates"]["p50_ms"]
                     plain = e["functions"]["plain HNSW of t0's graph, top 40"]["p50_ms"]
                     e["arm_over_plain_p50"] = round(arm / plain, 2)
+                    e["arm_over_plain_p50_service_role"] = round(
+                        e["functions"]["vector arm, 40 candidates, service_role"]["p50_ms"]
+                        / e["functions"]["plain HNSW of the shared graph, top 40, service_role"][
+                            "p50_ms"
+                        ],
+                        2,
+                    )
+                    e["arm_over_plain_p50_anon"] = round(
+                        e["functions"]["vector arm, 40 candidates, anon"]["p50_ms"]
+                        / e["functions"]["plain HNSW of the public graph, top 40, anon"]["p50_ms"],
+                        2,
+                    )
                     print(
                         f"  {version} {count:5d} isolated tenants"
                         f" ({e['indexes_on_chunks']} indexes): planning a chunk by key"

@@ -8,8 +8,9 @@ differs) and upgraded to this checkout's ``sql/`` (version B). Every query of ev
 then runs on both, alternately (A then B, then B then A for the next query), through one
 long-lived connection per database (as a pool's), as tenant ``t0`` through row-level security
 (the claims of ``pgrag.set_request_tenant``, or with ``--claims supabase`` a Supabase Auth
-access token's, then role ``authenticated``, as a PostgREST request runs). Results must be
-equal; the ratios B/A of p50 and p95 are what to quote.
+access token's, then role ``authenticated``, as a PostgREST request runs; with ``--claims
+none``, as the connecting owner without a tenant, as the README's psql example searches).
+Results must be equal; the ratios B/A of p50 and p95 are what to quote.
 
 Corpus (``--corpus``): a single-tenant corpus of ``benchmarks/latency.py`` (real MiniLM
 vectors of SciFact abstracts plus noise, binary COPY, HNSW built after), ``copies`` (default: the
@@ -93,9 +94,17 @@ def sql_of_revision(revision: str, into: Path) -> Path:
     return into / "sql"
 
 
+# --claims none: no claims and no role switch, the connecting user (the owner) searching
+# without a tenant, as the README's psql example does.
+WITHOUT_TENANT = ""
+
+
 def as_tenant(conn: psycopg.Connection[Any], claims: str | None) -> None:
     """The tenant's claims for this transaction (``claims``, a JSON text, or else those of
-    ``pgrag.set_request_tenant``), then its role: rows through RLS."""
+    ``pgrag.set_request_tenant``), then its role: rows through RLS. With ``WITHOUT_TENANT``,
+    nothing: the connecting user without a tenant."""
+    if claims == WITHOUT_TENANT:
+        return
     if claims is None:
         set_request_tenant(conn, TENANT)
     else:
@@ -152,10 +161,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--claims",
-        choices=["minimal", "supabase"],
+        choices=["minimal", "supabase", "none"],
         default="minimal",
-        help="each request's JWT claims: minimal (those of pgrag.set_request_tenant, default)"
-        " or supabase (a Supabase Auth access token's fields, about 700 bytes)",
+        help="each request's JWT claims: minimal (those of pgrag.set_request_tenant, default),"
+        " supabase (a Supabase Auth access token's fields, about 700 bytes) or none (no"
+        " claims, as the connecting owner: a search without a tenant, as from psql)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -203,7 +213,13 @@ def main() -> None:
         # B is a copy of A (CREATE DATABASE ... TEMPLATE): the same rows, the same index pages
         # (an HNSW graph built twice differs), then this checkout's SQL applied over it.
         dsns = {"A": install(admin, "sql_ab_a", sql_of_revision(args.base, Path(tmp)))}
-        claims = supabase_claims(dsns["A"]) if args.claims == "supabase" else None
+        claims = (
+            supabase_claims(dsns["A"])
+            if args.claims == "supabase"
+            else WITHOUT_TENANT
+            if args.claims == "none"
+            else None
+        )
         try:
             print(f"  A loaded: {load(dsns['A'], s_texts, s_vecs, tenants=1)}", flush=True)
             dsns["B"] = create_database(admin, "sql_ab_b", template="sql_ab_a")

@@ -64,10 +64,16 @@ def scifact_db(pg_admin_dsn: str, template_db: str) -> Iterator[tuple[str, list[
 
 
 def ranking(
-    conn: psycopg.Connection[Any], query: str, pruning: str, k: int, **options: float
+    conn: psycopg.Connection[Any],
+    query: str,
+    pruning: str,
+    k: int,
+    tenant: str | None = TENANT,
+    **options: float,
 ) -> tuple[list[tuple[int, float]], bool]:
-    """keyword_search's (chunk_id, score) rows with pgrag.keyword_pruning set, and whether the
-    pruned evaluation ran (its debug message)."""
+    """keyword_search's (chunk_id, score) rows with pgrag.keyword_pruning set, as tenant (None:
+    as the connecting user, without a tenant), and whether the pruned evaluation ran (its debug
+    message)."""
     messages: list[str] = []
 
     def keep(diagnostic: psycopg.errors.Diagnostic) -> None:
@@ -76,7 +82,8 @@ def ranking(
     conn.add_notice_handler(keep)
     try:
         with conn.transaction():
-            set_request_tenant(conn, TENANT)
+            if tenant is not None:
+                set_request_tenant(conn, tenant)
             conn.execute("select set_config('pgrag.keyword_pruning', %s, true)", (pruning,))
             conn.execute("set local client_min_messages = debug1")
             named = "".join(f", {name} => %({name})s" for name in options)
@@ -107,6 +114,55 @@ def test_pruned_keyword_search_returns_what_the_full_scan_returns(
             pruned_queries += pruned
     # The comparison means something only if many queries took the pruned path.
     assert pruned_queries >= len(queries) // 8, pruned_queries
+
+
+def test_a_search_without_a_tenant_is_pruned_when_one_tenant_holds_every_chunk(
+    scifact_db: tuple[str, list[str]],
+) -> None:
+    # A single-tenant installation searched from psql, as its owner: no tenant claim, and the
+    # pruned evaluation still runs, with the tenant's own ranking.
+    dsn, queries = scifact_db
+    pruned_queries = 0
+    with connect(dsn) as conn:
+        for query in queries:
+            full, _ = ranking(conn, query, "off", 10, tenant=None)
+            got, pruned = ranking(conn, query, "on", 10, tenant=None)
+            assert got == full == ranking(conn, query, "off", 10)[0], query
+            pruned_queries += pruned
+    assert pruned_queries >= len(queries) // 8, pruned_queries
+
+
+def test_a_search_without_a_tenant_over_two_tenants_ranks_both_in_full(
+    scifact_db: tuple[str, list[str]],
+) -> None:
+    # Term bounds are kept per tenant, and the pruned evaluation reads one tenant's postings:
+    # over two tenants the full scan ranks both (here another tenant's copy of the best
+    # abstract of the query ranks with the original).
+    dsn, queries = scifact_db
+    query = queries[0]
+    with connect(dsn) as conn:
+        (best, _), *_ = ranking(conn, query, "off", 10)[0]
+        (copy,) = conn.execute(
+            "with d as (insert into pgrag.documents (tenant_id, title, source_type, source_uri,"
+            " status) values ('other', 'copy', 'text', 'copy://1', 'ready') returning id)"
+            " insert into pgrag.chunks (tenant_id, document_id, chunk_index, content,"
+            " content_sha256) select 'other', d.id, 0, c.content, c.content_sha256"
+            " from d, pgrag.chunks as c where c.id = %s returning id",
+            (best,),
+        ).fetchone() or (None,)
+        conn.commit()
+        try:
+            got, pruned = ranking(conn, query, "on", 10, tenant=None)
+            full, _ = ranking(conn, query, "off", 10, tenant=None)
+        finally:
+            conn.execute("delete from pgrag.documents where tenant_id = 'other'")
+            conn.commit()
+        # Once the other tenant's chunks are gone, the pruned evaluation runs again.
+        after = ranking(conn, query, "on", 10, tenant=None)
+    assert not pruned
+    assert got == full
+    assert {best, copy} <= {chunk_id for chunk_id, _ in got}
+    assert after[1]
 
 
 def hidden_ranking(

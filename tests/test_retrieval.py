@@ -333,16 +333,21 @@ def test_documents_not_ready_are_never_searched(
 
 
 @pytest.mark.parametrize(
-    ("threshold", "own_graph"),
-    [("0", False), ("0", True), ("100000", False)],
-    ids=["hnsw", "hnsw-own-graph", "exact"],
+    ("threshold", "own_graph", "tenant"),
+    [("0", False, TENANT), ("0", True, TENANT), ("100000", False, TENANT), ("0", False, None)],
+    ids=["hnsw", "hnsw-own-graph", "exact", "hnsw-without-tenant"],
 )
 def test_the_vector_arm_skips_a_document_not_ready_that_its_walk_reaches_first(
-    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], threshold: str, own_graph: bool
+    seeded: dict[str, list[int]],
+    conn: psycopg.Connection[Any],
+    threshold: str,
+    own_graph: bool,
+    tenant: str | None,
 ) -> None:
-    # The draft's own embedding: the graph walk (of the shared graph, or of the tenant's own)
-    # reaches the draft first, the readiness check (documents_not_ready) sees it, and the walk
-    # with the documents joined runs instead.
+    # The draft's own embedding: the graph walk (of the shared graph, or of the tenant's own;
+    # without a tenant, of the shared graph for every tenant) reaches the draft first, the
+    # readiness check (documents_not_ready) sees it, and the walk with the documents joined
+    # runs instead.
     (draft_embedding,) = conn.execute(
         "select embedding from pgrag.chunks where id = %s", (seeded["Draft"][0],)
     ).fetchone() or (None,)
@@ -351,7 +356,8 @@ def test_the_vector_arm_skips_a_document_not_ready_that_its_walk_reaches_first(
         conn.commit()
     try:
         with conn.transaction():
-            set_request_tenant(conn, TENANT)
+            if tenant is not None:
+                set_request_tenant(conn, tenant)
             conn.execute("select set_config('pgrag.exact_search_max_rows', %s, true)", (threshold,))
             rows = conn.execute(
                 "select chunk_id from public.vector_search(%s, 3)", (draft_embedding,)
@@ -491,6 +497,15 @@ def run_with_plans(
     return rows, plans
 
 
+# auto_explain with the rows each node returned and how often it ran (not its time).
+ANALYZED = {"auto_explain.log_analyze": "on", "auto_explain.log_timing": "off"}
+
+
+def walked_chunk_scans(plan: Plan) -> list[dict[str, Any]]:
+    """The scans of pgrag.chunks in plan that ran (a branch a condition turned off did not)."""
+    return [n for n in plan.scans("chunks") if n["Actual Loops"]]
+
+
 def arm_plan(plans: list[Plan], marker: str) -> Plan:
     """The one plan whose statement contains marker."""
     found = [p for p in plans if marker in p.query]
@@ -498,13 +513,22 @@ def arm_plan(plans: list[Plan], marker: str) -> Plan:
     return found[0]
 
 
-def test_vector_search_uses_the_hnsw_index(
+def test_a_search_without_a_tenant_walks_the_shared_graph_in_a_kept_plan(
     seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
 ) -> None:
+    # service_role, the owner, a psql session without claims: every tenant's rows, all in the
+    # shared graph. The walk is one statement whose plan is made once per session (the query
+    # embedding stays a parameter in it), not the general walk, planned at every call.
     q = local_embedder.embed(["solar panels in summer"])[0]
-    rows, plans = run_with_plans(conn, "select chunk_id from public.vector_search(%s, 3)", (q,))
+    rows, plans = run_with_plans(
+        conn, "select chunk_id from public.vector_search(%s, 3)", (q,), settings=ANALYZED
+    )
     assert len(rows) == 3
-    assert any(n.get("Index Name") == "chunks_embedding_hnsw" for p in plans for n in p.nodes)
+    walk = arm_plan(plans, "from w as r")
+    (hnsw,) = walked_chunk_scans(walk)
+    assert hnsw["Index Name"] == "chunks_embedding_hnsw"
+    assert hnsw["Order By"] == "(embedding OPERATOR(public.<=>) $1)"
+    assert not [p.query for p in plans if "group by u.tenant_id" in p.query]
 
 
 # pgrag.searchable holds the ready status and the filters once for every search; it must be
@@ -550,10 +574,18 @@ def test_anon_walks_the_public_hnsw_index(
 ) -> None:
     q = local_embedder.embed(["solar panels in summer"])[0]
     # The arm itself: no document here is public, so vector_search would never need to run it.
+    # The walk with a kept plan finds no row, then the general walk runs: both walk the public
+    # graph alone.
     _, plans = run_with_plans(
-        conn, "select chunk_id from pgrag.vector_candidates(%s, 3)", (q,), role="anon"
+        conn,
+        "select chunk_id from pgrag.vector_candidates(%s, 3)",
+        (q,),
+        role="anon",
+        settings=ANALYZED,
     )
     assert_inlined(plans)
+    kept = arm_plan(plans, "from w as r")
+    assert [n["Index Name"] for n in walked_chunk_scans(kept)] == ["chunks_public_embedding_hnsw"]
     walk = arm_plan(plans, "created_before => $6)\n              and c.is_public")
     assert [n["Index Name"] for n in walk.scans("chunks")] == ["chunks_public_embedding_hnsw"]
 

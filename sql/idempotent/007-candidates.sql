@@ -119,6 +119,7 @@ declare
     v_public boolean := false;
     v_own_index boolean := false;
     v_own_walk boolean := false;
+    v_one_graph boolean := false;
     v_walk text;
     v_scoped boolean;
     v_walks text[];
@@ -244,7 +245,71 @@ begin
         -- back short, the scan budget hnsw.max_scan_tuples spent among other tenants' rows, or
         -- one that reached a document not ready) the statement returns no row, and the general
         -- walk below and the exact fallback answer.
-        if v_tenant is not null and not v_filtered then
+        -- Without a tenant and without filters, the same over a graph whose predicate holds no
+        -- variable, so that its plan too is made once per session: anon's, the public graph
+        -- (chunks.is_public); any other caller's (service_role, the owner, a session without
+        -- claims), the shared graph, when every chunk is in it (no bulk load unfinished: one
+        -- probe of chunks_outside_shared_graph; otherwise the general walk below adds the walks
+        -- of the rows outside it). These went through the general walk (EXECUTE), planned at
+        -- every call: that cost more than the walk, and grew with every index on pgrag.chunks
+        -- (each isolated tenant's graph). A statement each for anon and the others, not one
+        -- with a branch per graph: a kept plan is made again whenever another role runs it
+        -- (row-level security), and a pooled connection serves anon and service_role in turn.
+        if v_tenant is null and not v_filtered and v_plans = 'force_generic_plan' then
+            if v_public then
+                v_one_graph := true;
+                v_unready := exists (select 1 from pgrag.documents as d where d.status <> 'ready');
+            else
+                select not exists (select 1 from pgrag.chunks as c where not c.in_shared_graph),
+                       exists (select 1 from pgrag.documents as d where d.status <> 'ready')
+                into v_one_graph, v_unready;
+            end if;
+        end if;
+        if v_one_graph and v_public then
+            return query
+            with w as materialized (
+                select c.tenant_id, c.id as chunk_id, c.document_id,
+                       c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                from pgrag.chunks as c
+                where c.embedding is not null
+                  and c.is_public
+                order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+                limit v_fetch
+            )
+            select w.tenant_id, w.chunk_id, w.distance
+            from w
+            where (select pg_catalog.count(*) from w) >= v_k
+              and not (v_unready and exists (
+                           select 1
+                           from w as r
+                           join pgrag.documents as d
+                             on d.tenant_id = r.tenant_id and d.id = r.document_id
+                           where d.status <> 'ready'))
+            order by w.distance, w.chunk_id
+            limit v_k;
+        elsif v_one_graph then
+            return query
+            with w as materialized (
+                select c.tenant_id, c.id as chunk_id, c.document_id,
+                       c.embedding operator(@extschema:vector@.<=>) query_embedding as distance
+                from pgrag.chunks as c
+                where c.embedding is not null
+                  and c.in_shared_graph
+                order by c.embedding operator(@extschema:vector@.<=>) query_embedding
+                limit v_fetch
+            )
+            select w.tenant_id, w.chunk_id, w.distance
+            from w
+            where (select pg_catalog.count(*) from w) >= v_k
+              and not (v_unready and exists (
+                           select 1
+                           from w as r
+                           join pgrag.documents as d
+                             on d.tenant_id = r.tenant_id and d.id = r.document_id
+                           where d.status <> 'ready'))
+            order by w.distance, w.chunk_id
+            limit v_k;
+        elsif v_tenant is not null and not v_filtered then
             if v_own_index and v_plans = 'force_generic_plan' then
                 -- The tenant's walk function (pgrag.make_own_graph_walk), when it has one the
                 -- caller may execute (looked up only here: the other paths pay nothing for it).
@@ -289,6 +354,8 @@ begin
                 order by w.distance, w.chunk_id
                 limit v_k;
             end if;
+        end if;
+        if v_one_graph or (v_tenant is not null and not v_filtered) then
             -- (Before any other statement: each sets the row count.)
             get diagnostics v_returned = row_count;
             if v_returned > 0 then
@@ -444,6 +511,7 @@ declare
     v_avgdl double precision;
     v_q record;
     v_tenants text[];
+    v_scored text;
     v_lex text[];
     v_idf double precision[];
     v_pos tsquery;
@@ -496,8 +564,18 @@ begin
     if v_tenant is not null then
         v_tenants := array[v_tenant];
     else
-        select pg_catalog.array_agg(distinct s.tenant_id) into v_tenants from pgrag.corpus_stats as s;
+        -- (Tenants whose chunks were all deleted keep their statistics' rows, at zero.)
+        select pg_catalog.array_agg(t.tenant_id) into v_tenants
+        from (select s.tenant_id
+              from pgrag.corpus_stats as s
+              group by s.tenant_id
+              having pg_catalog.sum(s.chunk_count) > 0) as t;
     end if;
+    -- The tenant whose postings the pruned evaluation reads (its term bounds are per tenant):
+    -- the caller's, or, without a tenant, the only one the caller sees (a single-tenant
+    -- installation searched from psql, as its owner).
+    v_scored := coalesce(v_tenant,
+                         case when pg_catalog.cardinality(v_tenants) = 1 then v_tenants[1] end);
     select pg_catalog.sum(s.chunk_count), pg_catalog.sum(s.token_count)
     into v_n, v_total
     from pgrag.corpus_stats as s
@@ -559,13 +637,14 @@ begin
     v_c2 := v_k1 * v_b / v_avgdl;
     v_m := pg_catalog.cardinality(v_lex);
     -- Pruned evaluation (exact; docs/benchmarks.md "Exact BM25 that reads fewer postings"): for
-    -- one tenant's search without filters, over enough postings to be worth it. Phrases and
+    -- a search of one tenant's rows (v_scored) without filters, over enough postings to be
+    -- worth it. Phrases and
     -- exclusions drop ranked chunks in the walk: for them the pruned evaluation hands the walk
     -- every candidate it has proved in rank order (step 5), not only the top k. The setting
     -- pgrag.keyword_pruning: auto (default: 20,000 postings or more, and step 2's estimate of
     -- its cost), on (whenever the bounds leave a lexeme out), off (never). Same results either
     -- way.
-    v_prune := v_tenant is not null and v_m >= 2
+    v_prune := v_scored is not null and v_m >= 2
         and document_ids is null and metadata_filter is null and source_types is null
         and created_after is null and created_before is null
         and case v_mode
@@ -589,7 +668,7 @@ begin
             from (
                 select p.chunk_id
                 from rows from (pg_catalog.unnest(v_lex[1 : v_rare]), pg_catalog.unnest(v_idf[1 : v_rare])) as t(lexeme, idf)
-                join pgrag.bm25_postings as p on p.tenant_id = v_tenant and p.lexeme = t.lexeme
+                join pgrag.bm25_postings as p on p.tenant_id = v_scored and p.lexeme = t.lexeme
                 group by p.chunk_id
                 order by pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) desc, p.chunk_id
                 limit 2 * v_k
@@ -600,7 +679,7 @@ begin
                     select pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as score
                     from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
                     join pgrag.bm25_postings as p
-                      on p.tenant_id = v_tenant and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
+                      on p.tenant_id = v_scored and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
                     group by p.chunk_id
                     order by 1 desc
                     limit v_k
@@ -676,7 +755,7 @@ begin
         with c as materialized (
             select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as part
             from rows from (pg_catalog.unnest(v_elex), pg_catalog.unnest(v_eidf)) as t(lexeme, idf)
-            join pgrag.bm25_postings as p on p.tenant_id = v_tenant and p.lexeme = t.lexeme
+            join pgrag.bm25_postings as p on p.tenant_id = v_scored and p.lexeme = t.lexeme
             group by p.chunk_id
             having (pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) + v_bound) * (1 + 1e-9) >= v_theta
         ), b as materialized (
@@ -694,7 +773,7 @@ begin
                     select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as s
                     from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
                     join pgrag.bm25_postings as p
-                      on p.tenant_id = v_tenant and p.lexeme = t.lexeme
+                      on p.tenant_id = v_scored and p.lexeme = t.lexeme
                      and p.chunk_id = any (array(select b.chunk_id from b order by b.chunk_id))
                     group by p.chunk_id
                 ) as o on o.chunk_id = b.chunk_id
@@ -715,7 +794,7 @@ begin
         left join (
             select p.chunk_id, v_idf[v_order[1]] * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len) as s
             from pgrag.bm25_postings as p
-            where p.tenant_id = v_tenant and p.lexeme = v_lex[v_order[1]]
+            where p.tenant_id = v_scored and p.lexeme = v_lex[v_order[1]]
               and p.chunk_id = any (array(select f.chunk_id from f order by f.chunk_id))
         ) as o on o.chunk_id = f.chunk_id
         where (f.part + coalesce(o.s, 0) + v_rest) * (1 + 1e-9) >= (select h.theta from h);
@@ -740,11 +819,11 @@ begin
             left join (
                 select p.chunk_id, v_idf[v_order[v_i]] * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len) as s
                 from pgrag.bm25_postings as p
-                where p.tenant_id = v_tenant and p.lexeme = v_lex[v_order[v_i]] and p.chunk_id = any (v_cand)
+                where p.tenant_id = v_scored and p.lexeme = v_lex[v_order[v_i]] and p.chunk_id = any (v_cand)
             ) as o on o.chunk_id = c.chunk_id
             where (c.part + coalesce(o.s, 0) + v_rest) * (1 + 1e-9) >= v_theta;
         end loop;
-        select pg_catalog.array_agg(v_tenant order by r.score desc, r.chunk_id),
+        select pg_catalog.array_agg(v_scored order by r.score desc, r.chunk_id),
                pg_catalog.array_agg(r.chunk_id order by r.score desc, r.chunk_id),
                pg_catalog.array_agg(r.score order by r.score desc, r.chunk_id)
         into v_tids, v_ids, v_scores
