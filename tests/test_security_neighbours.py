@@ -544,9 +544,11 @@ def crowd_the_server(conn: psycopg.Connection[Any], documents_per_small_tenant: 
 
 
 def rows_read_per_call(
-    conn: psycopg.Connection[Any], calls: dict[str, tuple[str, str, tuple[Any, ...]]]
+    conn: psycopg.Connection[Any],
+    calls: dict[str, tuple[str, str, tuple[Any, ...]]],
+    tenant: str = "big",
 ) -> dict[str, list[int]]:
-    """Each call (role, statement, parameters) as tenant 'big' seven times in one session, past
+    """Each call (role, statement, parameters) as ``tenant`` seven times in one session, past
     the fifth call where PostgreSQL's default plan cache mode may switch to a generic plan; the
     rows and index entries each call read (its transaction rolled back). Each call returns a
     row."""
@@ -555,7 +557,7 @@ def rows_read_per_call(
         for name, (role, statement, params) in calls.items():
             with conn.transaction(force_rollback=True):
                 before = rows_read(conn)
-                set_request_tenant(conn, "big")
+                set_request_tenant(conn, tenant)
                 conn.execute(sql.SQL("set local role {}").format(sql.Identifier(role)))
                 assert conn.execute(statement, params).fetchall(), name
                 conn.execute("reset role")
@@ -597,6 +599,43 @@ def test_many_small_tenants_leave_a_large_tenants_kept_plans_reading_by_key(
     # never the tenant's 2,400 rows (4,200 read with a plain join in chunk_windows' lookup)
     assert max(read["chunk_windows"]) < 1000, read
     assert max(read["keyword_search"]) < 1000, read
+
+
+def test_a_small_tenants_exact_vector_search_keeps_its_plan_and_reads_its_own_rows(
+    db: str, conn: psycopg.Connection[Any], pg_admin_dsn: str
+) -> None:
+    # A small tenant's vector search scans its rows exactly, in a plan kept for the session
+    # (planned at every call, it paid for every index on pgrag.chunks). A kept plan takes the
+    # tenant for an average one: beside a single large tenant, half the table, which a
+    # sequential scan would read for every search of the small one.
+    ensure_authenticator(pg_admin_dsn)
+    conn.execute(
+        "with d as (insert into pgrag.documents (tenant_id, title, source_type, source_uri,"
+        " status) select 'large', 'doc', 'text', 'large://' || n, 'ready'"
+        " from generate_series(1, 2000) n returning id)"
+        " insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
+        " select 'large', d.id, 0, 'note', md5(d.id::text) from d"
+    )
+    rng = np.random.default_rng(5)
+    add_document(conn, "small", unit(rng.normal(0, 1, (20, DIMS))), public=False)
+    conn.execute("analyze pgrag.chunks")
+    conn.execute("analyze pgrag.documents")
+    conn.commit()
+    query = unit(rng.normal(0, 1, DIMS))
+    read = rows_read_per_call(
+        conn,
+        {
+            "vector_search": (
+                "authenticated",
+                "select * from public.vector_search(%s, 10)",
+                (query,),
+            )
+        },
+        tenant="small",
+    )
+    # its document and 20 chunks, by key (and the ten hits' rows): never the 2,000 documents
+    # and chunks of 'large'
+    assert max(read["vector_search"]) < 200, read
 
 
 def test_many_small_tenants_leave_a_large_tenants_batch_writes_reading_by_key(
