@@ -637,15 +637,14 @@ begin
     perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
     -- Document frequency of each query lexeme: the sum of its sharded counters; and the term
     -- bounds of its postings (largest tf, shortest chunk; null when unknown).
+    -- (Grouped, not an aggregate per lexeme in a lateral subquery, which Citus cannot push
+    -- down to the shards of several tenants.)
     with d as materialized (
-        select l.lexeme, x.df, x.max_tf, x.min_doc_len
-        from pg_catalog.unnest(v_q.lexemes) as l(lexeme)
-        cross join lateral (
-            select pg_catalog.sum(y.df)::double precision as df, pg_catalog.max(y.max_tf) as max_tf,
-                   pg_catalog.min(y.min_doc_len) as min_doc_len
-            from pgrag.bm25_lexicon as y
-            where y.tenant_id = any (v_tenants) and y.lexeme = l.lexeme
-        ) as x
+        select y.lexeme, pg_catalog.sum(y.df)::double precision as df,
+               pg_catalog.max(y.max_tf) as max_tf, pg_catalog.min(y.min_doc_len) as min_doc_len
+        from pgrag.bm25_lexicon as y
+        where y.tenant_id = any (v_tenants) and y.lexeme = any (v_q.lexemes)
+        group by y.lexeme
     )
     -- Rarest first: the order the pruned evaluation below takes the lexemes in.
     select pg_catalog.array_agg(d.lexeme order by d.df, d.lexeme),
@@ -703,7 +702,12 @@ begin
             from (
                 select p.chunk_id
                 from rows from (pg_catalog.unnest(v_lex[1 : v_rare]), pg_catalog.unnest(v_idf[1 : v_rare])) as t(lexeme, idf)
-                join pgrag.bm25_postings as p on p.tenant_id = v_scored and p.lexeme = t.lexeme
+                cross join lateral (
+                    select p.chunk_id, p.tf, p.doc_len
+                    from pgrag.bm25_postings as p
+                    where p.tenant_id = v_scored and p.lexeme = t.lexeme
+                    offset 0
+                ) as p
                 group by p.chunk_id
                 order by pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) desc, p.chunk_id
                 limit 2 * v_k
@@ -713,8 +717,13 @@ begin
                 from (
                     select pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as score
                     from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
-                    join pgrag.bm25_postings as p
-                      on p.tenant_id = v_scored and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
+                    cross join lateral (
+                        select p.chunk_id, p.tf, p.doc_len
+                        from pgrag.bm25_postings as p
+                        where p.tenant_id = v_scored and p.lexeme = t.lexeme
+                          and p.chunk_id = any (v_cand)
+                        offset 0
+                    ) as p
                     group by p.chunk_id
                     order by 1 desc
                     limit v_k
@@ -790,7 +799,12 @@ begin
         with c as materialized (
             select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as part
             from rows from (pg_catalog.unnest(v_elex), pg_catalog.unnest(v_eidf)) as t(lexeme, idf)
-            join pgrag.bm25_postings as p on p.tenant_id = v_scored and p.lexeme = t.lexeme
+            cross join lateral (
+                select p.chunk_id, p.tf, p.doc_len
+                from pgrag.bm25_postings as p
+                where p.tenant_id = v_scored and p.lexeme = t.lexeme
+                offset 0
+            ) as p
             group by p.chunk_id
             having (pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) + v_bound) * (1 + 1e-9) >= v_theta
         ), b as materialized (
@@ -807,9 +821,13 @@ begin
                 left join (
                     select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as s
                     from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
-                    join pgrag.bm25_postings as p
-                      on p.tenant_id = v_scored and p.lexeme = t.lexeme
-                     and p.chunk_id = any (array(select b.chunk_id from b order by b.chunk_id))
+                    cross join lateral (
+                        select p.chunk_id, p.tf, p.doc_len
+                        from pgrag.bm25_postings as p
+                        where p.tenant_id = v_scored and p.lexeme = t.lexeme
+                          and p.chunk_id = any (array(select b.chunk_id from b order by b.chunk_id))
+                        offset 0
+                    ) as p
                     group by p.chunk_id
                 ) as o on o.chunk_id = b.chunk_id
                 order by 1 desc
@@ -890,6 +908,13 @@ begin
                    pg_catalog.round(pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) * 1e9::double precision) / 1e9::double precision as score
             from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
             join pgrag.bm25_postings as p on p.tenant_id = any (v_tenants) and p.lexeme = t.lexeme
+            -- The lexemes again, as a condition of the postings themselves: whichever way the
+            -- plan joins (row-level security adds a condition on the tenant whose value the
+            -- planner does not know, and it then takes a tenant's postings for a few; a plan
+            -- that read all of them and kept those of the lexemes was chosen), the index scan
+            -- reads only the query's lexemes. (Not a fenced subquery: Citus cannot run one for
+            -- several tenants.)
+            where p.lexeme = any (v_lex)
             group by p.tenant_id, p.chunk_id
             order by 3 desc, p.chunk_id
             limit v_limit + 1
