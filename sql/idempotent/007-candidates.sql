@@ -702,9 +702,12 @@ begin
             from (
                 select p.chunk_id
                 from rows from (pg_catalog.unnest(v_lex[1 : v_rare]), pg_catalog.unnest(v_idf[1 : v_rare])) as t(lexeme, idf)
-                join pgrag.bm25_postings as p on p.tenant_id = v_scored and p.lexeme = t.lexeme
-                -- (each lexeme read by key whatever the plan: the full scan below says why)
-                where p.lexeme = any (v_lex[1 : v_rare])
+                cross join lateral (
+                    select p.chunk_id, p.tf, p.doc_len
+                    from pgrag.bm25_postings as p
+                    where p.tenant_id = v_scored and p.lexeme = t.lexeme
+                    offset 0
+                ) as p
                 group by p.chunk_id
                 order by pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) desc, p.chunk_id
                 limit 2 * v_k
@@ -714,9 +717,13 @@ begin
                 from (
                     select pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as score
                     from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
-                    join pgrag.bm25_postings as p
-                      on p.tenant_id = v_scored and p.lexeme = t.lexeme and p.chunk_id = any (v_cand)
-                    where p.lexeme = any (v_lex)
+                    cross join lateral (
+                        select p.chunk_id, p.tf, p.doc_len
+                        from pgrag.bm25_postings as p
+                        where p.tenant_id = v_scored and p.lexeme = t.lexeme
+                          and p.chunk_id = any (v_cand)
+                        offset 0
+                    ) as p
                     group by p.chunk_id
                     order by 1 desc
                     limit v_k
@@ -792,8 +799,12 @@ begin
         with c as materialized (
             select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as part
             from rows from (pg_catalog.unnest(v_elex), pg_catalog.unnest(v_eidf)) as t(lexeme, idf)
-            join pgrag.bm25_postings as p on p.tenant_id = v_scored and p.lexeme = t.lexeme
-            where p.lexeme = any (v_elex)
+            cross join lateral (
+                select p.chunk_id, p.tf, p.doc_len
+                from pgrag.bm25_postings as p
+                where p.tenant_id = v_scored and p.lexeme = t.lexeme
+                offset 0
+            ) as p
             group by p.chunk_id
             having (pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) + v_bound) * (1 + 1e-9) >= v_theta
         ), b as materialized (
@@ -810,10 +821,13 @@ begin
                 left join (
                     select p.chunk_id, pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) as s
                     from rows from (pg_catalog.unnest(v_nlex), pg_catalog.unnest(v_nidf)) as t(lexeme, idf)
-                    join pgrag.bm25_postings as p
-                      on p.tenant_id = v_scored and p.lexeme = t.lexeme
-                     and p.chunk_id = any (array(select b.chunk_id from b order by b.chunk_id))
-                    where p.lexeme = any (v_nlex)
+                    cross join lateral (
+                        select p.chunk_id, p.tf, p.doc_len
+                        from pgrag.bm25_postings as p
+                        where p.tenant_id = v_scored and p.lexeme = t.lexeme
+                          and p.chunk_id = any (array(select b.chunk_id from b order by b.chunk_id))
+                        offset 0
+                    ) as p
                     group by p.chunk_id
                 ) as o on o.chunk_id = b.chunk_id
                 order by 1 desc
