@@ -893,12 +893,36 @@ begin
         v_more := true;
     end if;
     loop
-        if not v_prune then
+        if not v_prune and v_scored is not null then
         -- Okapi BM25 of every chunk holding a query lexeme (one index-only range scan per
         -- lexeme), best v_limit first (then all of them if the walk below needs more).
         -- Scores are rounded to 1e-9: a sum of floats depends on the order of its terms, which
         -- plans (and the pruned evaluation above) do not fix; rounded, equal scores stay equal
         -- and ties keep one order (chunk_id) whichever way a chunk was scored.
+        -- Each lexeme's postings in a fenced subquery: row-level security adds a condition on
+        -- the tenant whose value the planner cannot know, so it takes the tenant's postings for
+        -- a few hundredth of what they are, and a plain join read all of a tenant's postings
+        -- and kept the query's. Over several tenants (a caller without one) the plain join
+        -- below: Citus cannot run the fenced form for several tenants.
+        select pg_catalog.array_agg(s.tenant_id order by s.score desc, s.chunk_id),
+               pg_catalog.array_agg(s.chunk_id order by s.score desc, s.chunk_id),
+               pg_catalog.array_agg(s.score order by s.score desc, s.chunk_id)
+        into v_tids, v_ids, v_scores
+        from (
+            select v_scored as tenant_id, p.chunk_id,
+                   pg_catalog.round(pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) * 1e9::double precision) / 1e9::double precision as score
+            from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
+            cross join lateral (
+                select p.chunk_id, p.tf, p.doc_len
+                from pgrag.bm25_postings as p
+                where p.tenant_id = v_scored and p.lexeme = t.lexeme
+                offset 0
+            ) as p
+            group by p.chunk_id
+            order by 3 desc, p.chunk_id
+            limit v_limit + 1
+        ) as s;
+        elsif not v_prune then
         select pg_catalog.array_agg(s.tenant_id order by s.score desc, s.chunk_id),
                pg_catalog.array_agg(s.chunk_id order by s.score desc, s.chunk_id),
                pg_catalog.array_agg(s.score order by s.score desc, s.chunk_id)
@@ -908,17 +932,12 @@ begin
                    pg_catalog.round(pg_catalog.sum(t.idf * p.tf / (p.tf + v_c1 + v_c2 * p.doc_len)) * 1e9::double precision) / 1e9::double precision as score
             from rows from (pg_catalog.unnest(v_lex), pg_catalog.unnest(v_idf)) as t(lexeme, idf)
             join pgrag.bm25_postings as p on p.tenant_id = any (v_tenants) and p.lexeme = t.lexeme
-            -- The lexemes again, as a condition of the postings themselves: whichever way the
-            -- plan joins (row-level security adds a condition on the tenant whose value the
-            -- planner does not know, and it then takes a tenant's postings for a few; a plan
-            -- that read all of them and kept those of the lexemes was chosen), the index scan
-            -- reads only the query's lexemes. (Not a fenced subquery: Citus cannot run one for
-            -- several tenants.)
-            where p.lexeme = any (v_lex)
             group by p.tenant_id, p.chunk_id
             order by 3 desc, p.chunk_id
             limit v_limit + 1
         ) as s;
+        end if;
+        if not v_prune then
         v_more := coalesce(pg_catalog.cardinality(v_ids), 0) > v_limit;
         end if;
         -- Walk the ranking in growing batches until match_count chunks pass the checks:
