@@ -18,9 +18,10 @@ window 1), ``build_context`` (window 1) and a plain HNSW top 40 of ``t0``'s grap
 written into the query, so a prepared statement keeps its plan); without a tenant, as
 ``service_role`` (every tenant's rows) the vector arm, ``hybrid_search`` and a plain HNSW top 40
 of the shared graph, and as ``anon`` (``t0``'s documents are published) the vector arm,
-``vector_search`` and a plain HNSW top 40 of the public graph; and the planner's time for a
-plain query of one chunk by key (``EXPLAIN (SUMMARY)``), what any query on ``pgrag.chunks`` pays
-when it is planned.
+``vector_search`` and a plain HNSW top 40 of the public graph; as tenant ``small`` (200 chunks,
+not isolated: its vector search is an exact scan) ``vector_search`` and ``hybrid_search``; and
+the planner's time for a plain query of one chunk by key (``EXPLAIN (SUMMARY)``), what any query
+on ``pgrag.chunks`` pays when it is planned.
 
 With ``--base REV`` the same rows go into a second database installed from the ``sql/`` of git
 revision REV (version A) and both versions are timed, interleaved call by call (B: this
@@ -88,17 +89,23 @@ CALLS = {
     ),
 }
 ROLES_WITHOUT_TENANT = ("service_role", "anon")
+# A tenant below pgrag.exact_search_max_rows, not isolated (as pgrag ingest leaves it): its
+# vector search scans its rows exactly.
+SMALL_TENANT = "small"
+CALLS["vector_search, small"] = CALLS["vector_search"]
+CALLS["hybrid_search, small"] = CALLS["hybrid_search"]
 
 
 def timed(conn: psycopg.Connection[Any], query: str, params: dict[str, Any], name: str) -> float:
     """One request as tenant t0 through RLS (or, for a call whose name ends in a role of
-    ROLES_WITHOUT_TENANT, as that role without a tenant); milliseconds of the call alone."""
+    ROLES_WITHOUT_TENANT, as that role without a tenant; in SMALL_TENANT, as that tenant);
+    milliseconds of the call alone."""
     with conn.transaction():
-        role = name.rsplit(", ", 1)[-1]
-        if role in ROLES_WITHOUT_TENANT:
-            conn.execute(f"set local role {role}")
+        suffix = name.rsplit(", ", 1)[-1]
+        if suffix in ROLES_WITHOUT_TENANT:
+            conn.execute(f"set local role {suffix}")
         else:
-            set_request_tenant(conn, "t0")
+            set_request_tenant(conn, SMALL_TENANT if suffix == SMALL_TENANT else "t0")
             conn.execute("set local role authenticated")
         t = time.perf_counter()
         conn.execute(query, params).fetchall()
@@ -143,9 +150,18 @@ def isolate_more(conn: psycopg.Connection[Any], have: int, want: int, vectors: n
 
 
 def prepare(dsn: str, texts: list[str], vectors: np.ndarray) -> dict[str, float]:
-    """t0's chunks loaded and published (anon's searches), and its own graph built."""
+    """t0's chunks loaded and published (anon's searches), and its own graph built; the small
+    tenant's 200 chunks (10 documents) loaded."""
     loaded = load(dsn, texts, vectors, tenants=1)
     with connect(dsn) as conn:
+        for d in range(10):
+            insert_ready_document(
+                conn,
+                SMALL_TENANT,
+                f"bench://small-tenant/{d}",
+                ((texts[d * 20 + j], vectors[d * 20 + j]) for j in range(20)),
+                title="small tenant",
+            )
         conn.execute("update pgrag.documents set is_public = true where tenant_id = 't0'")
         conn.commit()
         conn.execute("analyze pgrag.chunks, pgrag.documents")

@@ -410,6 +410,23 @@ def test_row_level_security_keeps_tenants_apart_on_the_workers(installed: Instal
 
 
 @pytest.mark.slow
+def test_a_search_without_a_tenant_finds_every_tenants_rows_as_on_one_server(
+    installed: Installed, local_embedder: Any
+) -> None:
+    # The owner without claims (psql, as in the README) searches every tenant: each shard's
+    # rows, and the keyword arm's full scan over both tenants' postings.
+    q = QUERIES[0]
+    e = local_embedder.embed([q])[0]
+    for name in ("vector_search", "keyword_search", "hybrid_search"):
+        got = []
+        for server in (installed.single, installed.citus):
+            with connect(server) as conn:
+                got.append(conn.execute(CALLS[name], {"q": q, "e": e}).fetchall())
+        assert got[0] and _same(got[0], got[1]), name
+        assert {row[-1] for row in got[1]} == set(installed.tenants), name
+
+
+@pytest.mark.slow
 def test_anon_finds_the_public_documents_of_every_tenant_as_on_one_server(
     installed: Installed, local_embedder: Any
 ) -> None:

@@ -615,6 +615,28 @@ def test_document_filter_reaches_the_btree_of_the_exact_vector_path(
     assert "document_id = ANY" in conditions
 
 
+def test_a_small_tenants_exact_vector_scan_keeps_its_plan(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    # The tenant is below pgrag.exact_search_max_rows: every distance is computed, in a plan
+    # made once per session (the tenant a parameter in it), its filters inlined, its rows read
+    # through the indexes on the tenant.
+    q = local_embedder.embed(["solar panels in summer"])[0]
+    rows, plans = run_with_plans(
+        conn,
+        "select chunk_id from public.vector_search(%s, 3, source_types => %s)",
+        (q, ALL_TYPES),
+        tenant=TENANT,
+    )
+    assert len(rows) == 3
+    assert_inlined(plans)
+    exact = arm_plan(plans, "and d.tenant_id = v_tenant")
+    conditions = [
+        n.get("Index Cond", "") for n in exact.nodes if n.get("Relation Name") == "chunks"
+    ]
+    assert conditions and all(re.search(r"tenant_id = \$\d+", c) for c in conditions)
+
+
 def test_filters_reach_the_key_lookups_of_the_keyword_arm(
     seeded: dict[str, list[int]], conn: psycopg.Connection[Any]
 ) -> None:
