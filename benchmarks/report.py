@@ -579,7 +579,7 @@ of {d["small_tenant_chunks"]} chunks each are isolated until the server holds th
 {provenance(d)} (The script also times the version named by `--base` on a database of its own,
 interleaved; only this version's figures are shown.) {source("isolated_tenants.json")}
 
-### Searches without a tenant, and small tenants
+### Searches without a tenant
 
 The same benchmark also calls, on the same connection in turn with `t0`'s calls, as
 `service_role` and as `anon` (`t0`'s documents published), and as tenant `small` (10 documents,
