@@ -623,7 +623,7 @@ def plan_switch() -> str:
         return out
 
     base = d["versions"]["A"]["sql"]
-    header = ["function", f"PostgreSQL's default (SQL of `{base}`)", "pgrag"]
+    header = ["function", f"the default mode (SQL of `{base}`)", "pgrag"]
     return f"""\
 ## A search's plans do not depend on its caller (`benchmarks/plan_switch.py`)
 
@@ -634,8 +634,8 @@ rows a candidate list holds: with many tenants on the server, a tenant's rows lo
 average tenant's. Every pgrag search function therefore sets its own plan cache mode (and a
 function that sets none runs with its caller's). The script calls each function ten times in a
 row with the same arguments through one connection, as tenant `t0` through row-level security,
-on pgrag's SQL and on the SQL of `{base}` (a version that set no mode, as a baseline of what the
-default does) with the same rows. Tenant `t0` holds {d["documents"]} documents of
+on pgrag's SQL and, as a baseline of what the default does, on the SQL of `{base}` (a version in
+which only the vector functions set a mode) with the same rows. Tenant `t0` holds {d["documents"]} documents of
 {d["chunks_per_document"]} chunks, {d["other_tenants"]} other tenants one chunk each. Median ms of
 calls 1–5 → of the later calls:
 
