@@ -610,14 +610,14 @@ def plan_switch() -> str:
         for name in a:
             fa, fb = a[name], b[name]
             growth_a = fa["median_later_calls"] / fa["median_calls_1_5"]
-            cell_a = f"{num(fa['median_calls_1_5'], 2)} → {num(fa['median_later_calls'], 2)}"
+            cell_a = f"{num(fa['median_calls_1_5'], 2)} / {num(fa['median_later_calls'], 2)}"
             if growth_a >= 2:
-                cell_a = f"{num(fa['median_calls_1_5'], 2)} → **{num(fa['median_later_calls'], 2)} ({num(growth_a)}×)**"
+                cell_a = f"{num(fa['median_calls_1_5'], 2)} / **{num(fa['median_later_calls'], 2)} ({num(growth_a)}×)**"
             out.append(
                 [
                     f"`{name}`",
                     cell_a,
-                    f"{num(fb['median_calls_1_5'], 2)} → {num(fb['median_later_calls'], 2)}",
+                    f"{num(fb['median_calls_1_5'], 2)} / {num(fb['median_later_calls'], 2)}",
                 ]
             )
         return out
@@ -637,7 +637,7 @@ row with the same arguments through one connection, as tenant `t0` through row-l
 on pgrag's SQL and, as a baseline of what the default does, on the SQL of `{base}` (a version in
 which only the vector functions set a mode) with the same rows. Tenant `t0` holds {d["documents"]} documents of
 {d["chunks_per_document"]} chunks, {d["other_tenants"]} other tenants one chunk each. Median ms of
-calls 1–5 → of the later calls:
+calls 1–5 / of the later calls:
 
 {table(header, rows(d))}
 
@@ -691,8 +691,8 @@ def filtered() -> str:
         nrows.append(
             [
                 f"{size} chunks, own graph",
-                f"{num(alone['recall_at_k'], 3)} → {num(near['recall_at_k'], 3)}",
-                f"{num(alone['p50_ms'])} → {num(near['p50_ms'])}",
+                f"{num(alone['recall_at_k'], 3)} / {num(near['recall_at_k'], 3)}",
+                f"{num(alone['p50_ms'])} / {num(near['p50_ms'])}",
                 f"{ratio(near['p50_ms'], alone['p50_ms'])}×",
             ]
         )
@@ -716,7 +716,7 @@ after another tenant loads {d["noisy_neighbour"]["cluster_rows"]:,} chunks packe
 embeddings of the {d["noisy_neighbour"]["cluster_queries"]} queries asked (each asked 3 times;
 every packed chunk nearer its query than any of the tenant's rows):
 
-{table(["`vector_search` as the tenant", "recall@10 alone → next to the cluster", "p50 ms alone → next to it", "p50 ratio"], nrows)}
+{table(["`vector_search` as the tenant", "recall@10 alone / next to the cluster", "p50 ms alone / next to it", "p50 ratio"], nrows)}
 
 With its own partial HNSW index the tenant's walk never meets a foreign row, so another tenant's
 data changes neither its results nor its speed beyond noise; in a shared graph the walk crosses
