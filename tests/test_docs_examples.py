@@ -85,6 +85,11 @@ def test_runnable_examples_exist_where_the_docs_promise_them() -> None:
     assert {e.language for e in ALL} <= RUNNABLE_LANGUAGES
     readme = [e for e in ALL if e.path.name == "README.md"]
     assert any("hybrid_search" in e.text and e.language == "sql" for e in readme)
+    # The README's submission example acts as a tenant within its transaction, as it must.
+    assert any(
+        e.language == "sql" and "set_request_tenant" in e.text and "submit_document" in e.text
+        for e in readme
+    )
 
 
 def test_no_example_names_a_path_that_does_not_exist_here() -> None:
