@@ -245,3 +245,40 @@ def test_the_installed_command_prints_no_traceback_for_a_malformed_dsn() -> None
         assert "Traceback" not in done.stderr
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("Error: invalid")
         assert done.stdout == ""
+
+
+def pgrag_command() -> str:
+    return str(Path(sys.executable).with_name("pgrag"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["search", "widget", "--mode", "keyword", "-k", "50"], ["stats"], ["--help"]],
+    ids=["status", "search", "stats", "help"],
+)
+def test_a_closed_stdout_ends_the_command_quietly_with_141(corpus: str, args: list[str]) -> None:
+    # The reader is gone before the command writes its first line: every write fails (EPIPE).
+    env = {**os.environ, "PGRAG_DSN": corpus}
+    with subprocess.Popen(
+        [pgrag_command(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        stderr = process.stderr.read()
+        assert process.wait(timeout=60) == 141
+    assert stderr == b""
+
+
+def test_a_pipe_into_head_prints_the_first_line_and_no_error(corpus: str) -> None:
+    env = {**os.environ, "PGRAG_DSN": corpus}
+    for args in ("status", "search widget --mode keyword -k 50"):
+        done = subprocess.run(
+            ["bash", "-c", f"{pgrag_command()} {args} | head -1; exit ${{PIPESTATUS[0]}}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.returncode in (0, 141)  # 0 when it wrote everything before head left
+        assert done.stderr == ""
+        assert len(done.stdout.splitlines()) == 1
