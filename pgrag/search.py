@@ -97,8 +97,9 @@ class SearchOptions:
             }
             used = [name for name, value in hybrid_only.items() if value]
             if used:
+                verb = "applies" if len(used) == 1 else "apply"
                 raise ConfigError(
-                    f"{', '.join(used)} only apply to hybrid search: add --mode hybrid."
+                    f"{', '.join(used)} only {verb} to hybrid search: add --mode hybrid."
                 )
         if self.mode == "keyword" and self.min_score is not None:
             raise ConfigError(

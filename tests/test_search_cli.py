@@ -123,16 +123,32 @@ def test_window_and_mmr_options(corpus: str) -> None:
     assert search_json(corpus, "deploy the image", "--mmr", "0.5", "-k", "3")
 
 
-def test_usage_errors(corpus: str) -> None:
-    result = run(corpus, "x", "--mode", "vector", "--window", "1")
-    assert result.exit_code == 1
-    assert "Error: --window only apply to hybrid search" in result.output
-    result = run(corpus, "x", "--metadata", "{not json")
-    assert result.exit_code == 1 and "--metadata is not valid JSON" in result.output
-    result = run(corpus, "x", "--metadata", "[1]")
-    assert result.exit_code == 1 and "JSON object" in result.output
-    result = run(corpus, "x", "--mode", "keyword", "--min-score", "1")
-    assert result.exit_code == 1 and "BM25 scores have no fixed scale" in result.output
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mode", "vector", "--window", "1"], "--window only applies to hybrid search"),
+        (["--mode", "keyword", "--mmr", "0.5", "--fusion", "rrf"], "--mmr, --fusion only apply"),
+        (["--metadata", "{not json"], "Invalid value for '--metadata': not valid JSON"),
+        (["--metadata", "[1]"], "Invalid value for '--metadata': takes a JSON object"),
+        (["--mode", "keyword", "--min-score", "1"], "BM25 scores have no fixed scale"),
+        (["--min-score", "nan"], "Invalid value for '--min-score': must be a number"),
+        (["--mode", "telepathic"], "Invalid value for '--mode'"),
+    ],
+)
+def test_a_bad_option_value_or_combination_is_a_usage_error(args: list[str], message: str) -> None:
+    # Exit 2 like every usage error, before the database is touched (it is unreachable here).
+    result = run("postgresql://nobody@127.0.0.1:1/none", "x", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "search --help')" in result.output
+
+
+@pytest.mark.parametrize("command", [["search", "x"], ["ask", "x?"], ["ingest", "."]])
+def test_invalid_metadata_json_exits_2_from_every_command_taking_it(command: list[str]) -> None:
+    result = CliRunner().invoke(
+        main, ["--dsn", "postgresql://nobody@127.0.0.1:1/none", *command, "--metadata", "{"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--metadata': not valid JSON" in result.output
 
 
 @pytest.mark.parametrize("command", ["search", "ask"])

@@ -201,9 +201,7 @@ def parse_json_object(value: str | None, option: str = "--metadata") -> dict[str
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON ({exc.msg}): {value}", param_hint=hint) from exc
     if not isinstance(data, dict):
-        raise click.BadParameter(
-            f'takes a JSON object, e.g. \'{{"team": "ops"}}\'.', param_hint=hint
-        )
+        raise click.BadParameter('takes a JSON object, e.g. \'{"team": "ops"}\'.', param_hint=hint)
     return data
 
 
