@@ -44,6 +44,8 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     q text;
+    qt text;
+    bangs text;
     depth integer := 0;
     tok text;
     clause text := '';
@@ -61,7 +63,14 @@ begin
             coalesce(config::text, 'null')
             using errcode = '22023';
     end if;
-    q := pg_catalog.websearch_to_tsquery(config, coalesce(query_text, ''))::text;
+    -- Flags (docs/sql-api.md, "Query syntax"): websearch_to_tsquery negates a word after each
+    -- dash at its start, and a dash followed by blank space negates the next word. A run of two
+    -- or more dashes starting a word (--exclude, --no-recursion) is dropped, leaving the word,
+    -- which is what a chunk's vector holds for the flag; so is a dash attached to no word
+    -- (x - y). A single dash before a word (-delete, -"a phrase") still excludes it.
+    qt := pg_catalog.regexp_replace(coalesce(query_text, ''),
+                                    '(^|[^[:alnum:]_-])(-{2,}|-(?=[[:space:]]|$))', '\1', 'g');
+    q := pg_catalog.websearch_to_tsquery(config, qt)::text;
     -- Split the tsquery text at top-level & and | (outside parentheses): each piece is a clause
     -- (a lexeme, a phrase, or a negated lexeme or phrase). Tokens: quoted lexemes (with ''
     -- escapes and an optional :* or weight suffix), <N> and <-> phrase operators, ( ) ! & |.
@@ -86,10 +95,14 @@ begin
         clauses := clauses operator(pg_catalog.||) pg_catalog.btrim(clause);
     end if;
 
+    -- A clause is negated by an odd number of leading ! (-(-x) is x).
     foreach c in array clauses loop
-        if pg_catalog.left(c, 1) = '!' then
-            neg := neg operator(pg_catalog.||) ('(' operator(pg_catalog.||) pg_catalog.btrim(pg_catalog.substr(c, 2)) operator(pg_catalog.||) ')');
-        elsif c <> '' then
+        bangs := pg_catalog.substring(c, '^[! ]*');
+        c := pg_catalog.btrim(pg_catalog.substr(c, pg_catalog.length(bangs) + 1));
+        continue when c = '';
+        if pg_catalog.length(pg_catalog.replace(bangs, ' ', '')) % 2 = 1 then
+            neg := neg operator(pg_catalog.||) ('(' operator(pg_catalog.||) c operator(pg_catalog.||) ')');
+        else
             pos := pos operator(pg_catalog.||) ('(' operator(pg_catalog.||) c operator(pg_catalog.||) ')');
         end if;
     end loop;
@@ -100,7 +113,7 @@ begin
     for tok in
         select (case when m[2] = '-' then '!' else '' end) operator(pg_catalog.||) t.term
         from pg_catalog.regexp_matches(
-                 pg_catalog.regexp_replace(coalesce(query_text, ''), '"[^"]*("|$)', ' ', 'g'),
+                 pg_catalog.regexp_replace(qt, '"[^"]*("|$)', ' ', 'g'),
                  '(^|[^[:alnum:]._-])(-?)([[:alnum:]]+(?:[-._][[:alnum:]]+)*)', 'g') as m
         cross join lateral pg_catalog.unnest(pgrag.identifier_terms(m[3], true)) as t(term)
     loop
