@@ -188,6 +188,12 @@ def corpus(db: str, doc: Path, local_embedder: Any) -> str:
     return db
 
 
+def assert_lists_the_configurations(line: str) -> None:
+    """The line names the choices, the server's own configurations (not a query to run)."""
+    assert "one of arabic, " in line and ", english, " in line and ", simple, " in line
+    assert "select cfgname" not in line
+
+
 def test_an_unknown_language_is_one_line_from_search_in_every_mode(corpus: str) -> None:
     for mode in ("keyword", "hybrid", "vector"):
         args = ["search", "widget", "--mode", mode, "--language", "klingon"]
@@ -197,20 +203,23 @@ def test_an_unknown_language_is_one_line_from_search_in_every_mode(corpus: str) 
             continue
         line = assert_one_line_error(result, exit_code=1)
         assert "klingon" in line and "text search configuration" in line
+        assert_lists_the_configurations(line)
 
 
 def test_an_unknown_language_is_one_line_from_ingest(db: str, doc: Path) -> None:
     line = assert_one_line_error(
         invoke("--dsn", db, "ingest", str(doc), "--language", "klingon"), exit_code=1
     )
-    assert "klingon" in line and "pg_ts_config" in line
+    assert "--language" in line and "klingon" in line
+    assert_lists_the_configurations(line)
 
 
 def test_an_unknown_language_is_one_line_from_the_worker_at_start(db: str) -> None:
     line = assert_one_line_error(
         invoke("--dsn", db, "worker", "--once", "--language", "klingon"), exit_code=1
     )
-    assert "klingon" in line and "pg_ts_config" in line
+    assert "--language" in line and "klingon" in line
+    assert_lists_the_configurations(line)
 
 
 def test_pgrag_argument_checks_in_sql_print_the_server_message(db: str) -> None:
