@@ -131,6 +131,10 @@ class SearchHit:
     vector_score: float | None = None
     keyword_rank: int | None = None
     keyword_score: float | None = None
+    first_chunk_index: int | None = None
+    """The chunks ``content`` spans: a window (hybrid search with ``window``) runs from
+    ``first_chunk_index`` to ``last_chunk_index``; without one both are ``chunk_index``."""
+    last_chunk_index: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -246,6 +250,9 @@ def _hit(row: dict[str, Any], mode: Mode) -> SearchHit:
         "page": row["page"],
         "heading_path": list(row["heading_path"] or []),
         "content": row["content"] or "",
+        # hybrid_search names the chunks of its window; one chunk is its own span
+        "first_chunk_index": int(row.get("first_chunk_index", row["chunk_index"])),
+        "last_chunk_index": int(row.get("last_chunk_index", row["chunk_index"])),
     }
     if mode == "vector":
         similarity = float(row["similarity"])

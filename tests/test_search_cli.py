@@ -49,7 +49,7 @@ def test_json_shape(corpus: str) -> None:
     expected = {
         "rank", "score", "chunk_id", "document_id", "chunk_index", "title", "source_uri",
         "source_type", "page", "heading_path", "content", "vector_rank", "vector_score",
-        "keyword_rank", "keyword_score",
+        "keyword_rank", "keyword_score", "first_chunk_index", "last_chunk_index",
     }  # fmt: skip
     assert all(set(h) == expected for h in hits)
     top = hits[0]
@@ -111,6 +111,19 @@ def test_nothing_found(corpus: str) -> None:
     assert search_json(corpus, "quantum chromodynamics", "--min-score", "1e9") == []
     result = run(corpus, "gluon", "--mode", "vector", "--min-score", "0.99")
     assert result.exit_code == 0 and result.output.strip() == "No relevant information found."
+
+
+def test_a_window_shows_the_chunks_its_text_spans(corpus: str) -> None:
+    query = "push the image to the registry"
+    (hit,) = search_json(corpus, query, "--window", "1", "-k", "1")
+    assert hit["title"] == "Deployment guide" and hit["chunk_index"] == 1  # the best hit
+    assert (hit["first_chunk_index"], hit["last_chunk_index"]) == (0, 2)
+    assert hit["content"].startswith("Build the release image")  # chunk 0's text first
+    result = run(corpus, query, "--window", "1", "-k", "1")
+    assert "docs/deploy.md · Deploy · chunks 0–2" in result.output
+    (plain,) = search_json(corpus, query, "-k", "1")
+    assert (plain["first_chunk_index"], plain["last_chunk_index"]) == (1, 1)
+    assert "· chunk 1\n" in run(corpus, query, "-k", "1").output
 
 
 def test_window_and_mmr_options(corpus: str) -> None:

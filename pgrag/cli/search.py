@@ -105,7 +105,11 @@ def _location(hit: SearchHit) -> str:
         parts.append(f"page {hit.page}")
     if hit.heading_path:
         parts.append(" > ".join(hit.heading_path))
-    parts.append(f"chunk {hit.chunk_index}")
+    first, last = hit.first_chunk_index, hit.last_chunk_index
+    if first is not None and last is not None and first != last:
+        parts.append(f"chunks {first}–{last}")  # a window (--window): what the text spans
+    else:
+        parts.append(f"chunk {hit.chunk_index}")
     return " · ".join(parts)
 
 
