@@ -291,3 +291,22 @@ def test_a_pipe_into_head_prints_the_first_line_and_no_error(corpus: str) -> Non
         assert done.returncode in (0, 141)  # 0 when it wrote everything before head left
         assert done.stderr == ""
         assert len(done.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["migrate", "--dims", "0"], "Invalid value for '--dims': 0 is not in the range"),
+        (["migrate", "--dims", "4000"], "Invalid value for '--dims': 4000 is not in the range"),
+        (["eval", "DATASET", "--mode", "telepathic"], "unknown eval mode 'telepathic'"),
+        (["eval", "DATASET", "--mode", "hybrid:rrf_k=many"], "'hybrid:rrf_k=many': invalid"),
+        (["eval", "DATASET", "--mode", "hybrid:colour=red"], "'colour' is no tunable"),
+        (["search", "x", "--metadata", "[1]"], "Invalid value for '--metadata': takes a JSON"),
+    ],
+)
+def test_a_bad_value_is_a_usage_error_before_any_work(
+    args: list[str], message: str, dataset: Path
+) -> None:
+    args = [str(dataset) if a == "DATASET" else a for a in args]
+    line = assert_one_line_error(invoke("--dsn", UNREACHABLE_DSN, *args), exit_code=2)
+    assert message in line and "--help" in line
