@@ -26,7 +26,8 @@ comment on function pgrag.chunk_fts(regconfig, text) is
 'Text-search vector of a chunk (the generated column pgrag.chunks.fts): to_tsvector(config, content) plus the identifier parts of pgrag.identifier_terms(content) it lacks, so that ZQX41-7, ERR, 4471 or 2.3.1 find V-ZQX41-7, ERR-4471 and v2.3.1.';
 
 -- ---------------------------------------------------------------------------------------------
--- Query parsing: websearch syntax with OR semantics.
+-- Query parsing: websearch syntax with OR semantics, --flags searched for (docs/sql-api.md,
+-- "Query syntax", the one description of the syntax).
 -- ---------------------------------------------------------------------------------------------
 
 create or replace function pgrag.keyword_query(
@@ -141,4 +142,4 @@ begin
 end
 $$;
 comment on function pgrag.keyword_query(text, regconfig) is
-'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word, a quoted phrase, or an identifier such as ERR-4471 as one lexeme, see pgrag.chunk_fts), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores. query_text: at most 10,000 characters and 64 distinct search terms; config: an existing text search configuration (else SQLSTATE 22023).';
+'Parses query_text (docs/sql-api.md, "Query syntax") with websearch_to_tsquery(config), a term starting with two or more dashes (--exclude) searched for rather than excluded and a dash attached to no word dropped, and relaxes it to OR semantics: positive = any positive clause (a word, a quoted phrase, or an identifier such as ERR-4471 as one lexeme, see pgrag.chunk_fts), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores. query_text: at most 10,000 characters and 64 distinct search terms; config: an existing text search configuration (else SQLSTATE 22023).';

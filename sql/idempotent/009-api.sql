@@ -152,7 +152,7 @@ begin
 end
 $$;
 comment on function public.keyword_search(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search. Limits: match_count 0-1000 (more counts as 1000), query_text at most 10,000 characters and 64 distinct terms, language an existing configuration, k1 0-10, b 0-1, filters as vector_search; else SQLSTATE 22023.';
+'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or; a --flag is searched for, never excluded: docs/sql-api.md, Query syntax) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search. Limits: match_count 0-1000 (more counts as 1000), query_text at most 10,000 characters and 64 distinct terms, language an existing configuration, k1 0-10, b 0-1, filters as vector_search; else SQLSTATE 22023.';
 
 create or replace function public.hybrid_search(
     query_text text,
