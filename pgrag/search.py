@@ -97,8 +97,9 @@ class SearchOptions:
             }
             used = [name for name, value in hybrid_only.items() if value]
             if used:
+                verb = "applies" if len(used) == 1 else "apply"
                 raise ConfigError(
-                    f"{', '.join(used)} only apply to hybrid search: add --mode hybrid."
+                    f"{', '.join(used)} only {verb} to hybrid search: add --mode hybrid."
                 )
         if self.mode == "keyword" and self.min_score is not None:
             raise ConfigError(
@@ -130,6 +131,10 @@ class SearchHit:
     vector_score: float | None = None
     keyword_rank: int | None = None
     keyword_score: float | None = None
+    first_chunk_index: int | None = None
+    """The chunks ``content`` spans: a window (hybrid search with ``window``) runs from
+    ``first_chunk_index`` to ``last_chunk_index``; without one both are ``chunk_index``."""
+    last_chunk_index: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -245,6 +250,9 @@ def _hit(row: dict[str, Any], mode: Mode) -> SearchHit:
         "page": row["page"],
         "heading_path": list(row["heading_path"] or []),
         "content": row["content"] or "",
+        # hybrid_search names the chunks of its window; one chunk is its own span
+        "first_chunk_index": int(row.get("first_chunk_index", row["chunk_index"])),
+        "last_chunk_index": int(row.get("last_chunk_index", row["chunk_index"])),
     }
     if mode == "vector":
         similarity = float(row["similarity"])

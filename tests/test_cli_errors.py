@@ -188,6 +188,12 @@ def corpus(db: str, doc: Path, local_embedder: Any) -> str:
     return db
 
 
+def assert_lists_the_configurations(line: str) -> None:
+    """The line names the choices, the server's own configurations (not a query to run)."""
+    assert "one of arabic, " in line and ", english, " in line and ", simple, " in line
+    assert "select cfgname" not in line
+
+
 def test_an_unknown_language_is_one_line_from_search_in_every_mode(corpus: str) -> None:
     for mode in ("keyword", "hybrid", "vector"):
         args = ["search", "widget", "--mode", mode, "--language", "klingon"]
@@ -197,20 +203,23 @@ def test_an_unknown_language_is_one_line_from_search_in_every_mode(corpus: str) 
             continue
         line = assert_one_line_error(result, exit_code=1)
         assert "klingon" in line and "text search configuration" in line
+        assert_lists_the_configurations(line)
 
 
 def test_an_unknown_language_is_one_line_from_ingest(db: str, doc: Path) -> None:
     line = assert_one_line_error(
         invoke("--dsn", db, "ingest", str(doc), "--language", "klingon"), exit_code=1
     )
-    assert "klingon" in line and "pg_ts_config" in line
+    assert "--language" in line and "klingon" in line
+    assert_lists_the_configurations(line)
 
 
 def test_an_unknown_language_is_one_line_from_the_worker_at_start(db: str) -> None:
     line = assert_one_line_error(
         invoke("--dsn", db, "worker", "--once", "--language", "klingon"), exit_code=1
     )
-    assert "klingon" in line and "pg_ts_config" in line
+    assert "--language" in line and "klingon" in line
+    assert_lists_the_configurations(line)
 
 
 def test_pgrag_argument_checks_in_sql_print_the_server_message(db: str) -> None:
@@ -245,3 +254,59 @@ def test_the_installed_command_prints_no_traceback_for_a_malformed_dsn() -> None
         assert "Traceback" not in done.stderr
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("Error: invalid")
         assert done.stdout == ""
+
+
+def pgrag_command() -> str:
+    return str(Path(sys.executable).with_name("pgrag"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["search", "widget", "--mode", "keyword", "-k", "50"], ["stats"], ["--help"]],
+    ids=["status", "search", "stats", "help"],
+)
+def test_a_closed_stdout_ends_the_command_quietly_with_141(corpus: str, args: list[str]) -> None:
+    # The reader is gone before the command writes its first line: every write fails (EPIPE).
+    env = {**os.environ, "PGRAG_DSN": corpus}
+    with subprocess.Popen(
+        [pgrag_command(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        stderr = process.stderr.read()
+        assert process.wait(timeout=60) == 141
+    assert stderr == b""
+
+
+def test_a_pipe_into_head_prints_the_first_line_and_no_error(corpus: str) -> None:
+    env = {**os.environ, "PGRAG_DSN": corpus}
+    for args in ("status", "search widget --mode keyword -k 50"):
+        done = subprocess.run(
+            ["bash", "-c", f"{pgrag_command()} {args} | head -1; exit ${{PIPESTATUS[0]}}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.returncode in (0, 141)  # 0 when it wrote everything before head left
+        assert done.stderr == ""
+        assert len(done.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["migrate", "--dims", "0"], "Invalid value for '--dims': 0 is not in the range"),
+        (["migrate", "--dims", "4000"], "Invalid value for '--dims': 4000 is not in the range"),
+        (["eval", "DATASET", "--mode", "telepathic"], "unknown eval mode 'telepathic'"),
+        (["eval", "DATASET", "--mode", "hybrid:rrf_k=many"], "'hybrid:rrf_k=many': invalid"),
+        (["eval", "DATASET", "--mode", "hybrid:colour=red"], "'colour' is no tunable"),
+        (["search", "x", "--metadata", "[1]"], "Invalid value for '--metadata': takes a JSON"),
+    ],
+)
+def test_a_bad_value_is_a_usage_error_before_any_work(
+    args: list[str], message: str, dataset: Path
+) -> None:
+    args = [str(dataset) if a == "DATASET" else a for a in args]
+    line = assert_one_line_error(invoke("--dsn", UNREACHABLE_DSN, *args), exit_code=2)
+    assert message in line and "--help" in line

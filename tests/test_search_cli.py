@@ -49,7 +49,7 @@ def test_json_shape(corpus: str) -> None:
     expected = {
         "rank", "score", "chunk_id", "document_id", "chunk_index", "title", "source_uri",
         "source_type", "page", "heading_path", "content", "vector_rank", "vector_score",
-        "keyword_rank", "keyword_score",
+        "keyword_rank", "keyword_score", "first_chunk_index", "last_chunk_index",
     }  # fmt: skip
     assert all(set(h) == expected for h in hits)
     top = hits[0]
@@ -113,6 +113,19 @@ def test_nothing_found(corpus: str) -> None:
     assert result.exit_code == 0 and result.output.strip() == "No relevant information found."
 
 
+def test_a_window_shows_the_chunks_its_text_spans(corpus: str) -> None:
+    query = "push the image to the registry"
+    (hit,) = search_json(corpus, query, "--window", "1", "-k", "1")
+    assert hit["title"] == "Deployment guide" and hit["chunk_index"] == 1  # the best hit
+    assert (hit["first_chunk_index"], hit["last_chunk_index"]) == (0, 2)
+    assert hit["content"].startswith("Build the release image")  # chunk 0's text first
+    result = run(corpus, query, "--window", "1", "-k", "1")
+    assert "docs/deploy.md · Deploy · chunks 0–2" in result.output
+    (plain,) = search_json(corpus, query, "-k", "1")
+    assert (plain["first_chunk_index"], plain["last_chunk_index"]) == (1, 1)
+    assert "· chunk 1\n" in run(corpus, query, "-k", "1").output
+
+
 def test_window_and_mmr_options(corpus: str) -> None:
     hits = search_json(corpus, "push the image to the registry", "--window", "1", "-k", "1")
     assert hits and hits[0]["title"] == "Deployment guide"
@@ -123,16 +136,32 @@ def test_window_and_mmr_options(corpus: str) -> None:
     assert search_json(corpus, "deploy the image", "--mmr", "0.5", "-k", "3")
 
 
-def test_usage_errors(corpus: str) -> None:
-    result = run(corpus, "x", "--mode", "vector", "--window", "1")
-    assert result.exit_code == 1
-    assert "Error: --window only apply to hybrid search" in result.output
-    result = run(corpus, "x", "--metadata", "{not json")
-    assert result.exit_code == 1 and "--metadata is not valid JSON" in result.output
-    result = run(corpus, "x", "--metadata", "[1]")
-    assert result.exit_code == 1 and "JSON object" in result.output
-    result = run(corpus, "x", "--mode", "keyword", "--min-score", "1")
-    assert result.exit_code == 1 and "BM25 scores have no fixed scale" in result.output
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mode", "vector", "--window", "1"], "--window only applies to hybrid search"),
+        (["--mode", "keyword", "--mmr", "0.5", "--fusion", "rrf"], "--mmr, --fusion only apply"),
+        (["--metadata", "{not json"], "Invalid value for '--metadata': not valid JSON"),
+        (["--metadata", "[1]"], "Invalid value for '--metadata': takes a JSON object"),
+        (["--mode", "keyword", "--min-score", "1"], "BM25 scores have no fixed scale"),
+        (["--min-score", "nan"], "Invalid value for '--min-score': must be a number"),
+        (["--mode", "telepathic"], "Invalid value for '--mode'"),
+    ],
+)
+def test_a_bad_option_value_or_combination_is_a_usage_error(args: list[str], message: str) -> None:
+    # Exit 2 like every usage error, before the database is touched (it is unreachable here).
+    result = run("postgresql://nobody@127.0.0.1:1/none", "x", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "search --help')" in result.output
+
+
+@pytest.mark.parametrize("command", [["search", "x"], ["ask", "x?"], ["ingest", "."]])
+def test_invalid_metadata_json_exits_2_from_every_command_taking_it(command: list[str]) -> None:
+    result = CliRunner().invoke(
+        main, ["--dsn", "postgresql://nobody@127.0.0.1:1/none", *command, "--metadata", "{"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--metadata': not valid JSON" in result.output
 
 
 @pytest.mark.parametrize("command", ["search", "ask"])

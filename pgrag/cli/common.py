@@ -2,13 +2,16 @@
 
 Every failure ends as one line on stderr and a documented exit status (docs/cli.md):
 0 success, 1 an error (pgrag's own, a database error mapped by SQLSTATE, or an unexpected
-one), 2 a usage error, 3 nothing to work on, 130 interrupted (Ctrl-C).
+one), 2 a usage error, 3 nothing to work on, 130 interrupted (Ctrl-C), 141 stdout closed by
+its reader (``pgrag search ... | head -1``: quietly, as a Unix tool killed by SIGPIPE).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -21,6 +24,9 @@ from pgrag.db import DEFAULT_TENANT, database_error_message, one_line
 from pgrag.errors import PgragError
 
 DEBUG_ENV = "PGRAG_DEBUG"
+STDOUT_CLOSED = 141
+"""Exit status when the reader of stdout went away: 128 + SIGPIPE, what a shell reports for a
+Unix tool (``yes | head -1``) that the signal ended."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 L = TypeVar("L", bound=str)
@@ -35,13 +41,61 @@ class CommandError(click.ClickException):
         self.status = status
 
 
+class StdoutClosed(Exception):
+    """The reader of stdout closed it (EPIPE): the command stops quietly."""
+
+
+def _stdout_closed(exc: OSError) -> bool:
+    """Whether ``exc`` is EPIPE from stdout, not from a socket or another pipe: stdout's pipe
+    has no reader left (poll reports POLLERR). Python ignores SIGPIPE, so a write to a closed
+    pipe raises instead of ending the process."""
+    if exc.errno != errno.EPIPE:
+        return False
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test runner's buffer)
+        return False
+    if not hasattr(select, "poll"):
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _leave_quietly() -> None:
+    """Exit with STDOUT_CLOSED, printing nothing: stdout points at /dev/null first, so that
+    flushing what is still buffered at exit raises no second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    sys.exit(STDOUT_CLOSED)
+
+
 class PgragGroup(click.Group):
     """A click group that turns every error of its commands into one line.
 
     pgrag's errors print their message; database errors a message chosen by SQLSTATE;
     Ctrl-C ``Interrupted.`` (exit 130); anything unexpected its type and message, with the
-    traceback only when PGRAG_DEBUG=1. Usage errors are one line too (exit 2).
+    traceback only when PGRAG_DEBUG=1. Usage errors are one line too (exit 2). When the reader
+    of stdout goes away (``| head``) the command stops without a word (exit 141).
     """
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        """The root context; ``pgrag --help | head -1`` ends quietly too (exit 141)."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except OSError as exc:
+            if _stdout_closed(exc):
+                raise StdoutClosed from exc
+            raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -57,6 +111,8 @@ class PgragGroup(click.Group):
                 raise
             raise CommandError(database_error_message(exc)) from exc
         except OSError as exc:  # a file or folder the command was pointed at
+            if _stdout_closed(exc):
+                raise StdoutClosed from exc
             if os.environ.get(DEBUG_ENV):
                 raise
             where = f": {exc.filename}" if exc.filename else ""
@@ -95,6 +151,8 @@ class PgragGroup(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except StdoutClosed:
+            _leave_quietly()
         except click.exceptions.NoArgsIsHelpError as exc:
             exc.show()
             sys.exit(exc.exit_code)
@@ -114,6 +172,12 @@ class PgragGroup(click.Group):
         except (KeyboardInterrupt, EOFError):
             click.echo("\nError: interrupted.", err=True)
             sys.exit(130)
+        try:
+            sys.stdout.flush()  # what is still buffered, before the interpreter's teardown
+        except OSError as exc:
+            if not _stdout_closed(exc):
+                raise
+            _leave_quietly()
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -127,18 +191,25 @@ pass_state = click.make_pass_decorator(CliState)
 
 
 def parse_json_object(value: str | None, option: str = "--metadata") -> dict[str, Any] | None:
-    """The JSON object given to ``option``, or a one-line error saying what is wrong."""
-    from pgrag.errors import ConfigError
-
+    """The JSON object given to ``option``; else a usage error (exit 2) saying what is wrong,
+    as for any other bad option value."""
     if value is None:
         return None
+    hint = f"'{option}'"
     try:
         data = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{option} is not valid JSON ({exc.msg}): {value}") from exc
+        raise click.BadParameter(f"not valid JSON ({exc.msg}): {value}", param_hint=hint) from exc
     if not isinstance(data, dict):
-        raise ConfigError(f'{option} takes a JSON object, e.g. \'{{"team": "ops"}}\'.')
+        raise click.BadParameter('takes a JSON object, e.g. \'{"team": "ops"}\'.', param_hint=hint)
     return data
+
+
+def json_object(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> dict[str, Any] | None:
+    """Click callback of an option taking a JSON object: checked while the arguments are read."""
+    return parse_json_object(value, param.opts[0] if param.opts else "--metadata")
 
 
 progress_option = click.option(

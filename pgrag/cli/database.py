@@ -9,7 +9,7 @@ from pgrag.cli.common import echo_json, json_option, pass_state
 from pgrag.cli.state import CliState
 from pgrag.db import redact
 from pgrag.local_server import EmbeddedCluster
-from pgrag.migrator import Migrator
+from pgrag.migrator import MAX_DIMS, Migrator
 
 # -- embedded database ---------------------------------------------------------------------------
 
@@ -66,7 +66,7 @@ def db_url() -> None:
 @click.command()
 @click.option(
     "--dims",
-    type=int,
+    type=click.IntRange(1, MAX_DIMS),
     default=None,
     envvar="EMBEDDING_DIMENSION",
     help="Embedding dimension, chosen at first install (default 384, the local model's; "

@@ -13,6 +13,23 @@ from pgrag.query_cache import QueryEmbeddings
 from pgrag.search import query_embedder
 
 
+def _checked_modes(
+    ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The --mode specs once each parses: a bad one is a usage error (exit 2), before any work."""
+    from pgrag.errors import ConfigError
+    from pgrag.eval import parse_mode
+
+    for spec in specs:
+        try:
+            parse_mode(spec)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc)) from exc
+        except ValueError as exc:  # a number that is none: hybrid:rrf_k=many
+            raise click.BadParameter(f"{spec!r}: {exc}.") from exc
+    return specs
+
+
 @click.command("eval")
 @click.argument("dataset_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
@@ -26,6 +43,7 @@ from pgrag.search import query_embedder
     "modes",
     multiple=True,
     metavar="MODE",
+    callback=_checked_modes,
     help="keyword, vector, hybrid, hybrid-rrf, hybrid-equal, hybrid-window, hybrid-mmr; "
     "repeatable; "
     "tune with MODE:option=value,... (e.g. hybrid:rrf_k=20). "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import textwrap
 from datetime import datetime
 from typing import Any
@@ -11,15 +12,15 @@ import click
 from pgrag.cli.common import (
     F,
     echo_json,
+    json_object,
     json_option,
     literal,
-    parse_json_object,
     pass_state,
     tenant_option,
 )
 from pgrag.cli.state import CliState
 from pgrag.documents import tenant_is_empty
-from pgrag.errors import NothingToDo
+from pgrag.errors import ConfigError, NothingToDo
 from pgrag.query_cache import QueryEmbeddings
 from pgrag.search import (
     FUSIONS,
@@ -50,8 +51,9 @@ def filter_options(func: F) -> F:
         ),
         click.option(
             "--metadata",
-            "metadata_json",
+            "metadata",
             metavar="JSON",
+            callback=json_object,
             help="Only documents whose metadata contains this JSON object, "
             'e.g. \'{"team": "ops"}\'.',
         ),
@@ -80,12 +82,11 @@ def filter_options(func: F) -> F:
 
 def make_filters(
     document_ids: tuple[int, ...],
-    metadata_json: str | None,
+    metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
     after: datetime | None,
     before: datetime | None,
 ) -> SearchFilters:
-    metadata = parse_json_object(metadata_json)
     return SearchFilters(
         document_ids=list(document_ids) or None,
         metadata=metadata,
@@ -104,7 +105,11 @@ def _location(hit: SearchHit) -> str:
         parts.append(f"page {hit.page}")
     if hit.heading_path:
         parts.append(" > ".join(hit.heading_path))
-    parts.append(f"chunk {hit.chunk_index}")
+    first, last = hit.first_chunk_index, hit.last_chunk_index
+    if first is not None and last is not None and first != last:
+        parts.append(f"chunks {first}–{last}")  # a window (--window): what the text spans
+    else:
+        parts.append(f"chunk {hit.chunk_index}")
     return " · ".join(parts)
 
 
@@ -140,6 +145,23 @@ def print_hits(hits: list[SearchHit], options: SearchOptions, show_explain: bool
         if show_explain:
             click.echo(f"   why: {explain(hit, options)}")
         click.echo()
+
+
+def _a_number(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Refuse NaN, which no score is at least or below (the SQL functions refuse it too)."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("must be a number, not NaN.")
+    return value
+
+
+def _checked(options: SearchOptions) -> SearchOptions:
+    """``options`` once :meth:`SearchOptions.validate` accepted them; options that do not go
+    together are a usage error (exit 2), like a bad value."""
+    try:
+        options.validate()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    return options
 
 
 def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -182,6 +204,7 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option(
     "--min-score",
     type=float,
+    callback=_a_number,
     help="Drop results whose cosine similarity to the query is below this (vector, hybrid).",
 )
 @click.option("--language", help="Text-search configuration of the query (english, simple, ...).")
@@ -202,7 +225,7 @@ def search(
     language: str | None,
     show_explain: bool,
     document_ids: tuple[int, ...],
-    metadata_json: str | None,
+    metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
     after: datetime | None,
     before: datetime | None,
@@ -217,17 +240,18 @@ def search(
     cached. Cache hits and model calls count as usage (pgrag stats); the search is logged when
     the operator turned the search log on (pgrag.settings.search_log).
     """
-    options = SearchOptions(
-        mode=literal(mode, MODES),
-        limit=limit,
-        fusion=None if fusion is None else literal(fusion, FUSIONS),
-        window=window,
-        mmr_lambda=mmr_lambda,
-        min_score=min_score,
-        language=language,
-        filters=make_filters(document_ids, metadata_json, source_types, after, before),
+    options = _checked(
+        SearchOptions(
+            mode=literal(mode, MODES),
+            limit=limit,
+            fusion=None if fusion is None else literal(fusion, FUSIONS),
+            window=window,
+            mmr_lambda=mmr_lambda,
+            min_score=min_score,
+            language=language,
+            filters=make_filters(document_ids, metadata, source_types, after, before),
+        )
     )
-    options.validate()
     with state.connect_read_and_write() as (conn, writer):
         queries = QueryEmbeddings(writer, tenant)
         hits, latency_ms = search_text(conn, query, options, tenant=tenant, queries=queries)
@@ -291,6 +315,7 @@ def print_sources(ctx: Context) -> None:
 @click.option(
     "--min-score",
     type=float,
+    callback=_a_number,
     help="Minimum cosine similarity of a source to the question (SQL default 0.3; -1 for "
     "none); when none passes, print 'No relevant information found.' without calling the LLM.",
 )
@@ -319,7 +344,7 @@ def ask(
     chat_model: str | None,
     context_only: bool,
     document_ids: tuple[int, ...],
-    metadata_json: str | None,
+    metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
     after: datetime | None,
     before: datetime | None,
@@ -341,7 +366,7 @@ def ask(
         min_score=min_score,
         window=window,
         mmr_lambda=mmr_lambda,
-        filters=make_filters(document_ids, metadata_json, source_types, after, before),
+        filters=make_filters(document_ids, metadata, source_types, after, before),
     )
     with state.connect_read_and_write() as (conn, writer):
         queries = QueryEmbeddings(writer, tenant)

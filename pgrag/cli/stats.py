@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from decimal import Decimal
+from typing import Any
 
 import click
 
@@ -18,6 +19,59 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
+def _plural(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 call``, ``2 calls``, ``1,000 cache hits``."""
+    return f"{_count(n)} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def _age(seconds: float) -> str:
+    """A wait as people say it: ``40 s``, ``12 min``, ``3 h 5 min``, ``2 d 4 h``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+QUEUE_KEYS = (
+    "queued",
+    "retrying",
+    "processing",
+    "failed",
+    "failed_last_hour",
+    "oldest_queued_at",
+    "oldest_queued_seconds",
+)
+
+
+def queue_line(queue: dict[str, Any]) -> str:
+    """``3 queued (1 retrying), 0 processing, 2 failed (1 in the last hour), oldest waiting
+    12 min`` from a tenant's row of pgrag.queue_status (no age when nothing waits); columns
+    the view may gain later follow as ``name value``."""
+
+    def n(key: str) -> int:
+        return int(queue.get(key) or 0)
+
+    retrying = f" ({n('retrying')} retrying)" if n("retrying") else ""
+    recent = f" ({n('failed_last_hour')} in the last hour)" if n("failed_last_hour") else ""
+    parts = [
+        f"{_count(n('queued'))} queued{retrying}",
+        f"{_count(n('processing'))} processing",
+        f"{_count(n('failed'))} failed{recent}",
+    ]
+    if n("queued") and queue.get("oldest_queued_seconds") is not None:
+        parts.append(f"oldest waiting {_age(float(queue['oldest_queued_seconds']))}")
+    parts += [
+        f"{key.replace('_', ' ')} {value}"
+        for key, value in queue.items()
+        if key not in QUEUE_KEYS and key != "tenant_id" and value is not None
+    ]
+    return ", ".join(parts)
+
+
 def _cost(value: Decimal | float | None) -> str:
     return f"{float(value):.6f}".rstrip("0").rstrip(".") if value is not None else "n/a"
 
@@ -28,8 +82,7 @@ def print_tenant(t: TenantStats, usage: list[ModelUsage]) -> None:
     click.echo(f"  documents  {_count(t.document_count)}" + (f" ({states})" if states else ""))
     click.echo(f"  chunks     {_count(t.chunk_count)}")
     if t.queue is not None:
-        queue = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in t.queue.items())
-        click.echo(f"  queue      {queue}")
+        click.echo(f"  queue      {queue_line(t.queue)}")
     click.echo(
         f"  tokens     embeddings {_count(t.embedding_tokens)}; chat "
         f"{_count(t.chat_input_tokens)} in, {_count(t.chat_output_tokens)} out"
@@ -45,8 +98,8 @@ def print_tenant(t: TenantStats, usage: list[ModelUsage]) -> None:
     for u in usage:
         click.echo(
             f"    {u.operation:<8} {u.provider}:{u.model}  {_count(u.input_tokens)} in, "
-            f"{_count(u.output_tokens)} out, {_count(u.requests)} calls"
-            + (f", {_count(u.cache_hits)} cache hits" if u.cache_hits else "")
+            f"{_count(u.output_tokens)} out, {_plural(u.requests, 'call')}"
+            + (f", {_plural(u.cache_hits, 'cache hit')}" if u.cache_hits else "")
             + f", cost {_cost(u.cost)}"
         )
     click.echo(f"  searches   {_count(t.searches_logged)} logged")

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from pgrag.chunking import Chunk, chunk_settings, make_chunker, token_counter
-from pgrag.db import DEFAULT_TENANT, connect
+from pgrag.db import DEFAULT_TENANT, connect, one_line
 from pgrag.embedders import Embedder, get_embedder, read_embedding_config
 from pgrag.errors import (
     Cancelled,
@@ -128,13 +128,12 @@ class IngestRun:
         dims, model, provider = read_embedding_config(self.conn)
         try:
             row = self.conn.execute(
-                "select pgrag.text_search_config_allowed(%s::regconfig)", (self.options.language,)
+                "select pgrag.text_search_config_allowed("
+                "pgrag.text_search_config('--language', %s))",
+                (self.options.language,),
             ).fetchone()
-        except psycopg.Error as exc:
-            raise ConfigError(
-                f"unknown text-search language {self.options.language!r}: choose one of "
-                "select cfgname from pg_ts_config (e.g. english, simple, german)."
-            ) from exc
+        except psycopg.Error as exc:  # 22023: the message lists the configurations
+            raise ConfigError(one_line(exc.diag.message_primary or str(exc))) from exc
         if not (row and row[0]):
             raise ConfigError(
                 f"text-search language {self.options.language!r} is not allowed for stored "

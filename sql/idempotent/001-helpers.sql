@@ -341,14 +341,19 @@ begin
         end;
     end if;
     -- regconfig input accepts any number as an OID without looking it up: check it exists.
+    -- The message names the choices: pg_catalog's configurations (any other existing one works
+    -- too, but only an operator creates those).
     if v_config is null
        or not exists (select 1 from pg_catalog.pg_ts_config as c where c.oid = v_config) then
-        raise exception '% must name a text search configuration, such as english or simple (got %)',
-            argument, pg_catalog.quote_literal(pg_catalog.left(value, 100))
+        raise exception '% must name a text search configuration (got %): one of %, or one the operator created',
+            argument, pg_catalog.quote_literal(pg_catalog.left(value, 100)),
+            (select pg_catalog.string_agg(c.cfgname::text, ', ' order by c.cfgname)
+             from pg_catalog.pg_ts_config as c
+             where c.cfgnamespace = 'pg_catalog'::regnamespace)
             using errcode = '22023';
     end if;
     return v_config;
 end
 $$;
 comment on function pgrag.text_search_config(text, text) is
-'The text search configuration value names (e.g. english, simple, pg_catalog.german); raises 22023 naming argument when there is none. Null passes.';
+'The text search configuration value names (e.g. english, simple, pg_catalog.german); raises 22023 naming argument and listing pg_catalog''s configurations when there is none. Null passes.';

@@ -26,7 +26,8 @@ comment on function pgrag.chunk_fts(regconfig, text) is
 'Text-search vector of a chunk (the generated column pgrag.chunks.fts): to_tsvector(config, content) plus the identifier parts of pgrag.identifier_terms(content) it lacks, so that ZQX41-7, ERR, 4471 or 2.3.1 find V-ZQX41-7, ERR-4471 and v2.3.1.';
 
 -- ---------------------------------------------------------------------------------------------
--- Query parsing: websearch syntax with OR semantics.
+-- Query parsing: websearch syntax with OR semantics, --flags searched for (docs/sql-api.md,
+-- "Query syntax", the one description of the syntax).
 -- ---------------------------------------------------------------------------------------------
 
 create or replace function pgrag.keyword_query(
@@ -44,6 +45,8 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     q text;
+    qt text;
+    bangs text;
     depth integer := 0;
     tok text;
     clause text := '';
@@ -61,7 +64,14 @@ begin
             coalesce(config::text, 'null')
             using errcode = '22023';
     end if;
-    q := pg_catalog.websearch_to_tsquery(config, coalesce(query_text, ''))::text;
+    -- Flags (docs/sql-api.md, "Query syntax"): websearch_to_tsquery negates a word after each
+    -- dash at its start, and a dash followed by blank space negates the next word. A run of two
+    -- or more dashes starting a word (--exclude, --no-recursion) is dropped, leaving the word,
+    -- which is what a chunk's vector holds for the flag; so is a dash attached to no word
+    -- (x - y). A single dash before a word (-delete, -"a phrase") still excludes it.
+    qt := pg_catalog.regexp_replace(coalesce(query_text, ''),
+                                    '(^|[^[:alnum:]_-])(-{2,}|-(?=[[:space:]]|$))', '\1', 'g');
+    q := pg_catalog.websearch_to_tsquery(config, qt)::text;
     -- Split the tsquery text at top-level & and | (outside parentheses): each piece is a clause
     -- (a lexeme, a phrase, or a negated lexeme or phrase). Tokens: quoted lexemes (with ''
     -- escapes and an optional :* or weight suffix), <N> and <-> phrase operators, ( ) ! & |.
@@ -86,10 +96,14 @@ begin
         clauses := clauses operator(pg_catalog.||) pg_catalog.btrim(clause);
     end if;
 
+    -- A clause is negated by an odd number of leading ! (-(-x) is x).
     foreach c in array clauses loop
-        if pg_catalog.left(c, 1) = '!' then
-            neg := neg operator(pg_catalog.||) ('(' operator(pg_catalog.||) pg_catalog.btrim(pg_catalog.substr(c, 2)) operator(pg_catalog.||) ')');
-        elsif c <> '' then
+        bangs := pg_catalog.substring(c, '^[! ]*');
+        c := pg_catalog.btrim(pg_catalog.substr(c, pg_catalog.length(bangs) + 1));
+        continue when c = '';
+        if pg_catalog.length(pg_catalog.replace(bangs, ' ', '')) % 2 = 1 then
+            neg := neg operator(pg_catalog.||) ('(' operator(pg_catalog.||) c operator(pg_catalog.||) ')');
+        else
             pos := pos operator(pg_catalog.||) ('(' operator(pg_catalog.||) c operator(pg_catalog.||) ')');
         end if;
     end loop;
@@ -100,7 +114,7 @@ begin
     for tok in
         select (case when m[2] = '-' then '!' else '' end) operator(pg_catalog.||) t.term
         from pg_catalog.regexp_matches(
-                 pg_catalog.regexp_replace(coalesce(query_text, ''), '"[^"]*("|$)', ' ', 'g'),
+                 pg_catalog.regexp_replace(qt, '"[^"]*("|$)', ' ', 'g'),
                  '(^|[^[:alnum:]._-])(-?)([[:alnum:]]+(?:[-._][[:alnum:]]+)*)', 'g') as m
         cross join lateral pg_catalog.unnest(pgrag.identifier_terms(m[3], true)) as t(term)
     loop
@@ -128,4 +142,4 @@ begin
 end
 $$;
 comment on function pgrag.keyword_query(text, regconfig) is
-'Parses query_text with websearch_to_tsquery(config) and relaxes it to OR semantics: positive = any positive clause (a word, a quoted phrase, or an identifier such as ERR-4471 as one lexeme, see pgrag.chunk_fts), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores. query_text: at most 10,000 characters and 64 distinct search terms; config: an existing text search configuration (else SQLSTATE 22023).';
+'Parses query_text (docs/sql-api.md, "Query syntax") with websearch_to_tsquery(config), a term starting with two or more dashes (--exclude) searched for rather than excluded and a dash attached to no word dropped, and relaxes it to OR semantics: positive = any positive clause (a word, a quoted phrase, or an identifier such as ERR-4471 as one lexeme, see pgrag.chunk_fts), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores. query_text: at most 10,000 characters and 64 distinct search terms; config: an existing text search configuration (else SQLSTATE 22023).';

@@ -14,9 +14,11 @@
 -- candidate is the tenant's) and lets Citus send the statement to that tenant's shards.
 
 -- Every row names the tenant that owns it (tenant_id, the last column), so a client can tell
--- sources of different tenants apart (anon sees the public documents of every tenant). Earlier
--- versions returned no tenant_id; CREATE OR REPLACE cannot add a result column, so those are
--- dropped first (their grants are re-made by 910-function-privileges.sql).
+-- sources of different tenants apart (anon sees the public documents of every tenant); a
+-- hybrid_search row also names the chunks its content spans (first_chunk_index and
+-- last_chunk_index, before tenant_id: a window). Earlier versions returned neither;
+-- CREATE OR REPLACE cannot add a result column, so those are dropped first (their grants are
+-- re-made by 910-function-privileges.sql).
 do $$
 declare
     f record;
@@ -27,7 +29,9 @@ begin
         where p.pronamespace operator(pg_catalog.=) 'public'::pg_catalog.regnamespace
           and p.proname operator(pg_catalog.=) any (array['vector_search', 'keyword_search',
                                                           'hybrid_search', 'chunk_windows'])
-          and not ('tenant_id' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))
+          and (not ('tenant_id' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))
+               or (p.proname operator(pg_catalog.=) 'hybrid_search'
+                   and not ('last_chunk_index' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))))
           and not exists (select from pg_catalog.pg_depend as d
                           where d.classid operator(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
                             and d.objid operator(pg_catalog.=) p.oid
@@ -148,7 +152,7 @@ begin
 end
 $$;
 comment on function public.keyword_search(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search. Limits: match_count 0-1000 (more counts as 1000), query_text at most 10,000 characters and 64 distinct terms, language an existing configuration, k1 0-10, b 0-1, filters as vector_search; else SQLSTATE 22023.';
+'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or; a --flag is searched for, never excluded: docs/sql-api.md, Query syntax) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search. Limits: match_count 0-1000 (more counts as 1000), query_text at most 10,000 characters and 64 distinct terms, language an existing configuration, k1 0-10, b 0-1, filters as vector_search; else SQLSTATE 22023.';
 
 create or replace function public.hybrid_search(
     query_text text,
@@ -174,7 +178,8 @@ returns table (
     chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
     source_type text, page integer, heading_path text[], content text,
     vector_rank bigint, vector_score double precision, keyword_rank bigint,
-    keyword_score double precision, score double precision, rank bigint, tenant_id text
+    keyword_score double precision, score double precision, rank bigint,
+    first_chunk_index integer, last_chunk_index integer, tenant_id text
 )
 language plpgsql
 stable
@@ -203,7 +208,7 @@ begin
         return query
         select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
                c.heading_path, c.content, f.vector_rank, f.vector_score, f.keyword_rank,
-               f.keyword_score, f.score, f.ord, c.tenant_id
+               f.keyword_score, f.score, f.ord, c.chunk_index, c.chunk_index, c.tenant_id
         from pgrag.fused_candidates(query_text, query_embedding, v_k, v_cand, fusion, rrf_k,
                                     vector_weight, keyword_weight, min_score, mmr_lambda,
                                     language, ef_search, document_ids, metadata_filter,
@@ -240,7 +245,7 @@ begin
     select f.chunk_id, w.document_id, c.chunk_index, w.title, w.source_uri, w.source_type,
            w.page, w.heading_path, w.content, f.vector_rank, f.vector_score, f.keyword_rank,
            f.keyword_score, f.score, pg_catalog.row_number() over (order by w.first_hit),
-           c.tenant_id
+           w.first_chunk_index, w.last_chunk_index, c.tenant_id
     from w
     join f on f.tenant_id = w.tenant_id and f.chunk_id = w.best_chunk_id
     join pgrag.chunks as c on c.tenant_id = f.tenant_id and c.id = f.chunk_id
@@ -249,7 +254,7 @@ begin
 end
 $$;
 comment on function public.hybrid_search(text, @extschema:vector@.vector, integer, text, integer, double precision, double precision, integer, integer, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Hybrid search: vector and BM25 arms (candidate_count each, default least(greatest(4 * match_count, 40), 1000); filters inside each arm) fused by weighted min-max normalised scores (fusion => ''weighted'', the default: vector_weight 0.8, keyword_weight 1; docs/benchmarks.md compares the fusions) or reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank), rrf_k default 60). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window. Limits: match_count 0-1000 and candidate_count 1-1000 (more counts as 1000), window_size 0-10, rrf_k 0-10000, weights 0-100, min_score any number but NaN, mmr_lambda 0-1 (MMR picks at most 500 rows from the best 1,000 candidates), ef_search 1-1000, query_text 10,000 characters and 64 distinct terms, language an existing configuration, query_embedding of the stored dimension and non-zero, filters as vector_search; else SQLSTATE 22023.';
+'Hybrid search: vector and BM25 arms (candidate_count each, default least(greatest(4 * match_count, 40), 1000); filters inside each arm) fused by weighted min-max normalised scores (fusion => ''weighted'', the default: vector_weight 0.8, keyword_weight 1; docs/benchmarks.md compares the fusions) or reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank), rrf_k default 60). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window (chunk_id, chunk_index), and first_chunk_index and last_chunk_index the chunks the content spans (without a window both are chunk_index). Limits: match_count 0-1000 and candidate_count 1-1000 (more counts as 1000), window_size 0-10, rrf_k 0-10000, weights 0-100, min_score any number but NaN, mmr_lambda 0-1 (MMR picks at most 500 rows from the best 1,000 candidates), ef_search 1-1000, query_text 10,000 characters and 64 distinct terms, language an existing configuration, query_embedding of the stored dimension and non-zero, filters as vector_search; else SQLSTATE 22023.';
 
 create or replace function public.chunk_windows(
     chunk_ids bigint[],

@@ -224,6 +224,25 @@ $$;
 comment on function pgrag.embed_query(text) is
 'The embedding of query_text with the model the database records: from the query-embedding cache when the current tenant''s cache holds it (pgrag.cached_query_embedding), else computed in the database by pgrag.compute_query_embedding (PL/Python; on a server without it, SQLSTATE PR301 names the alternatives). Read-only. Limits: query_text not null, at most 10,000 characters; else SQLSTATE 22023.';
 
+-- The result columns of hybrid_search: first_chunk_index and last_chunk_index came later, and
+-- CREATE OR REPLACE cannot add a result column, so an earlier version is dropped first (its
+-- grants are re-made by 910-function-privileges.sql).
+do $$
+declare
+    f record;
+begin
+    for f in
+        select p.oid::pg_catalog.regprocedure as sig
+        from pg_catalog.pg_proc as p
+        where p.pronamespace operator(pg_catalog.=) 'public'::pg_catalog.regnamespace
+          and p.proname operator(pg_catalog.=) 'hybrid_search_text'
+          and not ('last_chunk_index' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))
+    loop
+        execute pg_catalog.format('drop function %s', f.sig);
+    end loop;
+end
+$$;
+
 create or replace function public.hybrid_search_text(
     query_text text,
     match_count integer default 10,
@@ -247,7 +266,8 @@ returns table (
     chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
     source_type text, page integer, heading_path text[], content text,
     vector_rank bigint, vector_score double precision, keyword_rank bigint,
-    keyword_score double precision, score double precision, rank bigint, tenant_id text
+    keyword_score double precision, score double precision, rank bigint,
+    first_chunk_index integer, last_chunk_index integer, tenant_id text
 )
 language sql
 stable
@@ -256,7 +276,7 @@ set search_path = pg_catalog, pg_temp
 as $$
     select h.chunk_id, h.document_id, h.chunk_index, h.title, h.source_uri, h.source_type,
            h.page, h.heading_path, h.content, h.vector_rank, h.vector_score, h.keyword_rank,
-           h.keyword_score, h.score, h.rank, h.tenant_id
+           h.keyword_score, h.score, h.rank, h.first_chunk_index, h.last_chunk_index, h.tenant_id
     from public.hybrid_search(
         query_text => hybrid_search_text.query_text,
         query_embedding => pgrag.embed_query(hybrid_search_text.query_text),
