@@ -39,11 +39,19 @@ alter table pgrag.document_queue drop constraint document_queue_check1;
 comment on column pgrag.document_queue.content is
 'The submitted text (inline documents); null for url documents, and once the document failed for good (a resubmission brings it again).';
 
--- The failed rows of earlier versions drop their content. Their triggers would take the write
--- for a resubmission (re-queue it): the table's own triggers are off for this statement.
-alter table pgrag.document_queue disable trigger user;
-update pgrag.document_queue set content = null where state = 'failed' and content is not null;
-alter table pgrag.document_queue enable trigger user;
+-- The failed rows of earlier versions drop their content. The versioning trigger (installed
+-- with them by sql/idempotent/010-queue.sql) would take the write for a resubmission and queue
+-- them again: it is off for this statement. Nothing to do on a new install.
+do $$
+begin
+    if exists (select 1 from pgrag.document_queue as q
+               where q.state = 'failed' and q.content is not null) then
+        alter table pgrag.document_queue disable trigger document_queue_update_version;
+        update pgrag.document_queue set content = null where state = 'failed' and content is not null;
+        alter table pgrag.document_queue enable trigger document_queue_update_version;
+    end if;
+end
+$$;
 
 alter table pgrag.queue_settings
     add column claim_bytes_per_tenant integer not null default 1048576
