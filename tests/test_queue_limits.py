@@ -249,6 +249,24 @@ def test_a_version_submitted_with_the_publishing_privilege_stays_public(
     assert anon_reads(db) == ["Version two: the harbour closes at ten."]
 
 
+def test_a_direct_queue_row_for_a_published_document_does_not_publish_its_text(
+    db: str, local_embedder: Any, authenticator: str
+) -> None:
+    doc = submit(db, BIG, "policy.md", "Reviewed: the harbour closes at dusk.")[0]
+    drain(db, local_embedder)
+    publish(db, "policy.md")
+    with request(db, "authenticated", claims_for(BIG)) as conn:  # not through submit_document
+        conn.execute(
+            "insert into pgrag.document_queue (tenant_id, document_id, source_type, content) "
+            "values (%s, %s, 'text', 'Unreviewed: the vault code is 4242.')",
+            (BIG, doc),
+        )
+
+    drain(db, local_embedder)
+
+    assert anon_reads(db) == []
+
+
 # -- what a failed document keeps ----------------------------------------------------------------
 
 
