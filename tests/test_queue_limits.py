@@ -233,6 +233,22 @@ def test_a_version_submitted_before_publishing_is_not_public_once_the_worker_com
     assert anon_reads(db) == ["Version two, unreviewed: the vault code is 4242."]
 
 
+def test_new_metadata_submitted_before_publishing_is_not_public_once_completed(
+    db: str, local_embedder: Any, authenticator: str
+) -> None:
+    text = "Reviewed: the harbour closes at dusk."
+    submit(db, BIG, "policy.md", text, metadata='{"owner": "ops"}')
+    drain(db, local_embedder)
+    submit(db, BIG, "policy.md", text, metadata='{"owner": "unreviewed"}')  # same text
+    publish(db, "policy.md")
+
+    summary = drain(db, local_embedder)
+
+    assert summary.documents_unchanged == 1  # nothing embedded: skip_documents
+    with request(db, "anon") as conn:
+        assert conn.execute("select metadata from pgrag.documents").fetchall() == []
+
+
 def test_a_version_submitted_with_the_publishing_privilege_stays_public(
     db: str, local_embedder: Any, authenticator: str
 ) -> None:
