@@ -53,6 +53,7 @@ def test_every_table_has_rls_and_every_tenant_table_keys_on_tenant(db: str) -> N
         global_tables = {
             "pgrag.embedding_config",
             "pgrag.fetch_allowlist",
+            "pgrag.queue_rotation",
             "pgrag.queue_settings",
             "pgrag.model_prices",
             "pgrag.reembeds",

@@ -584,6 +584,7 @@ def expected_grants(
     out |= {("table pgrag.text_search_configs", role, "SELECT") for role in API_ROLES}
     out |= {("table pgrag.queue_settings", r, "SELECT") for r in ("authenticated", "service_role")}
     out.add(("table pgrag.fetch_allowlist", "service_role", "SELECT"))
+    out |= {("table pgrag.queue_rotation", "service_role", p) for p in ("SELECT", "UPDATE")}
     for seq in ("chunks_id_seq", "documents_id_seq", "search_log_id_seq"):
         out |= {(f"sequence pgrag.{seq}", r, "USAGE") for r in ("authenticated", "service_role")}
     for fn in PGRAG_FUNCTIONS:

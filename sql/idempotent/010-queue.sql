@@ -4,8 +4,12 @@
 --   per tenant, security_invoker: a tenant reads its own row), and the worker's transitions
 --   pgrag.claim_documents, renew_leases, release_documents, complete_documents,
 --   skip_documents, fail_attempts and next_claim_at (the owner and service_role: pgrag worker);
---   the trigger that versions a submission and the one that wakes workers (NOTIFY pgrag_queue).
---   Relies on: pgrag.document_queue, queue_settings (incremental/011-document-queue.sql);
+--   the trigger that versions a submission, the one that holds every writer to the
+--   submission limits (sizes, the tenant's share of the queue under a per-tenant lock), the
+--   one that drops a failed row's content, and the one that wakes workers (NOTIFY pgrag_queue).
+--   Relies on: pgrag.document_queue, queue_settings (incremental/011-document-queue.sql),
+--   document_queue.publisher, queue_settings.claim_bytes_per_tenant, queue_rotation
+--   (incremental/016-queue-limits.sql);
 --   the loader's transitions (004-loading.sql); the argument checks (001-helpers.sql).
 --
 -- States (docs/ingest.md, "Lifecycle"): a submission makes the document pending (a ready one
@@ -13,8 +17,8 @@
 -- makes the row processing under a lease (and a pending document processing); completion
 -- swaps the chunks in (ready) and deletes the row; a failed attempt re-queues the row after a
 -- growing delay, or, after queue_settings.max_attempts (or for a failure no retry can fix),
--- marks the row failed and the document error with the reason. A lease that expires returns
--- the row to the queue (counted as an attempt).
+-- marks the row failed (its content dropped) and the document error with the reason. A lease
+-- that expires returns the row to the queue (counted as an attempt).
 --
 -- Locks: every transition that touches both tables locks the document rows first, then the
 -- queue rows, each in (tenant_id, document_id) order; claims skip rows locked by anyone.
@@ -41,11 +45,14 @@ begin
     new.last_error_at := null;
     new.submitted_at := pg_catalog.now();
     new.started_at := null;
+    -- Whether the writer may publish (003-publishing.sql): completing this version keeps a
+    -- published document public only then.
+    new.publisher := pg_catalog.has_column_privilege('pgrag.documents', 'is_public', 'UPDATE');
     return new;
 end
 $$;
 comment on function pgrag.queue_new_version() is
-'Trigger function (before insert, and before update of source_type, content, title or metadata, on pgrag.document_queue): a submission is a new version, queued now with no attempts, lease or error; the writer cannot set those columns.';
+'Trigger function (before insert, and before update of source_type, content, title or metadata, on pgrag.document_queue): a submission is a new version, queued now with no attempts, lease or error, and publisher says whether the writer holds the publishing privilege; the writer cannot set those columns.';
 
 create or replace trigger document_queue_insert_version
     before insert on pgrag.document_queue
@@ -54,6 +61,92 @@ create or replace trigger document_queue_insert_version
 create or replace trigger document_queue_update_version
     before update of source_type, content, title, metadata on pgrag.document_queue
     for each row execute function pgrag.queue_new_version();
+
+-- ---------------------------------------------------------------------------------------------
+-- Limits of every submission, whoever writes it (public.submit_document, or an INSERT or UPDATE
+-- of the table by a tenant holding the column privileges): sizes, and the tenant's share of the
+-- queue counted under a per-tenant lock, so concurrent submissions cannot pass it together.
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.queue_check_submission()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_settings pgrag.queue_settings;
+    v_busy bigint;
+begin
+    select s.* into v_settings from pgrag.queue_settings as s;
+    perform pgrag.check_length('content', pg_catalog.octet_length(new.content), v_settings.max_content_bytes, 'bytes');
+    perform pgrag.check_length('title', pg_catalog.length(new.title), 1000, 'characters');
+    perform pgrag.check_length('metadata', pg_catalog.octet_length(new.metadata::text), 10000, 'bytes');
+    if pg_catalog.jsonb_typeof(new.metadata) operator(pg_catalog.<>) 'object' then
+        raise exception 'metadata must be a JSON object (got %)', pg_catalog.jsonb_typeof(new.metadata)
+            using errcode = '22023';
+    end if;
+    -- A row already waiting or in progress is counted already (a resubmission); an insert
+    -- that meets an existing row becomes an update (ON CONFLICT), which decides.
+    if tg_op operator(pg_catalog.=) 'UPDATE' and old.state operator(pg_catalog.<>) 'failed'
+       and old.tenant_id operator(pg_catalog.=) new.tenant_id then
+        return new;
+    end if;
+    -- Another tenant's row is refused by the row policies after this trigger: no lock for it.
+    if pg_catalog.row_security_active('pgrag.document_queue')
+       and new.tenant_id is distinct from pgrag.current_tenant_id()
+       and not pg_catalog.has_table_privilege('pgrag.document_queue', 'DELETE') then
+        return new;
+    end if;
+    -- One submission of a tenant at a time from here to its commit (the same key as
+    -- public.submit_document takes first); the count below sees the ones committed before.
+    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(new.tenant_id), 1903520117);
+    if tg_op operator(pg_catalog.=) 'INSERT'
+       and exists (select 1 from pgrag.document_queue as q
+                   where q.tenant_id operator(pg_catalog.=) new.tenant_id
+                     and q.document_id operator(pg_catalog.=) new.document_id) then
+        return new;
+    end if;
+    select pg_catalog.count(*) into v_busy
+    from (select 1 from pgrag.document_queue as q
+          where q.tenant_id operator(pg_catalog.=) new.tenant_id
+            and q.state operator(pg_catalog.=) any (array['queued', 'processing'])
+          limit v_settings.max_queued_per_tenant) as b;
+    if v_busy >= v_settings.max_queued_per_tenant then
+        raise exception 'the queue holds % documents of this tenant, its limit: wait until some are processed',
+            v_settings.max_queued_per_tenant
+            using errcode = 'PR010',
+                  hint = 'public.queue_status() shows the queue; the operator sets the limit (pgrag.queue_settings).';
+    end if;
+    return new;
+end
+$$;
+comment on function pgrag.queue_check_submission() is
+'Trigger function (before insert, and before update of tenant_id, document_id, source_type, content, title or metadata, on pgrag.document_queue): the limits of public.submit_document for every writer: content at most queue_settings.max_content_bytes bytes, title 1,000 characters, metadata a JSON object of 10,000 bytes (22023); a new row, or a failed one submitted again, only while the tenant has fewer than max_queued_per_tenant documents queued or processing (PR010), counted under a transaction advisory lock per tenant (hashtext(tenant_id), 1903520117).';
+
+create or replace trigger document_queue_limits
+    before insert or update of tenant_id, document_id, source_type, content, title, metadata
+    on pgrag.document_queue
+    for each row execute function pgrag.queue_check_submission();
+
+create or replace function pgrag.queue_free_failed()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    new.content := null;
+    return new;
+end
+$$;
+comment on function pgrag.queue_free_failed() is
+'Trigger function (before update of state on pgrag.document_queue, when the row fails for good with content): drops the submitted content, which no retry reads any more (a resubmission brings it again), so failed documents keep no text.';
+
+create or replace trigger document_queue_free_failed
+    before update of state on pgrag.document_queue
+    for each row when (new.state operator(pg_catalog.=) 'failed' and new.content is not null)
+    execute function pgrag.queue_free_failed();
 
 create or replace function pgrag.queue_notify()
 returns trigger
@@ -100,7 +193,6 @@ declare
     v_document bigint;
     v_status text;
     v_version integer;
-    v_busy bigint;
 begin
     if v_tenant is null then
         raise exception 'submit_document needs a tenant: no tenant claim in request.jwt.claims'
@@ -141,24 +233,9 @@ begin
             pg_catalog.quote_literal(pg_catalog.left(submit_document.source_type, 100))
             using errcode = '22023';
     end if;
-    -- A tenant's share of the queue: documents waiting or in progress.
-    select pg_catalog.count(*) into v_busy
-    from (select 1 from pgrag.document_queue as q
-          where q.tenant_id operator(pg_catalog.=) v_tenant
-            and q.state operator(pg_catalog.=) any (array['queued', 'processing'])
-          limit v_settings.max_queued_per_tenant) as b;
-    if v_busy >= v_settings.max_queued_per_tenant
-       and not exists (select 1 from pgrag.document_queue as q
-                       join pgrag.documents as d on d.tenant_id operator(pg_catalog.=) q.tenant_id
-                                                and d.id operator(pg_catalog.=) q.document_id
-                       where q.tenant_id operator(pg_catalog.=) v_tenant
-                         and d.source_uri operator(pg_catalog.=) submit_document.source_uri
-                         and q.state operator(pg_catalog.=) any (array['queued', 'processing'])) then
-        raise exception 'the queue holds % documents of this tenant, its limit: wait until some are processed',
-            v_settings.max_queued_per_tenant
-            using errcode = 'PR010',
-                  hint = 'public.queue_status() shows the queue; the operator sets the limit (pgrag.queue_settings).';
-    end if;
+    -- One submission of this tenant at a time until commit: the trigger queue_check_submission
+    -- counts the tenant's share of the queue under this lock (PR010 when full).
+    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(v_tenant), 1903520117);
     -- The document: new ones are pending; a ready one stays ready (searchable with its previous
     -- version) until the worker swaps the new one in.
     insert into pgrag.documents as d (tenant_id, title, source_type, source_uri, status)
@@ -179,7 +256,7 @@ begin
 end
 $$;
 comment on function public.submit_document(text, text, text, text, jsonb) is
-'Submits a document for the current tenant (from the JWT claims): inline content (source_type text, markdown or html; at most pgrag.queue_settings.max_content_bytes, 10 MB by default) identified by source_uri, or, without content, an http(s) source_uri the worker fetches (if the operator allowed it: pgrag.fetch_allowlist). Resubmitting a source_uri makes a new version: the worker processes the latest one. Returns (document_id, version, status): status pending, or ready when a previous version stays searchable meanwhile. Limits: source_uri 1-2,048 characters, title 1,000, metadata a JSON object of 10,000 bytes (22023); queued documents per tenant (PR010). Runs as the caller (RLS applies); a published document can only be resubmitted with the publishing privilege (42501).';
+'Submits a document for the current tenant (from the JWT claims): inline content (source_type text, markdown or html; at most pgrag.queue_settings.max_content_bytes, 10 MB by default) identified by source_uri, or, without content, an http(s) source_uri the worker fetches (if the operator allowed it: pgrag.fetch_allowlist). Resubmitting a source_uri makes a new version: the worker processes the latest one. Returns (document_id, version, status): status pending, or ready when a previous version stays searchable meanwhile. Limits: source_uri 1-2,048 characters, title 1,000, metadata a JSON object of 10,000 bytes (22023); queued documents per tenant (PR010; concurrent submissions of a tenant are serialised, and the limits hold for direct writes of the table too: trigger queue_check_submission). Runs as the caller (RLS applies); a published document can only be resubmitted with the publishing privilege (42501).';
 
 -- Re-made on every migrate (nothing depends on it; 900-row-security.sql grants it again).
 drop view if exists pgrag.queue_status;
@@ -321,6 +398,9 @@ as $$
 declare
     v_now timestamptz := pg_catalog.clock_timestamp();
     v_max integer;
+    v_budget bigint;
+    v_last text;
+    v_turn boolean;
     v_tenants text[] := '{}';
     v_first text;
     v_next text;
@@ -331,7 +411,7 @@ begin
     if claim_documents.n is null or claim_documents.n < 1 or claim_documents.n > 1000 then
         raise exception 'n must be between 1 and 1000 (got %)', claim_documents.n using errcode = '22023';
     end if;
-    select s.max_attempts into v_max from pgrag.queue_settings as s;
+    select s.max_attempts, s.claim_bytes_per_tenant into v_max, v_budget from pgrag.queue_settings as s;
 
     -- A lease that expired once too often ends the document in error: a document that kills
     -- its worker (memory, a crash) is never retried forever.
@@ -356,14 +436,25 @@ begin
       from failed as f
      where d.tenant_id = f.tenant_id and d.id = f.document_id;
 
-    -- Fair share: start with the tenant whose due document waited longest, then the next
-    -- tenants with due documents (in key order, wrapping around), up to n tenants; each
-    -- tenant's documents oldest first, interleaved between tenants.
-    select q.tenant_id into v_first
-    from pgrag.document_queue as q
-    where q.state = 'queued' and q.next_attempt_at <= v_now
-    order by q.next_attempt_at
-    limit 1;
+    -- Tenants take turns: start after the tenant the previous claim served last (the rotation
+    -- row; a concurrent claim holding it leaves it to that one), then the next tenants with
+    -- due documents in key order, wrapping around, up to n tenants. Each step is one probe of
+    -- document_queue_due.
+    select r.last_tenant into v_last from pgrag.queue_rotation as r for update skip locked;
+    v_turn := found;
+    if not v_turn then
+        select r.last_tenant into v_last from pgrag.queue_rotation as r;
+    end if;
+    if v_last is not null then
+        v_first := (select q.tenant_id from pgrag.document_queue as q
+                    where q.state = 'queued' and q.next_attempt_at <= v_now and q.tenant_id > v_last
+                    order by q.tenant_id limit 1);
+    end if;
+    if v_first is null then
+        v_first := (select q.tenant_id from pgrag.document_queue as q
+                    where q.state = 'queued' and q.next_attempt_at <= v_now
+                    order by q.tenant_id limit 1);
+    end if;
     v_next := v_first;
     while v_next is not null and pg_catalog.cardinality(v_tenants) < claim_documents.n loop
         v_tenants := v_tenants operator(pg_catalog.||) v_next;
@@ -382,40 +473,47 @@ begin
 
     return query
     -- Each tenant's oldest due documents, locked (SKIP LOCKED: those another claim holds are
-    -- passed over, so concurrent claims take the next ones), then ranked within the tenant.
+    -- passed over, so concurrent claims take the next ones), at most n - (tenants - 1) each
+    -- (what one tenant can get when each other one gets a document), then ranked within the
+    -- tenant: its first document always, the next ones while their content stays within
+    -- claim_bytes_per_tenant.
     with expired as (
-        select e.tenant_id, e.document_id, 0::bigint as turn, e.lease_expires_at as since
+        select e.tenant_id, e.document_id, e.lease_expires_at as since
         from pgrag.document_queue as e
         where e.state = 'processing' and e.lease_expires_at < v_now and e.attempts < v_max
         order by e.lease_expires_at
         limit claim_documents.n
         for update of e skip locked
     ), due as (
-        select c.tenant_id, c.document_id, c.since,
-               pg_catalog.row_number() over (partition by c.tenant_id
-                                             order by c.since, c.document_id) as turn
-        from pg_catalog.unnest(v_tenants) as t (tenant_id)
+        select c.tenant_id, c.document_id, c.since, t.ord,
+               pg_catalog.row_number() over w as turn,
+               pg_catalog.sum(c.bytes) over w as bytes_through
+        from pg_catalog.unnest(v_tenants) with ordinality as t (tenant_id, ord)
         cross join lateral (
-            select q.tenant_id, q.document_id, q.next_attempt_at as since
+            select q.tenant_id, q.document_id, q.next_attempt_at as since,
+                   coalesce(pg_catalog.octet_length(q.content), 0) as bytes
             from pgrag.document_queue as q
             where q.tenant_id = t.tenant_id and q.state = 'queued' and q.next_attempt_at <= v_now
             order by q.next_attempt_at, q.document_id
-            limit claim_documents.n
+            limit claim_documents.n - pg_catalog.cardinality(v_tenants) + 1
             for update of q skip locked
         ) as c
+        window w as (partition by c.tenant_id order by c.since, c.document_id)
     ), candidates as (
-        -- expired leases first (their worker is gone), then due documents, interleaved
-        select x.tenant_id, x.document_id, x.turn, x.since from expired as x
+        -- expired leases first (their worker is gone), then due documents turn by turn, each
+        -- turn in the rotation's order
+        select x.tenant_id, x.document_id, 0::bigint as turn, 0::bigint as ord, x.since from expired as x
         union all
-        select y.tenant_id, y.document_id, y.turn, y.since from due as y
+        select y.tenant_id, y.document_id, y.turn, y.ord, y.since from due as y
+        where y.turn = 1 or y.bytes_through <= v_budget
     ), picked as (
-        select q.tenant_id, q.document_id
+        select q.tenant_id, q.document_id, c.ord
         from candidates as c
         join pgrag.document_queue as q on q.tenant_id = c.tenant_id and q.document_id = c.document_id
         join pgrag.documents as d on d.tenant_id = q.tenant_id and d.id = q.document_id
         where (q.state = 'queued' and q.next_attempt_at <= v_now)
            or (q.state = 'processing' and q.lease_expires_at < v_now and q.attempts < v_max)
-        order by c.turn, c.since, q.tenant_id, q.document_id
+        order by c.turn, c.ord, c.since, q.tenant_id, q.document_id
         limit claim_documents.n
         for update of q, d skip locked
     ), claimed as (
@@ -426,22 +524,34 @@ begin
           from picked as p
          where q.tenant_id = p.tenant_id and q.document_id = p.document_id
         returning q.tenant_id, q.document_id, q.version, q.source_type, q.content, q.title,
-                  q.metadata, q.attempts
+                  q.metadata, q.attempts, q.next_attempt_at
     ), started as (
         update pgrag.documents as d set status = 'processing'
           from claimed as c
          where d.tenant_id = c.tenant_id and d.id = c.document_id and d.status <> 'ready'
         returning d.id
+    ), turned as (
+        -- the next claim starts after the last tenant in this one's rotation
+        update pgrag.queue_rotation as r
+           set last_tenant = l.tenant_id, served_at = v_now
+          from (select p.tenant_id from picked as p where p.ord > 0
+                order by p.ord desc limit 1) as l
+         where v_turn
+        returning r.last_tenant
     )
+    -- The worker runs a batch's tenants in this order: the least content first, so a tenant's
+    -- one small document does not wait for another's many or heavy ones in the same batch.
     select c.tenant_id, c.document_id, c.version, d.source_uri, c.source_type, c.content,
            c.title, c.metadata, c.attempts
     from claimed as c
     join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
-    order by c.tenant_id, c.document_id;
+    order by pg_catalog.sum(coalesce(pg_catalog.octet_length(c.content), 0)) over (partition by c.tenant_id),
+             pg_catalog.count(*) over (partition by c.tenant_id), c.tenant_id,
+             c.next_attempt_at, c.document_id;
 end
 $$;
 comment on function pgrag.claim_documents(text, integer, interval) is
-'Worker transition to processing: claims up to n (1-1,000) documents for worker_id with FOR UPDATE SKIP LOCKED (concurrent workers never get the same one), each leased for lease (1 second to 1 day) and counted as an attempt: first those whose lease expired (their worker stopped), then due queued ones, shared fairly between tenants (the longest-waiting tenant first, then the next ones, interleaved). Pending documents become processing (ready ones stay ready). An expired lease at queue_settings.max_attempts ends the document in error instead. Returns what to process: tenant_id, document_id, version, source_uri, source_type, content (null: fetch source_uri), title, metadata, attempts.';
+'Worker transition to processing: claims up to n (1-1,000) documents for worker_id with FOR UPDATE SKIP LOCKED (concurrent workers never get the same one), each leased for lease (1 second to 1 day) and counted as an attempt: first those whose lease expired (their worker stopped), then due queued ones, shared between tenants in turns (starting after the tenant the previous claim served last, pgrag.queue_rotation; one document per tenant per turn, oldest first; a tenant''s documents after its first only while their content stays within queue_settings.claim_bytes_per_tenant). Pending documents become processing (ready ones stay ready). An expired lease at queue_settings.max_attempts ends the document in error instead. Returns what to process, each tenant''s documents together, the tenant with the least content first: tenant_id, document_id, version, source_uri, source_type, content (null: fetch source_uri), title, metadata, attempts.';
 
 create or replace function pgrag.renew_leases(worker_id text, lease interval)
 returns integer
@@ -564,6 +674,15 @@ begin
     from pg_catalog.unnest(complete_documents.document_ids) with ordinality as v (id, ord)
     where not (v.ord = any (coalesce(v_keep, '{}')));
     if v_keep is not null then
+        -- A version submitted without the publishing privilege is a tenant's change: swapped
+        -- into a document published meanwhile, it is not public until published again (the
+        -- rule 003-publishing.sql gives tenants). Unpublished first, so its chunks never are.
+        update pgrag.documents as d set is_public = false
+          from pgrag.document_queue as q
+         where d.tenant_id = v_tenant and q.tenant_id = v_tenant and q.document_id = d.id
+           and d.is_public and not q.publisher
+           and d.id = any (array(select complete_documents.document_ids[i]
+                                 from pg_catalog.unnest(v_keep) as i));
         perform pgrag.replace_document_chunks(
             complete_documents.stage, v_tenant,
             array(select complete_documents.document_ids[i] from pg_catalog.unnest(v_keep) as i order by i),
@@ -590,7 +709,7 @@ begin
 end
 $$;
 comment on function pgrag.complete_documents(text, regclass, bigint[], integer[], text[], text[], text[], jsonb[], integer[], text) is
-'Worker transition to ready, for the request''s tenant: the documents worker_id still holds at the given versions are swapped in from the staging table (pgrag.replace_document_chunks, same arrays) and leave the queue; the others (resubmitted, reclaimed or deleted meanwhile) are not, and their staged rows are dropped. Returns (document_id, completed) per document.';
+'Worker transition to ready, for the request''s tenant: the documents worker_id still holds at the given versions are swapped in from the staging table (pgrag.replace_document_chunks, same arrays) and leave the queue (a published document whose version was submitted without the publishing privilege, document_queue.publisher, is unpublished: not public until published again); the others (resubmitted, reclaimed or deleted meanwhile) are not, and their staged rows are dropped. Returns (document_id, completed) per document.';
 
 create or replace function pgrag.skip_documents(
     worker_id text,
@@ -610,6 +729,7 @@ as $$
 declare
     v_tenant text := pgrag.loader_tenant('pgrag.skip_documents');
     v_done bigint[];
+    v_private bigint[];
 begin
     perform pgrag.check_worker(skip_documents.worker_id);
     perform 1 from pgrag.documents as d
@@ -630,11 +750,19 @@ begin
         delete from pgrag.document_queue as q
         using mine as m
         where q.tenant_id = v_tenant and q.document_id = m.document_id
-        returning q.document_id
+        returning q.document_id, q.publisher
     )
-    select pg_catalog.array_agg(g.document_id) into v_done from gone as g;
+    select pg_catalog.array_agg(g.document_id),
+           pg_catalog.array_agg(g.document_id) filter (where not g.publisher)
+      into v_done, v_private
+      from gone as g;
     if skip_documents.metadatas is not null and v_done is not null then
-        update pgrag.documents as d set metadata = v.m
+        -- New metadata submitted without the publishing privilege unpublishes a published
+        -- document, as new content does (complete_documents).
+        update pgrag.documents as d
+           set metadata = v.m,
+               is_public = d.is_public and not (v.id = any (coalesce(v_private, '{}'))
+                                                and d.metadata is distinct from v.m)
         from rows from (pg_catalog.unnest(skip_documents.document_ids),
                         pg_catalog.unnest(skip_documents.metadatas)) as v (id, m)
         where d.tenant_id = v_tenant and d.id = v.id and v.id = any (v_done);
@@ -645,7 +773,7 @@ begin
 end
 $$;
 comment on function pgrag.skip_documents(text, bigint[], integer[], jsonb[]) is
-'Worker transition for documents whose content did not change (still ready, nothing to embed), for the request''s tenant: those worker_id still holds at the given versions leave the queue, with their metadata replaced by metadatas when given. Returns (document_id, completed) per document.';
+'Worker transition for documents whose content did not change (still ready, nothing to embed), for the request''s tenant: those worker_id still holds at the given versions leave the queue, with their metadata replaced by metadatas when given (changed metadata submitted without the publishing privilege unpublishes a published document). Returns (document_id, completed) per document.';
 
 create or replace function pgrag.fail_attempts(
     worker_id text,

@@ -27,7 +27,8 @@
 -- Global tables: embedding_config and settings are readable by the three roles (search checks
 -- the model and dimension; the search log reads the operator's settings), writable by none;
 -- queue_settings readable by authenticated and service_role, fetch_allowlist by service_role
--- (the worker), both writable by none; schema_migrations, reembeds and model_prices are
+-- (the worker), both writable by none; queue_rotation (where the next claim starts) read and
+-- written by service_role; schema_migrations, reembeds and model_prices are
 -- neither. No role gets TRUNCATE, REFERENCES
 -- or TRIGGER (TRUNCATE ignores RLS). pgrag has no SECURITY DEFINER function.
 --
@@ -167,6 +168,10 @@ create policy pgrag_service_role_select on pgrag.queue_settings for select to se
 grant select on pgrag.queue_settings to authenticated, service_role;
 create policy pgrag_service_role_select on pgrag.fetch_allowlist for select to service_role using (true);
 grant select on pgrag.fetch_allowlist to service_role;
+-- Where the next claim starts (pgrag.claim_documents): read and written by workers only.
+create policy pgrag_service_role_select on pgrag.queue_rotation for select to service_role using (true);
+create policy pgrag_service_role_update on pgrag.queue_rotation for update to service_role using (true) with check (true);
+grant select, update on pgrag.queue_rotation to service_role;
 -- The queue per tenant: a security_invoker view, so the queue's policies decide what each
 -- caller sees (its own tenant's row; service_role every tenant's).
 grant select on pgrag.queue_status to authenticated, service_role;
