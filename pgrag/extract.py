@@ -17,6 +17,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -486,10 +487,51 @@ def _has_rulings(page: Any) -> bool:
     return False
 
 
+FURNITURE_MARGIN = 0.08  # running headers and footers sit in the top or bottom 8% of a page
+FURNITURE_MIN_PAGES = 3  # ... and repeat, digits aside, on at least this many pages
+
+
+def _margin(y0: float, y1: float, height: float) -> str | None:
+    if y1 <= height * FURNITURE_MARGIN:
+        return "top"
+    if y0 >= height * (1 - FURNITURE_MARGIN):
+        return "bottom"
+    return None
+
+
+def _furniture_key(text: str) -> str:
+    """A block's text with page numbers and layout left out: what repeats from page to page."""
+    return " ".join(re.sub(r"\d+", "#", text).casefold().split())
+
+
+def _page_furniture(doc: Any) -> set[tuple[str, str]]:
+    """(margin, key) of the text blocks repeated in the top or bottom margin of at least
+    FURNITURE_MIN_PAGES pages: running headers, footers and page numbers, not content.
+    A first pass over the pages' text (no tables), one page at a time."""
+    if doc.page_count < FURNITURE_MIN_PAGES:
+        return set()
+    counts: Counter[tuple[str, str]] = Counter()
+    for pno in range(doc.page_count):
+        try:
+            page = doc.load_page(pno)
+            height = page.rect.height
+            seen: set[tuple[str, str]] = set()
+            for _x0, y0, _x1, y1, text, _no, btype in page.get_text("blocks"):
+                where = _margin(y0, y1, height) if btype == 0 else None
+                if where is not None and text.strip():
+                    seen.add((where, _furniture_key(text)))
+        except Exception:  # an unreadable page is reported by the second pass
+            continue
+        counts.update(seen)
+    return {key for key, n in counts.items() if n >= FURNITURE_MIN_PAGES}
+
+
 def pdf_blocks(open_doc: Callable[[], Any], uri: str) -> Iterator[Block]:
-    """Text blocks and tables, page by page (a page is loaded, read and released in turn)."""
+    """Text blocks and tables, page by page (a page is loaded, read and released in turn),
+    without the running headers and footers (:func:`_page_furniture`)."""
     doc = open_doc()
     try:
+        furniture = _page_furniture(doc)
         toc = [(lvl, title.strip(), page) for lvl, title, page, *_ in doc.get_toc(simple=True)]
         stack: list[tuple[int, str]] = []
         t = 0
@@ -520,8 +562,12 @@ def pdf_blocks(open_doc: Callable[[], Any], uri: str) -> Iterator[Block]:
                         items.append(
                             (table.bbox[1], Block(_table_markdown(rows), page_no, path, "table"))
                         )
+                height = page.rect.height
                 for x0, y0, x1, y1, text, _no, btype in page.get_text("blocks", sort=True):
                     if btype != 0 or any(_inside((x0, y0, x1, y1), b) for b in boxes):
+                        continue
+                    where = _margin(y0, y1, height) if furniture else None
+                    if where is not None and (where, _furniture_key(text)) in furniture:
                         continue
                     text = re.sub(r"-\n(?=[a-z])", "", text)
                     text = " ".join(text.split())
