@@ -125,7 +125,20 @@ class ExtractedDocument:
 
 # -- plain text and Markdown ---------------------------------------------------------------------
 
-_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_HEADING_MARK = re.compile(r"(#{1,6})\s+")
+
+
+def _heading(line: str) -> tuple[int, str] | None:
+    """(level, title) of an ATX heading line (``## Title ##``), else None.
+
+    The closing hashes are cut with rstrip: a regular expression ``(.*?)\\s*#*\\s*$`` is
+    quadratic on a long line of spaces or hashes."""
+    m = _HEADING_MARK.match(line)
+    if m is None:
+        return None
+    return len(m.group(1)), line[m.end() :].rstrip().rstrip("#").strip()
+
+
 _FENCE = re.compile(r"^\s{0,3}(```|~~~)")
 _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 
@@ -297,10 +310,10 @@ def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
             fence, kind = m.group(1), "code"
             buf.append(line)
             continue
-        m = _HEADING.match(line)
-        if m:
+        heading = _heading(line)
+        if heading is not None:
             yield from flush()
-            level, title = len(m.group(1)), m.group(2).strip()
+            level, title = heading
             while stack and stack[-1][0] >= level:
                 stack.pop()
             stack.append((level, title))
@@ -338,9 +351,9 @@ def markdown_title(lines: Iterable[str], front_matter: dict[str, Any] | None = N
     if isinstance(title, str | int | float) and str(title).strip():
         return str(title).strip()
     for i, raw in enumerate(lines):
-        m = _HEADING.match(raw.strip())
-        if m:
-            return m.group(2).strip()
+        heading = _heading(raw.strip())
+        if heading is not None:
+            return heading[1]
         if i > 200:
             break
     return ""

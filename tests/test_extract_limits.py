@@ -141,12 +141,14 @@ def test_tags_nested_beyond_the_cap_are_flattened_not_dropped() -> None:
     assert bound_nesting("<div><p>a<p>b</div>" * 400) == "<div><p>a<p>b</div>" * 400
 
 
-def test_markdown_of_many_short_lines_or_image_marks_is_linear() -> None:
+def test_markdown_of_many_short_lines_long_headings_or_image_marks_is_linear() -> None:
     started = time.perf_counter()
     blocks = list(markdown_blocks(["a\n"] * 100_000))
+    [heading] = markdown_blocks(["# a" + " " * 100_000 + "b ##\n"])
     stripped = strip_binary("data: " + "![" * 100_000)
     assert time.perf_counter() - started < FAST
     assert sum(b.text.count("a") for b in blocks) == 100_000 and stripped.count("![") == 100_000
+    assert heading.kind == "heading" and heading.text == "a" + " " * 100_000 + "b"
 
 
 # -- charsets -------------------------------------------------------------------------------------
