@@ -409,6 +409,16 @@ def _outer_blocks(root: Any) -> Iterator[Any]:
             node = node.next
 
 
+def _own_rows(table: Any) -> Iterator[Any]:
+    """The rows of ``table`` itself, not of tables nested in its cells: a nested table's text
+    is in its cell's text already (taking every ``tr`` below repeated it once per level)."""
+    for child in table.iter():
+        if child.tag == "tr":
+            yield child
+        elif child.tag in ("thead", "tbody", "tfoot"):
+            yield from (tr for tr in child.iter() if tr.tag == "tr")
+
+
 def html_blocks(text: str, tree: Any = None) -> Iterator[Block]:
     """Main text of an HTML page: headings (with their path), paragraphs, list items, tables."""
     tree = tree if tree is not None else _html_tree(text)
@@ -429,9 +439,11 @@ def html_blocks(text: str, tree: Any = None) -> Iterator[Block]:
             yield Block(title, heading_path=tuple(t for _, t in stack), kind="heading")
         elif tag == "table":
             rows = []
-            for tr in node.css("tr"):
+            for tr in _own_rows(node):
                 cells = [
-                    " ".join(c.text(separator=" ", strip=True).split()) for c in tr.css("th, td")
+                    " ".join(c.text(separator=" ", strip=True).split())
+                    for c in tr.iter()
+                    if c.tag in ("th", "td")
                 ]
                 if any(cells):
                     rows.append("| " + " | ".join(cells) + " |")

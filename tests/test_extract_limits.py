@@ -141,6 +141,15 @@ def test_tags_nested_beyond_the_cap_are_flattened_not_dropped() -> None:
     assert bound_nesting("<div><p>a<p>b</div>" * 400) == "<div><p>a<p>b</div>" * 400
 
 
+def test_a_table_nested_in_a_cell_is_read_once() -> None:
+    inner = "<table><tr><td>in1</td><td>in2</td></tr></table>"
+    page = f"<table><tr><th>k</th><th>v</th></tr><tr><td>a</td><td>{inner}</td></tr></table>"
+    doc = ExtractedDocument.from_text("t.html", page, source_type="html")
+    assert [b.text for b in doc.blocks] == ["| k | v |\n| a | in1 in2 |"]
+    nested = ExtractedDocument.from_text("n.html", "<table><tr><td>x " * 20_000, source_type="html")
+    assert sum(b.text.count("x") for b in nested.blocks) == 20_000  # not once per level
+
+
 def test_markdown_of_many_short_lines_long_headings_or_image_marks_is_linear() -> None:
     started = time.perf_counter()
     blocks = list(markdown_blocks(["a\n"] * 100_000))
