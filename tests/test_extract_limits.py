@@ -141,6 +141,45 @@ def test_tags_nested_beyond_the_cap_are_flattened_not_dropped() -> None:
     assert bound_nesting("<div><p>a<p>b</div>" * 400) == "<div><p>a<p>b</div>" * 400
 
 
+def tree_depth(html: str) -> int:
+    from selectolax.lexbor import LexborHTMLParser
+
+    deepest, todo = 0, [(LexborHTMLParser(html).root, 1)]
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        child = node.child
+        while child is not None:
+            todo.append((child, depth + 1))
+            child = child.next
+    return deepest
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "<span><div>x</span>",  # an end tag that stops at a block
+        "<b><div>x</b>",  # misnested formatting
+        "<em><button><em></em>",
+        "<a><div>x",  # a link inside a link
+        "<li><section>x",  # a list item that does not close the previous one
+        "<li><ul></li>",
+        "<ul><form></form>",  # </form> closes only the form
+        "<p><b>x</p>x",  # formatting reopened after its paragraph
+        "<option><section>",
+        "<table><tr><td>x",
+        "<tr><ul>",  # a row outside a table is ignored
+        "<math><a>",  # in MathML and SVG every element nests
+        "<svg><col><frame>",
+        "<svg><textarea><object>",
+        "<frameset><table>",
+        "<noscript><div>",  # read as markup: the parser runs without scripting
+    ],
+)
+def test_hostile_nesting_patterns_stay_within_twice_the_cap(unit: str) -> None:
+    assert tree_depth(bound_nesting(unit * 2000, max_depth=16)) <= 2 * 16 + 4
+
+
 def test_a_table_nested_in_a_cell_is_read_once() -> None:
     inner = "<table><tr><td>in1</td><td>in2</td></tr></table>"
     page = f"<table><tr><th>k</th><th>v</th></tr><tr><td>a</td><td>{inner}</td></tr></table>"
