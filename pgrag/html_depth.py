@@ -58,7 +58,11 @@ CLOSES_P = _names(
 )
 HEADINGS = _names("h1 h2 h3 h4 h5 h6")
 TABLE_PARTS = _names("caption colgroup tbody thead tfoot tr td th")
-_UNUSUAL = VOID | RAW | TABLE_PARTS | {"plaintext"}
+# html, head and body are there from the start: their tags open nothing, and their end tags
+# close nothing (</body> only changes the parser's mode, the open elements stay open).
+PAGE = _names("html head body")
+_UNUSUAL = VOID | RAW | TABLE_PARTS | PAGE | {"plaintext"}
+_NOT_CLOSED = VOID | PAGE
 HIDDEN, DEAD = 1, 2
 MARKERS = _names("applet marquee object td th caption template")
 # Start tags that close an open element of their group unless a boundary lies between (the
@@ -77,9 +81,7 @@ for _group, _bound in (
     for _name in _group.split():
         _GROUPS[_name] = (_names(_group), _bound)
 # Start tags with a rule in _start (any other only opens its element).
-_RULED = (
-    CLOSES_P | HEADINGS | _GROUPS.keys() | _names("a nobr table html head body option optgroup")
-)
+_RULED = CLOSES_P | HEADINGS | _GROUPS.keys() | _names("a nobr table option optgroup")
 CATEGORIES = {
     "special": SPECIAL,
     "scope": SCOPE,
@@ -190,8 +192,6 @@ class _Stack:
 
 def _start(stack: _Stack, name: str, max_depth: int) -> bool:
     """Apply the closing rules a start tag implies; True when its element must be hidden."""
-    if name in ("html", "head", "body") and stack.nearest(name) >= 0:
-        return True
     if _foreign(stack):  # SVG and MathML elements nest as written: no rule closes one
         return stack.depth >= max_depth
     if name in CLOSES_P:
@@ -277,7 +277,7 @@ def _kind(stack: _Stack, name: str, slash: bool) -> str:
         return "void"
     if foreign or stack.nearest("frameset") >= 0:  # (a frameset ignores most tags: counted)
         return "open"
-    if name in VOID:
+    if name in VOID or name in PAGE:
         return "void"
     if name == "plaintext":
         return "stop"
@@ -324,7 +324,7 @@ def bound_nesting(text: str, max_depth: int = MAX_HTML_DEPTH) -> str:
         name = name.lower()
         hide: bool | None
         if end:
-            hide = _end(stack, name) if name not in VOID else None
+            hide = _end(stack, name) if name not in _NOT_CLOSED else None
         elif name in _UNUSUAL or text[pos - 2] == "/":
             kind = _kind(stack, name, text[pos - 2] == "/")
             if kind == "stop":

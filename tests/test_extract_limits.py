@@ -225,6 +225,13 @@ def test_utf16_text_with_a_byte_order_mark_is_read_not_refused_as_binary(tmp_pat
         )
 
 
+def test_a_utf8_byte_order_mark_does_not_hide_the_front_matter(tmp_path: Path) -> None:
+    path = tmp_path / "bom.md"
+    path.write_bytes(b"\xef\xbb\xbf" + markdown("team: ops\n").encode())
+    doc = extract_path(path)
+    assert doc.metadata["team"] == "ops" and [b.text for b in doc.blocks] == ["Body", "Some text."]
+
+
 # -- titles ---------------------------------------------------------------------------------------
 
 
