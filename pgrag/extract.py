@@ -5,6 +5,11 @@ tables, code), each knowing its page and heading path. Blocks are produced lazil
 source, page by page or line by line, so a 50 MB file is never held whole in memory as text
 (HTML excepted: it is parsed as one tree). Opening a source checks what can be checked cheaply
 (empty, binary, encrypted, corrupt) and raises :class:`ExtractionError` with a one-line reason.
+
+Sources are untrusted, so every step is linear in the input and bounded in what it builds:
+front matter is read within limits (:mod:`pgrag.frontmatter`), HTML is flattened beyond
+MAX_HTML_DEPTH before it is parsed (:mod:`pgrag.html_depth`), a declared charset that cannot be
+used falls back to detection, and no pattern is retried from every position of a line.
 """
 
 from __future__ import annotations
