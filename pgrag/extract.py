@@ -5,6 +5,11 @@ tables, code), each knowing its page and heading path. Blocks are produced lazil
 source, page by page or line by line, so a 50 MB file is never held whole in memory as text
 (HTML excepted: it is parsed as one tree). Opening a source checks what can be checked cheaply
 (empty, binary, encrypted, corrupt) and raises :class:`ExtractionError` with a one-line reason.
+
+Sources are untrusted, so every step is linear in the input and bounded in what it builds:
+front matter is read within limits (:mod:`pgrag.frontmatter`), HTML is flattened beyond
+MAX_HTML_DEPTH before it is parsed (:mod:`pgrag.html_depth`), a declared charset that cannot be
+used falls back to detection, and no pattern is retried from every position of a line.
 """
 
 from __future__ import annotations
@@ -12,18 +17,20 @@ from __future__ import annotations
 import codecs
 import hashlib
 import itertools
-import json
 import os
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pgrag.errors import ExtractionError
+from pgrag.frontmatter import FrontMatterError, parse_front_matter
+from pgrag.html_depth import bound_nesting
 
 SOURCE_TYPES = ("pdf", "markdown", "html", "text", "url")
 EXTENSIONS = {
@@ -100,14 +107,16 @@ class ExtractedDocument:
         lines = text.splitlines()
         front_matter: dict[str, Any] = {}
         if source_type == "markdown":
-            front_matter, _ = split_front_matter(lines)
+            front_matter = _front_matter(uri, lines)
             blocks = list(markdown_blocks(lines))
             title = title or markdown_title(lines, front_matter)
         elif source_type == "html":
-            blocks = list(html_blocks(text))
+            tree = _html_tree(text)
+            blocks = list(html_blocks(text, tree))
+            title = title or html_title(tree)
         else:
             blocks = list(text_blocks(lines))
-        if not title:
+        if not title and source_type != "html":  # a page's title is <title>, else <h1>
             title = next((b.text for b in blocks if b.kind == "heading"), "")
         return cls(
             uri=uri,
@@ -121,14 +130,27 @@ class ExtractedDocument:
 
 # -- plain text and Markdown ---------------------------------------------------------------------
 
-_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_HEADING_MARK = re.compile(r"(#{1,6})\s+")
+
+
+def _heading(line: str) -> tuple[int, str] | None:
+    """(level, title) of an ATX heading line (``## Title ##``), else None.
+
+    The closing hashes are cut with rstrip: a regular expression ``(.*?)\\s*#*\\s*$`` is
+    quadratic on a long line of spaces or hashes."""
+    m = _HEADING_MARK.match(line)
+    if m is None:
+        return None
+    return len(m.group(1)), line[m.end() :].rstrip().rstrip("#").strip()
+
+
 _FENCE = re.compile(r"^\s{0,3}(```|~~~)")
 _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 
 
 # Embedded binary data is not text: a Markdown image written as a data: URI, an inline data:
 # URI, or a long base64 run (attachments, PEM bodies) would otherwise become hundreds of chunks.
-_DATA_IMAGE = re.compile(r"!\[([^\]]*)\]\(\s*data:[^)]*\)")
+_DATA_IMAGE_LINK = re.compile(r"\]\(\s*data:")
 _DATA_URI = re.compile(r"\bdata:[a-zA-Z0-9.+-]+/[a-zA-Z0-9.+-]+(?:;[a-zA-Z0-9.+=-]+)*,[^\s)\"'<>]*")
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{64,}={0,2}")
 
@@ -143,11 +165,40 @@ def _is_base64(run: str) -> bool:
     )
 
 
+def _strip_data_images(text: str) -> str:
+    """``text`` with each Markdown image ``![alt](data:...)`` replaced by its alt text.
+
+    One pass: each ``](data:`` is tied to the nearest ``![`` after the previous ``]`` (alt text
+    holds no ``]``) and the next ``)``, so no character is scanned twice (a regular expression
+    retried at every ``![`` is quadratic on a line of them).
+    """
+    out: list[str] = []
+    copied = 0  # text[:copied] is in out
+    floor = 0  # no alt text starts before this
+    for m in _DATA_IMAGE_LINK.finditer(text):
+        if m.start() < copied:
+            continue
+        close = text.find(")", m.end())
+        if close < 0:
+            break
+        floor = max(floor, copied, text.rfind("]", floor, m.start()) + 1)
+        bang = text.find("![", floor, m.start())
+        floor = m.start() + 1
+        if bang < 0:
+            continue
+        out += (text[copied:bang], text[bang + 2 : m.start()])
+        copied = close + 1
+    if not out:
+        return text
+    out.append(text[copied:])
+    return "".join(out)
+
+
 def strip_binary(text: str) -> str:
     """``text`` without embedded binary data (data: URIs, long base64 runs); a Markdown image
     keeps its alt text."""
     if "data:" in text:
-        text = _DATA_IMAGE.sub(lambda m: m.group(1), text)
+        text = _strip_data_images(text)
         text = _DATA_URI.sub("", text)
     if len(text) >= 64:
         text = _BASE64_RUN.sub(lambda m: "" if _is_base64(m.group(0)) else m.group(0), text)
@@ -179,14 +230,19 @@ FRONT_MATTER_MAX_LINES = 1000
 _FRONT_MATTER_END = ("---", "...")
 
 
-def split_front_matter(lines: Iterable[str]) -> tuple[dict[str, Any], Iterator[str]]:
+def split_front_matter(
+    lines: Iterable[str], *, strict: bool = True
+) -> tuple[dict[str, Any], Iterator[str]]:
     """(front matter, the remaining lines) of a Markdown document.
 
     Front matter is a YAML mapping between a first line ``---`` and a line ``---`` (or
-    ``...``), as Jekyll, Hugo and most static-site generators write it. Parsed with PyYAML's
-    safe loader; values JSON cannot hold (dates) become strings. A block that is not closed
-    within FRONT_MATTER_MAX_LINES lines or is not a YAML mapping is not front matter: its lines
-    come back as text, and the front matter is ``{}``.
+    ``...``), as Jekyll, Hugo and most static-site generators write it. Parsed within bounds by
+    :func:`pgrag.frontmatter.parse_front_matter`: values JSON cannot hold (dates) become
+    strings, and front matter it refuses (aliases, too deep, too large) raises
+    :class:`FrontMatterError` (``strict``) or is skipped as ``{}`` (not ``strict``: for readers
+    of the text alone). A block that is not closed within FRONT_MATTER_MAX_LINES lines or is not
+    a YAML mapping is not front matter: its lines come back as text, and the front matter is
+    ``{}``.
     """
     it = iter(lines)
     head: list[str] = []
@@ -198,9 +254,14 @@ def split_front_matter(lines: Iterable[str]) -> tuple[dict[str, Any], Iterator[s
     for raw in it:
         head.append(raw)
         if raw.rstrip("\r\n").strip() in _FRONT_MATTER_END:
-            parsed = _parse_front_matter(
-                "".join(line if line.endswith("\n") else line + "\n" for line in head[1:-1])
-            )
+            try:
+                parsed = parse_front_matter(
+                    "".join(line if line.endswith("\n") else line + "\n" for line in head[1:-1])
+                )
+            except FrontMatterError:
+                if strict:
+                    raise
+                parsed = {}
             if parsed is not None:
                 return parsed, it
             break
@@ -209,19 +270,12 @@ def split_front_matter(lines: Iterable[str]) -> tuple[dict[str, Any], Iterator[s
     return {}, itertools.chain(head, it)
 
 
-def _parse_front_matter(text: str) -> dict[str, Any] | None:
-    import yaml
-
+def _front_matter(uri: str, lines: Iterable[str]) -> dict[str, Any]:
+    """The front matter of a Markdown document; a refused one fails it with its uri."""
     try:
-        data = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    normalised: dict[str, Any] = json.loads(
-        json.dumps({str(k): v for k, v in data.items()}, default=str)
-    )
-    return normalised
+        return split_front_matter(lines)[0]
+    except FrontMatterError as exc:
+        raise FrontMatterError(f"{uri}: {exc}") from exc
 
 
 def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
@@ -238,13 +292,15 @@ def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
     def path() -> tuple[str, ...]:
         return tuple(title for _, title in stack)
 
+    size = 0  # characters in buf, kept as lines come (a sum per line would be quadratic)
+
     def flush() -> Iterator[Block]:
-        nonlocal buf, kind
+        nonlocal buf, kind, size
         if buf and any(x.strip() for x in buf):
             yield Block("\n".join(buf), heading_path=path(), kind=kind)
-        buf, kind = [], "text"
+        buf, kind, size = [], "text", 0
 
-    _, rest = split_front_matter(lines)
+    _, rest = split_front_matter(lines, strict=False)
     for raw in rest:
         line = raw.rstrip("\r\n")
         if fence is not None:
@@ -259,10 +315,10 @@ def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
             fence, kind = m.group(1), "code"
             buf.append(line)
             continue
-        m = _HEADING.match(line)
-        if m:
+        heading = _heading(line)
+        if heading is not None:
             yield from flush()
-            level, title = len(m.group(1)), m.group(2).strip()
+            level, title = heading
             while stack and stack[-1][0] >= level:
                 stack.pop()
             stack.append((level, title))
@@ -270,7 +326,7 @@ def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
             continue
         if _SETEXT.match(line) and len(buf) == 1 and kind == "text" and buf[0].strip():
             title = buf[0].strip()
-            buf = []
+            buf, size = [], 0
             level = 1 if line.strip().startswith("=") else 2
             while stack and stack[-1][0] >= level:
                 stack.pop()
@@ -286,7 +342,8 @@ def markdown_blocks(lines: Iterable[str]) -> Iterator[Block]:
         if is_row:
             kind = "table"
         buf.append(line.rstrip())
-        if kind == "text" and sum(len(x) for x in buf) > MAX_PARAGRAPH_CHARS:
+        size += len(line)
+        if kind == "text" and size > MAX_PARAGRAPH_CHARS:
             yield from flush()
     yield from flush()
 
@@ -299,9 +356,9 @@ def markdown_title(lines: Iterable[str], front_matter: dict[str, Any] | None = N
     if isinstance(title, str | int | float) and str(title).strip():
         return str(title).strip()
     for i, raw in enumerate(lines):
-        m = _HEADING.match(raw.strip())
-        if m:
-            return m.group(2).strip()
+        heading = _heading(raw.strip())
+        if heading is not None:
+            return heading[1]
         if i > 200:
             break
     return ""
@@ -312,13 +369,19 @@ def markdown_title(lines: Iterable[str], front_matter: dict[str, Any] | None = N
 _DROP_TAGS = (
     "script, style, nav, header, footer, aside, noscript, form, iframe, svg, template, button"
 )
-_BLOCK_TAGS = "h1, h2, h3, h4, h5, h6, p, li, pre, blockquote, table, dt, dd, figcaption"
+_BLOCK_TAGS = frozenset(
+    "h1 h2 h3 h4 h5 h6 p li pre blockquote table dt dd figcaption".split()  # noqa: SIM905
+)
 
 
-def _html_tree(text: str) -> Any:
+def _html_tree(text: str, *, bounded: bool = False) -> Any:
+    """The parsed page without scripts, navigation and the like, nested at most
+    MAX_HTML_DEPTH elements deep (deeper tags are flattened: the parser is quadratic in depth;
+    ``bounded``: ``text`` comes from :func:`bound_nesting` already).
+    """
     from selectolax.lexbor import LexborHTMLParser
 
-    tree = LexborHTMLParser(text)
+    tree = LexborHTMLParser(text if bounded else bound_nesting(text))
     for node in tree.css(_DROP_TAGS):
         node.decompose()
     return tree
@@ -333,24 +396,42 @@ def html_title(tree: Any) -> str:
     return " ".join(title.split())
 
 
+def _outer_blocks(root: Any) -> Iterator[Any]:
+    """The block elements under ``root`` that no other block element contains, in document
+    order: one walk that does not enter a block (each node is visited once)."""
+    node = root.child
+    while node is not None:
+        if node.tag in _BLOCK_TAGS:
+            yield node
+        elif node.child is not None:
+            node = node.child
+            continue
+        while node is not None and node.next is None:
+            node = node.parent
+            if node is None or node.mem_id == root.mem_id:
+                return
+        if node is not None:
+            node = node.next
+
+
+def _own_rows(table: Any) -> Iterator[Any]:
+    """The rows of ``table`` itself, not of tables nested in its cells: a nested table's text
+    is in its cell's text already (taking every ``tr`` below repeated it once per level)."""
+    for child in table.iter():
+        if child.tag == "tr":
+            yield child
+        elif child.tag in ("thead", "tbody", "tfoot"):
+            yield from (tr for tr in child.iter() if tr.tag == "tr")
+
+
 def html_blocks(text: str, tree: Any = None) -> Iterator[Block]:
     """Main text of an HTML page: headings (with their path), paragraphs, list items, tables."""
     tree = tree if tree is not None else _html_tree(text)
     root = tree.css_first("main") or tree.css_first("article") or tree.body or tree.root
     if root is None:
         return
-    nodes = root.css(_BLOCK_TAGS)
-    chosen = {n.mem_id for n in nodes}
     stack: list[tuple[int, str]] = []
-    for node in nodes:
-        parent, nested = node.parent, False
-        while parent is not None:
-            if parent.mem_id in chosen:
-                nested = True
-                break
-            parent = parent.parent
-        if nested:
-            continue
+    for node in _outer_blocks(root):
         tag = node.tag
         if tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
             title = " ".join(node.text(separator=" ", strip=True).split())
@@ -363,9 +444,11 @@ def html_blocks(text: str, tree: Any = None) -> Iterator[Block]:
             yield Block(title, heading_path=tuple(t for _, t in stack), kind="heading")
         elif tag == "table":
             rows = []
-            for tr in node.css("tr"):
+            for tr in _own_rows(node):
                 cells = [
-                    " ".join(c.text(separator=" ", strip=True).split()) for c in tr.css("th, td")
+                    " ".join(c.text(separator=" ", strip=True).split())
+                    for c in tr.iter()
+                    if c.tag in ("th", "td")
                 ]
                 if any(cells):
                     rows.append("| " + " | ".join(cells) + " |")
@@ -434,10 +517,51 @@ def _has_rulings(page: Any) -> bool:
     return False
 
 
+FURNITURE_MARGIN = 0.08  # running headers and footers sit in the top or bottom 8% of a page
+FURNITURE_MIN_PAGES = 3  # ... and repeat, digits aside, on at least this many pages
+
+
+def _margin(y0: float, y1: float, height: float) -> str | None:
+    if y1 <= height * FURNITURE_MARGIN:
+        return "top"
+    if y0 >= height * (1 - FURNITURE_MARGIN):
+        return "bottom"
+    return None
+
+
+def _furniture_key(text: str) -> str:
+    """A block's text with page numbers and layout left out: what repeats from page to page."""
+    return " ".join(re.sub(r"\d+", "#", text).casefold().split())
+
+
+def _page_furniture(doc: Any) -> set[tuple[str, str]]:
+    """(margin, key) of the text blocks repeated in the top or bottom margin of at least
+    FURNITURE_MIN_PAGES pages: running headers, footers and page numbers, not content.
+    A first pass over the pages' text (no tables), one page at a time."""
+    if doc.page_count < FURNITURE_MIN_PAGES:
+        return set()
+    counts: Counter[tuple[str, str]] = Counter()
+    for pno in range(doc.page_count):
+        try:
+            page = doc.load_page(pno)
+            height = page.rect.height
+            seen: set[tuple[str, str]] = set()
+            for _x0, y0, _x1, y1, text, _no, btype in page.get_text("blocks"):
+                where = _margin(y0, y1, height) if btype == 0 else None
+                if where is not None and text.strip():
+                    seen.add((where, _furniture_key(text)))
+        except Exception:  # an unreadable page is reported by the second pass
+            continue
+        counts.update(seen)
+    return {key for key, n in counts.items() if n >= FURNITURE_MIN_PAGES}
+
+
 def pdf_blocks(open_doc: Callable[[], Any], uri: str) -> Iterator[Block]:
-    """Text blocks and tables, page by page (a page is loaded, read and released in turn)."""
+    """Text blocks and tables, page by page (a page is loaded, read and released in turn),
+    without the running headers and footers (:func:`_page_furniture`)."""
     doc = open_doc()
     try:
+        furniture = _page_furniture(doc)
         toc = [(lvl, title.strip(), page) for lvl, title, page, *_ in doc.get_toc(simple=True)]
         stack: list[tuple[int, str]] = []
         t = 0
@@ -468,8 +592,12 @@ def pdf_blocks(open_doc: Callable[[], Any], uri: str) -> Iterator[Block]:
                         items.append(
                             (table.bbox[1], Block(_table_markdown(rows), page_no, path, "table"))
                         )
+                height = page.rect.height
                 for x0, y0, x1, y1, text, _no, btype in page.get_text("blocks", sort=True):
                     if btype != 0 or any(_inside((x0, y0, x1, y1), b) for b in boxes):
+                        continue
+                    where = _margin(y0, y1, height) if furniture else None
+                    if where is not None and (where, _furniture_key(text)) in furniture:
                         continue
                     text = re.sub(r"-\n(?=[a-z])", "", text)
                     text = " ".join(text.split())
@@ -528,6 +656,63 @@ def _scan_file(path: Path) -> tuple[str, bool, bytes]:
     return digest.hexdigest(), utf8, head
 
 
+# Codecs a page or file may not name: not encodings of text a browser would read (UTF-7 is
+# refused by browsers, the others are transforms), or ones that raise whatever the errors mode.
+_REFUSED_CODECS = frozenset(
+    ("utf-7", "idna", "punycode", "undefined", "unicode-escape", "raw-unicode-escape")
+)
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def text_codec(name: str | None) -> str | None:
+    """The Python codec a charset label names, when it is one text may be decoded with."""
+    if not name:
+        return None
+    label = name.strip().strip("\"'").strip().lower()
+    if not label or len(label) > 40:
+        return None
+    try:
+        info = codecs.lookup(label)
+    except (LookupError, ValueError, TypeError):
+        return None
+    if not getattr(info, "_is_text_encoding", True) or info.name in _REFUSED_CODECS:
+        return None
+    return info.name
+
+
+def bom_encoding(data: bytes) -> str | None:
+    """The encoding a byte-order mark at the start of ``data`` announces (UTF-8/16/32)."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return encoding
+    return None
+
+
+def decode_declared(data: bytes, charset: str | None) -> tuple[str, str]:
+    """(text, encoding) of bytes whose sender declared ``charset``: a byte-order mark first,
+    then the declared charset when it is a usable text codec, else detection; never raises
+    (undecodable bytes become U+FFFD)."""
+    encoding = bom_encoding(data)
+    if encoding is None:
+        encoding = text_codec(charset)
+        if encoding in ("utf-16", "utf-32"):  # without a byte-order mark: not what it says
+            encoding = None
+    if encoding == "utf-8":  # a page said UTF-8 but is not: detect what it is instead
+        return decode_bytes(data)
+    if encoding is not None:
+        try:
+            return data.decode(encoding, errors="replace"), encoding
+        except (UnicodeError, LookupError, ValueError):
+            pass
+    return decode_bytes(data)
+
+
 def detect_encoding(sample: bytes) -> str:
     """Best guess for non-UTF-8 bytes (charset-normalizer), else latin-1 (never fails)."""
     try:
@@ -544,7 +729,7 @@ def detect_encoding(sample: bytes) -> str:
                     and m.coherence >= best.coherence - 0.01
                 ):
                     return "cp1252"
-            return str(best.encoding)
+            return text_codec(str(best.encoding)) or "latin-1"
     except ImportError:  # pragma: no cover - charset-normalizer is a dependency
         pass
     return "latin-1"
@@ -556,7 +741,10 @@ def decode_bytes(data: bytes) -> tuple[str, str]:
         return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         enc = detect_encoding(data[: 1 << 20])
-        return data.decode(enc, errors="replace"), enc
+        try:
+            return data.decode(enc, errors="replace"), enc
+        except (UnicodeError, LookupError, ValueError):  # a codec that fails even so
+            return data.decode("latin-1"), "latin-1"
 
 
 def extract_path(path: str | Path, source_type: str | None = None) -> ExtractedDocument:
@@ -589,15 +777,18 @@ def extract_path(path: str | Path, source_type: str | None = None) -> ExtractedD
             content_sha256=sha,
             empty_message=f"{uri}: {PDF_NO_TEXT}",
         )
-    if _looks_binary(head):
+    bom = bom_encoding(head)  # UTF-16 and UTF-32 text has NUL bytes: its mark says it is text
+    if bom in (None, "utf-8-sig") and _looks_binary(head):
         raise ExtractionError(f"{uri}: binary content, not {source_type} (NUL or control bytes)")
-    encoding = (
-        "utf-8"
-        if utf8
-        else detect_encoding(
-            head if p.stat().st_size <= SNIFF_BYTES else p.open("rb").read(1 << 20)
-        )
-    )
+    if bom is not None:
+        encoding = bom
+    elif utf8:
+        encoding = "utf-8"
+    elif p.stat().st_size <= SNIFF_BYTES:
+        encoding = detect_encoding(head)
+    else:
+        with p.open("rb") as f:
+            encoding = detect_encoding(f.read(1 << 20))
     metadata["encoding"] = encoding
 
     def lines() -> Iterator[str]:
@@ -605,19 +796,19 @@ def extract_path(path: str | Path, source_type: str | None = None) -> ExtractedD
             yield from f
 
     if source_type == "html":
-        text = p.read_bytes().decode(encoding, errors="replace")
-        tree = _html_tree(text)
+        text = bound_nesting(p.read_bytes().decode(encoding, errors="replace"))
+        tree = _html_tree(text, bounded=True)
         return ExtractedDocument(
             uri=uri,
             title=html_title(tree) or stem_title,
             source_type="html",
-            blocks=LazyBlocks(lambda: html_blocks(text)),
+            blocks=LazyBlocks(lambda: html_blocks(text, _html_tree(text, bounded=True))),
             metadata=metadata,
             content_sha256=sha,
             empty_message=f"{uri}: empty file ({NO_TEXT})",
         )
     if source_type == "markdown":
-        front_matter, _ = split_front_matter(lines())
+        front_matter = _front_matter(uri, lines())
         metadata = {**metadata, **front_matter}
         return ExtractedDocument(
             uri=uri,
@@ -710,19 +901,10 @@ def document_from_response(
             content_sha256=sha,
             empty_message=f"{url}: {PDF_NO_TEXT}",
         )
-    if _looks_binary(data[:SNIFF_BYTES]):
+    if bom_encoding(data) in (None, "utf-8-sig") and _looks_binary(data[:SNIFF_BYTES]):
         raise ExtractionError(f"{url}: binary content, not {fmt}")
-    text = ""
-    if charset:
-        try:
-            text = data.decode(charset, errors="replace")
-        except LookupError:  # a charset Python does not know: detect it instead
-            charset = None
-    if not charset:
-        text, charset = decode_bytes(data)
+    text, _ = decode_declared(data, charset)
     doc_ = ExtractedDocument.from_text(url, text, source_type=fmt)
-    if fmt == "html":
-        doc_.title = html_title(_html_tree(text))
     return ExtractedDocument(
         uri=url,
         title=doc_.title or base_title,

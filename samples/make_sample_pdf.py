@@ -3,7 +3,8 @@
     .venv/bin/python samples/make_sample_pdf.py [OUT.pdf]    # default samples/pgrag-overview.pdf
 
 Three pages with a table of contents (it becomes the chunks' heading path) and a ruled table
-that the PDF extractor keeps whole.
+that the PDF extractor keeps whole. The output is the same bytes on every run (fixed dates,
+no random file identifier), so rebuilding the demo corpus changes nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ PAGES = [
         "documents still marked processing and completes them, with no duplicate chunk.",
     ),
 ]
+FIXED_DATE = "D:20240101000000Z"
 TABLE = [
     ["Stage", "Work", "Runs on"],
     ["extract", "pages, headings, tables", "main thread"],
@@ -60,9 +62,19 @@ def build(out: Path) -> Path:
                     page.insert_text((x + 4, y0 + r * row_h + 16), cell, fontsize=10)
                     x += w
     doc.set_toc([[1, title, n] for n, (title, _) in enumerate(PAGES, start=1)])
-    doc.set_metadata({"title": "pgrag overview", "author": "pgrag"})
+    doc.set_metadata(
+        {
+            "title": "pgrag overview",
+            "author": "pgrag",
+            "creationDate": FIXED_DATE,
+            "modDate": FIXED_DATE,
+        }
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc.save(str(out))
+    # no_new_id: no random /ID (the trailer keeps none); garbage and deflate: a canonical layout.
+    data = doc.tobytes(garbage=4, deflate=True, no_new_id=True)
+    doc.close()
+    out.write_bytes(data)
     return out
 
 
