@@ -684,6 +684,9 @@ def test_every_search_function_inlines_the_filters(
     assert_inlined(plans)
 
 
+PLAN_ESTIMATES = frozenset({"Startup Cost", "Total Cost", "Plan Rows", "Plan Width"})
+
+
 def test_search_plans_do_not_depend_on_the_callers_plan_cache_mode(
     seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
 ) -> None:
@@ -702,13 +705,27 @@ def test_search_plans_do_not_depend_on_the_callers_plan_cache_mode(
         ("select * from public.build_context('inverter error', %s, window_size => 1)", (q,)),
     ]
 
+    def shape(node: dict[str, Any]) -> dict[str, Any]:
+        """A plan node without the planner's estimates (they follow the tables' statistics)."""
+        kept = {k: v for k, v in node.items() if k not in PLAN_ESTIMATES}
+        if "Plans" in node:
+            kept["Plans"] = [shape(child) for child in node["Plans"]]
+        return kept
+
     def reading_tables(plans: list[Plan]) -> list[tuple[str, dict[str, Any]]]:
         return [
-            (p.query, p.nodes[0])
+            (p.query, shape(p.nodes[0]))
             for p in plans
             if any(n.get("Schema") == "pgrag" and "Relation Name" in n for n in p.nodes)
         ]
 
+    # The seeding's triggers filled tables that `seeded` does not analyse (bm25_lexicon,
+    # corpus_stats, ...): autovacuum analyses them on its first visit to the database, up to a
+    # minute later, possibly between the two modes of one call (the test then failed on the
+    # estimates alone, in a run where it came a minute after the seeding). Analyse everything
+    # first, and compare the plans' shapes, not their estimates.
+    with conn.transaction():
+        conn.execute("analyze")
     for call, params in calls:
         seen = {}
         for mode in ("force_generic_plan", "force_custom_plan"):

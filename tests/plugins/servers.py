@@ -24,12 +24,14 @@ Registered from ``tests/conftest.py``; the machinery is in ``plugins/pgservers.p
   :class:`~plugins.pgservers.LocalCluster` (``.dsn(dbname)``, ``.restart()``, ``.stop()``),
   removed after the test: for tests that restart the database under a client.
 
-As root on Debian bookworm the fixtures install what is missing, once per machine: apt
-packages (PostgreSQL 15, its headers, PL/Python, Citus's build dependencies) and pgvector and
-Citus built in /var/cache/pgrag-test-build (about 30 s and 3-6 minutes on 2 cores). A fixture
-that cannot get its server (something missing while not root or with ``PGRAG_TEST_NO_INSTALL``
-set, no apt-get, a failed install or build) skips the test with the reason, also printed as a
-``[servers]`` line; the terminal summary lists how long each install, build and start took.
+PostgreSQL 15 is Debian's, unpacked into a private prefix under /var/cache/pgrag-test-build
+(``PGRAG_TEST_BUILD_DIR``), never installed on the system (see ``plugins/pgservers.py``);
+pgvector and Citus are built there from the vendored sources (about 10 s and 3 minutes on 2
+cores, once per machine). Before anything is fetched or built, a ``[servers]`` line says what
+will be done and that ``PGRAG_TEST_NO_INSTALL=1`` skips these tests instead. A fixture that
+cannot get its server (no vendored sources, PGRAG_TEST_NO_INSTALL set, a system package missing
+while not root, a failed fetch or build) skips the test with the reason, also printed as a
+``[servers]`` line; the terminal summary lists how long each fetch, build and start took.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ import pytest
 
 from pgrag.testing import temporary_cluster
 from plugins.pgservers import (
-    CITUS_PACKAGES,
     PLPYTHON_PACKAGES,
     CitusCluster,
     LocalCluster,
@@ -52,10 +53,8 @@ from plugins.pgservers import (
     ServerUnavailable,
     Standby,
     Steps,
-    ensure_citus,
-    ensure_pg15,
-    ensure_pgvector,
     make_plpython_venv,
+    prepare_pg15,
     start_citus_cluster,
     start_embedded_cluster,
     start_hot_standby,
@@ -114,12 +113,12 @@ def _or_skip(steps: Steps, what: str) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def pg15_plpython_installed(server_steps: Steps) -> None:
-    """Debian PostgreSQL 15, PL/Python, python3.11-venv and pgvector 0.8.6 are installed."""
-    with _or_skip(server_steps, "PostgreSQL 15 with PL/Python and pgvector"):
-        with server_steps.step("PostgreSQL 15 + PL/Python packages (apt)"):
-            ensure_pg15(server_steps, PLPYTHON_PACKAGES)
-        with server_steps.step("pgvector for PostgreSQL 15"):
-            ensure_pgvector(server_steps)
+    """PostgreSQL 15 with PL/Python and pgvector 0.8.6 in the private prefix; python3.11-venv."""
+    with (
+        _or_skip(server_steps, "PostgreSQL 15 with PL/Python and pgvector"),
+        server_steps.step("PostgreSQL 15 + PL/Python + pgvector (ready or prepared)"),
+    ):
+        prepare_pg15(server_steps, "the PL/Python tests", extra_packages=PLPYTHON_PACKAGES)
 
 
 @pytest.fixture(scope="session")
@@ -150,13 +149,11 @@ def pg15_plpython(plpython_venv: PlPythonVenv, server_steps: Steps) -> Iterator[
 @pytest.fixture(scope="session")
 def citus_cluster(server_steps: Steps) -> Iterator[CitusCluster]:
     """Citus 13.2.2 coordinator + 2 workers with pgvector (builds Citus once per machine)."""
-    with _or_skip(server_steps, "a Citus cluster"):
-        with server_steps.step("PostgreSQL 15 + Citus build packages (apt)"):
-            ensure_pg15(server_steps, CITUS_PACKAGES)
-        with server_steps.step("pgvector for PostgreSQL 15"):
-            ensure_pgvector(server_steps)
-        with server_steps.step("Citus for PostgreSQL 15"):
-            ensure_citus(server_steps)
+    with (
+        _or_skip(server_steps, "a Citus cluster"),
+        server_steps.step("PostgreSQL 15 + pgvector + Citus (ready or prepared)"),
+    ):
+        prepare_pg15(server_steps, "the Citus tests", citus=True)
     cluster = start_citus_cluster(server_steps)
     yield cluster
     cluster.remove()
