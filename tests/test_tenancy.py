@@ -422,8 +422,8 @@ def test_statement_timeouts_for_api_roles_in_this_database(empty_db: str) -> Non
             "where r.rolname in ('anon', 'authenticated') and s.setdatabase = "
             "(select oid from pg_database where datname = current_database())"
         ).fetchone()
-    assert "statement_timeout=3s" in settings["anon"]
-    assert "statement_timeout=8s" in settings["authenticated"]
+    assert "statement_timeout=3000" in settings["anon"]
+    assert "statement_timeout=8000" in settings["authenticated"]
     assert per_database == (0,)
 
 
@@ -447,7 +447,7 @@ def test_statement_timeout_is_configurable(db: str) -> None:
             row = conn.execute(
                 "select rolconfig from pg_roles where rolname = 'authenticated'"
             ).fetchone()
-        assert row is not None and "statement_timeout=15s" in row[0]
+        assert row is not None and "statement_timeout=15000" in row[0]
     finally:  # roles are cluster-wide: put the default back for the other tests
         _apply_policies(db, authenticated_statement_timeout="8s")
 
