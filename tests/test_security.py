@@ -443,14 +443,12 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 # privilege). A change here is a security decision; update the list together with
 # sql/idempotent/9NN-*.sql (the privileges band) and docs/security.md.
 TENANT_TABLES = (
-    "bm25_backlog",
-    "bm25_lexicon",
-    "bm25_postings",
     "chunks",
-    "corpus_stats",
     "documents",
     "query_embeddings",
 )
+# The BM25 index: written by the chunks triggers alone (as the owner), read by every API role.
+BM25_TABLES = ("bm25_backlog", "bm25_lexicon", "bm25_postings", "corpus_stats")
 # Tenant tables a tenant may not write freely (sql/idempotent/900-row-security.sql): its usage it
 # only reads, its search log it adds to (column by column), reads and deletes, the re-embed
 # queue is the owner's and service_role's alone.
@@ -458,8 +456,7 @@ READ_ONLY_TENANT_TABLES = ("token_usage",)
 APPEND_ONLY_TENANT_TABLES = ("search_log",)
 OWNER_TENANT_TABLES = ("chunk_embeddings_next",)
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
-# execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
-# the writing roles only.
+# execute"); delete_documents for the writing roles only.
 PGRAG_FUNCTIONS = (
     "cached_query_embedding(text)",
     "check_argument",
@@ -488,11 +485,10 @@ PGRAG_FUNCTIONS = (
     "vector_candidates",
     "windows",
 )
-# Writers: the chunks triggers' helpers, delete_documents, the query-embedding cache's writers,
-# and chunk_text (chunking, for the roles that write documents).
+# Writers: the chunks triggers' helper, delete_documents, the query-embedding cache's writers,
+# and chunk_text (chunking, for the roles that write documents). (bm25_apply and bm25_write_sql
+# are the owner's: the BM25 trigger function runs as the owner.)
 WRITER_FUNCTIONS = (
-    "bm25_apply",
-    "bm25_write_sql",
     "check_chunk_arguments",
     "chunk_text",
     "delete_documents",
@@ -563,6 +559,7 @@ def expected_grants(
     for table in (*tables, *APPEND_ONLY_TENANT_TABLES):
         out |= {(f"table pgrag.{table}", "authenticated", p) for p in ("SELECT", "DELETE")}
     out |= {(f"table pgrag.{t}", "authenticated", "SELECT") for t in READ_ONLY_TENANT_TABLES}
+    out |= {(f"table pgrag.{t}", r, "SELECT") for t in BM25_TABLES for r in API_ROLES}
     # authenticated writes column by column: never an id, is_public or in_shared_graph.
     assert not {
         c for c in columns | appended if c.endswith((".id", ".is_public", ".in_shared_graph"))
@@ -655,7 +652,7 @@ def test_audit_every_grant_on_pgrag_objects_and_the_api(db: str) -> None:
     )
 
 
-def test_audit_no_security_definer_function_in_the_database(db: str) -> None:
+def test_audit_the_one_security_definer_function_is_the_bm25_trigger(db: str) -> None:
     with connect(db) as conn:
         rows = conn.execute(
             "select p.oid::regprocedure::text from pg_proc p "
@@ -664,9 +661,11 @@ def test_audit_no_security_definer_function_in_the_database(db: str) -> None:
             "and not exists (select 1 from pg_depend d where d.classid = 'pg_proc'::regclass "
             "and d.objid = p.oid and d.deptype = 'e')"
         ).fetchall()
-    # pgrag needs none: the search functions run as the caller so RLS applies. Any addition
-    # here must carry a justification comment in its SQL file and a test of its own.
-    assert rows == []
+    # The search functions run as the caller so RLS applies. The one exception writes the BM25
+    # index, which no API role may write (justified in sql/idempotent/002-bm25-maintenance.sql;
+    # tests/test_tenant_write_limits.py). Any addition here must carry a justification comment
+    # in its SQL file and a test of its own.
+    assert rows == [("pgrag.bm25_chunks_changed()",)]
 
 
 def test_audit_every_function_pins_its_search_path(db: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from plugins.tenancy import claims_for, request
+from plugins.tenancy import Loaded, claims_for, request
 
 
 def submit(db: str, tenant: str, uri: str, content: str | None = "Some text.") -> Any:
@@ -49,3 +49,89 @@ def test_document_status_bounds_source_uris_in_bytes(db: str, authenticator: str
         conn.execute(
             "select * from public.document_status(source_uris => %s)", (["\U0001f600" * 600],)
         )
+
+
+# -- the BM25 index: written by pgrag's trigger alone -------------------------------------------
+
+BM25_WRITES = [
+    "update pgrag.bm25_lexicon set df = -1000000000",
+    "delete from pgrag.bm25_lexicon",
+    "insert into pgrag.bm25_lexicon (tenant_id, lexeme, shard, df) values ('acme', 'vacat', 0, -1)",
+    "update pgrag.corpus_stats set chunk_count = 1000000000",
+    "insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len) "
+    "select 'acme', 'vacat', g, 1, 1 from generate_series(1000000, 1050000) as g",
+    "delete from pgrag.bm25_postings",
+    "insert into pgrag.bm25_backlog (tenant_id, chunk_id) values ('acme', 1)",
+]
+
+
+@pytest.mark.parametrize("statement", BM25_WRITES)
+@pytest.mark.parametrize("role", ["authenticated", "service_role"])
+def test_no_api_role_writes_the_bm25_index(
+    db: str, authenticator: str, role: str, statement: str
+) -> None:
+    claims = claims_for("acme") if role == "authenticated" else None
+    with (
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+        request(db, role, claims) as conn,
+    ):
+        conn.execute(statement)
+
+
+def across_tenants(db: str) -> list[Any]:
+    with request(db, "service_role") as conn:
+        return conn.execute(
+            "select tenant_id, chunk_id, score from public.keyword_search('vacation policy', 10)"
+        ).fetchall()
+
+
+def test_a_tenants_attempt_on_the_bm25_index_leaves_a_search_across_tenants_unchanged(
+    two_tenants: Loaded,
+) -> None:
+    before = across_tenants(two_tenants.db)
+    assert {t for t, _, _ in before} == {"acme", "globex"}
+    for statement in BM25_WRITES:
+        with (
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+            request(two_tenants.db, "authenticated", claims_for("acme")) as conn,
+        ):
+            conn.execute(statement)
+    assert across_tenants(two_tenants.db) == before
+
+
+def test_a_tenants_chunks_are_still_indexed_as_it_writes_them(two_tenants: Loaded) -> None:
+    doc = two_tenants.documents["acme"][0]
+    with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
+        (chunk,) = conn.execute(
+            "insert into pgrag.chunks (document_id, chunk_index, content, content_sha256) "
+            "values (%s, 77, 'quokka habitat', 'x') returning id",
+            (doc,),
+        ).fetchone()  # type: ignore[misc]
+        assert conn.execute(
+            "select tenant_id, chunk_id from pgrag.bm25_postings where lexeme = 'quokka'"
+        ).fetchall() == [("acme", chunk)]
+        conn.execute("update pgrag.chunks set content = 'wombat burrow' where id = %s", (chunk,))
+        assert conn.execute(
+            "select lexeme from pgrag.bm25_postings where chunk_id = %s order by 1", (chunk,)
+        ).fetchall() == [("burrow",), ("wombat",)]
+        conn.execute("delete from pgrag.chunks where id = %s", (chunk,))
+        assert conn.execute(
+            "select count(*) from pgrag.bm25_postings where chunk_id = %s", (chunk,)
+        ).fetchone() == (0,)
+
+
+def test_a_tenant_naming_itself_a_bulk_load_is_still_indexed(two_tenants: Loaded) -> None:
+    # The bulk path (rows left for pgrag.finish_bulk_load) is the owner's: a tenant that sets
+    # the setting its loader uses still gets postings, and lists nothing in the backlog.
+    doc = two_tenants.documents["acme"][0]
+    with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
+        conn.execute("select set_config('pgrag.bulk_load_tenant', 'acme', true)")
+        conn.execute(
+            "insert into pgrag.chunks (document_id, chunk_index, content, content_sha256) "
+            "values (%s, 78, 'quokka habitat', 'x')",
+            (doc,),
+        )
+        assert conn.execute(
+            "select count(*) from pgrag.bm25_postings where lexeme = 'quokka'"
+        ).fetchone() == (1,)
+        assert conn.execute("select count(*) from pgrag.bm25_backlog").fetchone() == (0,)
