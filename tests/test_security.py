@@ -496,6 +496,7 @@ WRITER_FUNCTIONS = (
     "query_cache_get",
     "query_cache_max_entries",
     "query_cache_put",
+    "search_log_max_rows",
     "text_search_config_allowed",
 )
 

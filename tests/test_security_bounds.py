@@ -382,6 +382,37 @@ def test_bm25_apply_refuses_a_malformed_batch_before_writing(
     assert text.startswith(message), text
 
 
+# The widest searches a caller may ask for (docs/security.md, "Argument limits"): the largest
+# counts, the widest window, the largest ef_search, each fusion.
+WIDEST_SEARCHES = {
+    "hybrid-window": "select chunk_id from public.hybrid_search(%(q)s, %(e)s::vector, "
+    "match_count => 1000, candidate_count => 1000, window_size => 10)",
+    "hybrid-rrf-ef": "select chunk_id from public.hybrid_search(%(q)s, %(e)s::vector, "
+    "match_count => 1000, candidate_count => 1000, window_size => 10, fusion => 'rrf', "
+    "ef_search => 1000)",
+    "hybrid-mmr": "select chunk_id from public.hybrid_search(%(q)s, %(e)s::vector, "
+    "match_count => 1000, candidate_count => 1000, window_size => 10, mmr_lambda => 0.5)",
+    "build_context": "select sources from public.build_context(%(q)s, %(e)s::vector, "
+    "match_count => 1000, window_size => 10, token_budget => 1000000)",
+    "chunk_windows": "select chunk_id from public.chunk_windows("
+    "(select array_agg(id) from generate_series(1, 2000) as id)::bigint[], 10)",
+}
+
+
+@pytest.mark.parametrize("role", ["anon", "authenticated"])
+@pytest.mark.parametrize("statement", WIDEST_SEARCHES.values(), ids=WIDEST_SEARCHES.keys())
+def test_the_widest_searches_write_no_temp_files(corpus: Corpus, role: str, statement: str) -> None:
+    with api_connection(corpus.db) as conn:
+        before = temp_usage(conn)
+        rows, state, message, _ = call(
+            conn, role, statement, {"q": "search", "e": str(corpus.query_embedding)}
+        )
+        after = temp_usage(conn)
+    assert state is None, message
+    assert rows
+    assert (after[0] - before[0], after[1] - before[1]) == (0, 0)
+
+
 @pytest.mark.parametrize(
     "statement",
     [

@@ -8,11 +8,14 @@ per tenant; the BM25 statistics are written by pgrag's triggers alone.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
 import pytest
-from plugins.tenancy import Loaded, claims_for, request
+from plugins.tenancy import Loaded, api_dsn, claims_for, request
+
+from pgrag.db import connect
 
 
 def submit(db: str, tenant: str, uri: str, content: str | None = "Some text.") -> Any:
@@ -135,3 +138,75 @@ def test_a_tenant_naming_itself_a_bulk_load_is_still_indexed(two_tenants: Loaded
             "select count(*) from pgrag.bm25_postings where lexeme = 'quokka'"
         ).fetchone() == (1,)
         assert conn.execute("select count(*) from pgrag.bm25_backlog").fetchone() == (0,)
+
+
+# -- the search log: bounded per tenant -----------------------------------------------------------
+
+
+def log_on(db: str) -> None:
+    with connect(db) as conn:
+        conn.execute("update pgrag.settings set search_log = true, search_log_query_text = true")
+        conn.commit()
+
+
+def log_rows(db: str) -> dict[str, int]:
+    with connect(db) as conn:
+        return dict(
+            conn.execute("select tenant_id, count(*) from pgrag.search_log group by 1").fetchall()
+        )
+
+
+def test_a_logged_query_text_keeps_its_first_1000_characters(db: str, authenticator: str) -> None:
+    log_on(db)
+    with request(db, "authenticated", claims_for("acme")) as conn:
+        assert conn.execute(
+            "select public.log_search('hybrid', 5, 3, 0.5, %s)", ("\U0001f600" * 10_000,)
+        ).fetchone() == (True,)
+        conn.execute(
+            "insert into pgrag.search_log (tenant_id, mode, latency_ms, row_count, query_text) "
+            "values ('acme', 'vector', 1, 1, repeat('q', 10000))"
+        )
+    with connect(db) as conn:
+        lengths = conn.execute(
+            "select length(query_text) from pgrag.search_log order by id"
+        ).fetchall()
+    assert lengths == [(1000,), (1000,)]
+
+
+def test_a_tenants_search_log_keeps_at_most_its_bound(db: str, authenticator: str) -> None:
+    log_on(db)
+    with connect(db) as conn:
+        (bound,) = conn.execute("select pgrag.search_log_max_rows()").fetchone()  # type: ignore[misc]
+        for tenant in ("acme", "globex"):
+            conn.execute(
+                "insert into pgrag.search_log (tenant_id, mode, latency_ms, row_count) "
+                "select %s, 'hybrid', 1, 1 from generate_series(1, %s)",
+                (tenant, bound),
+            )
+        conn.commit()
+    assert bound == 100_000 and log_rows(db) == {"acme": bound, "globex": bound}
+    # A statement of many rows is trimmed at once, oldest first.
+    with request(db, "authenticated", claims_for("acme")) as conn:
+        conn.execute(
+            "insert into pgrag.search_log (tenant_id, mode, latency_ms, row_count, query_text) "
+            "select 'acme', 'keyword', 2, 2, 'new' from generate_series(1, 5000)"
+        )
+    assert log_rows(db) == {"acme": bound, "globex": bound}
+    # One row at a time (public.log_search, one request each): trimmed every 64 calls on
+    # average, never another tenant's rows.
+    with connect(api_dsn(db)) as conn:
+        for _ in range(2000):
+            with conn.transaction():
+                conn.execute("set local role authenticated")
+                conn.execute(
+                    "select set_config('request.jwt.claims', %s, true)",
+                    (json.dumps(claims_for("acme")),),
+                )
+                conn.execute("select public.log_search('vector', 1, 1, null, 'a question')")
+    counts = log_rows(db)
+    assert bound <= counts["acme"] < bound + 1000, counts
+    assert counts["globex"] == bound
+    with connect(db) as conn:
+        assert conn.execute(
+            "select count(*) from pgrag.search_log where tenant_id = 'acme' and query_text = 'new'"
+        ).fetchone() == (5000,)

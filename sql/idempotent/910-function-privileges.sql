@@ -47,7 +47,9 @@ begin
               'embed_query', 'compute_query_embedding', 'cached_query_embedding',
               'check_query_text', 'normalize_query', 'query_cache_key', 'chunk_text',
               'check_chunk_arguments', 'query_cache_get', 'query_cache_put', 'prune_query_cache',
-              'query_cache_max_entries'
+              'query_cache_max_entries',
+              -- the search log's bound (032-search-log.sql: its trigger runs as the writer)
+              'search_log_max_rows'
           ])
           -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
           -- file by pgrag.isolate_tenant, which grants it the same way)
@@ -56,7 +58,8 @@ begin
     loop
         if f.proname in ('delete_documents', 'text_search_config_allowed',
                          'chunk_text', 'check_chunk_arguments', 'query_cache_get',
-                         'query_cache_put', 'prune_query_cache', 'query_cache_max_entries')
+                         'query_cache_put', 'prune_query_cache', 'query_cache_max_entries',
+                         'search_log_max_rows')
            or f.proname operator(pg_catalog.~) '^own_graph_walk_t_' then
             -- writers only (the chunks triggers call text_search_config_allowed as the writer;
             -- the cache's writers, chunking): anon writes nothing; and the walk functions, for
