@@ -192,7 +192,9 @@ def test_cache_arguments_out_of_range_are_refused_with_22023(
         conn.execute(call, {"v": vector})
 
 
-def test_a_model_other_than_the_databases_is_refused(two_tenants: Loaded, vector: np.ndarray) -> None:
+def test_a_model_other_than_the_databases_is_refused(
+    two_tenants: Loaded, vector: np.ndarray
+) -> None:
     # A new model name each call once grew the cache without bound (the bound was per model).
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="model must be the model"):
         put(two_tenants.db, "acme", "q", vector, model="model-1")

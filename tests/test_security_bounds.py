@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from plugins.tenancy import api_dsn, claims_for, ensure_authenticator
 from psycopg import sql
+from test_security_privileges import postgrest_role_settings
 
 from pgrag.db import connect
 from pgrag.errors import ConfigError
@@ -50,6 +51,11 @@ GLOBEX_MARKER = "zqxglobexsecretmarker"
 QUERY = "how does hybrid search fuse keyword and vector results"
 TIMEOUT_S = 3.0
 DIMS = 384
+# A public document of acme generated in bulk (random embeddings, 200 words a chunk, about the
+# size of the ingester's chunks): enough rows that the widest calls (1,000 hits, windows of 10
+# chunks each side, 1,000 candidates per arm) handle tens of thousands of chunk rows, as on a
+# real tenant.
+GENERATED_CHUNKS = 1500
 # SQLSTATEs pgrag documents for its functions' arguments (docs/security.md, "Argument limits").
 DOCUMENTED_SQLSTATES = {"22023"}
 # Functions that compute embeddings or chunks inside the database: on a server without PL/Python
@@ -134,6 +140,7 @@ def corpus(pg_admin_dsn: str, template_db: str, local_embedder: Any) -> Iterator
                 f"where d.tenant_id = %s and {cond}",
                 (marker, tenant),
             )
+        add_generated_document(conn)
         chunks: dict[str, set[int]] = {}
         documents: dict[str, set[int]] = {}
         for name, cond in (
@@ -148,8 +155,10 @@ def corpus(pg_admin_dsn: str, template_db: str, local_embedder: Any) -> Iterator
             documents[name] = {r[0] for r in rows}
             chunks[name] = {r[1] for r in rows}
         longest = conn.execute(
-            "select array_agg(id order by chunk_index) from pgrag.chunks where tenant_id = 'acme' "
-            "group by document_id order by count(*) desc limit 1"
+            "select array_agg(c.id order by c.chunk_index) from pgrag.chunks as c "
+            "join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id "
+            "where c.tenant_id = 'acme' and d.source_uri <> 'generated.md' "
+            "group by c.document_id order by count(*) desc limit 1"
         ).fetchone()
         assert longest
         conn.execute("analyze")
@@ -159,8 +168,32 @@ def corpus(pg_admin_dsn: str, template_db: str, local_embedder: Any) -> Iterator
     drop_database(pg_admin_dsn, dsn)
 
 
+def add_generated_document(conn: psycopg.Connection[Any]) -> None:
+    rng = np.random.default_rng(7)
+    words = [*QUERY.split(), "window", "context", "source", "chunk", "tenant", "index"]
+    vectors = rng.standard_normal((GENERATED_CHUNKS, DIMS)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    contents = [" ".join(rng.choice(words, 400)) + f" part{i}" for i in range(GENERATED_CHUNKS)]
+    row = conn.execute(
+        "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status, "
+        "is_public, chunk_count) values ('acme', 'Generated handbook', 'markdown', "
+        "'generated.md', 'ready', true, %s) returning id",
+        (GENERATED_CHUNKS,),
+    ).fetchone()
+    assert row
+    conn.execute(
+        "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding, "
+        "content_sha256, token_count) "
+        "select 'acme', %s, u.i - 1, u.c, u.e::vector, md5(u.c), 250 "
+        "from unnest(%s::text[], %s::text[]) with ordinality as u(c, e, i)",
+        (row[0], contents, [str(v.tolist()) for v in vectors]),
+    )
+
+
 def test_the_corpus_is_real_and_split_between_tenants(corpus: Corpus) -> None:
-    assert len(corpus.chunks["acme"]) >= 50 and len(corpus.chunks["globex"]) >= 30
+    assert (
+        len(corpus.chunks["acme"]) >= 50 + GENERATED_CHUNKS and len(corpus.chunks["globex"]) >= 30
+    )
     assert corpus.chunks["public"] and corpus.chunks["public"] < corpus.chunks["acme"]
     assert len(corpus.longest_document) >= 20
 
@@ -190,6 +223,9 @@ def replay(
     """One request: ``set local role``, local claims and a local 3 s statement_timeout
     (``rollback``: nothing it wrote is kept)."""
     with conn.transaction(force_rollback=rollback):
+        # The role's settings, as PostgREST loads them (lower-cased) and applies them.
+        for key, value in role_settings(conn).get(role, {}).items():
+            conn.execute("select pg_catalog.set_config(%s, %s, true)", (key, value))
         conn.execute(sql.SQL("set local role {}").format(sql.Identifier(role)))
         conn.execute(
             "select pg_catalog.set_config('request.jwt.claims', %s, true)",
@@ -197,6 +233,18 @@ def replay(
         )
         conn.execute(f"set local statement_timeout = '{int(TIMEOUT_S * 1000)}ms'")
         yield conn
+
+
+_ROLE_SETTINGS: dict[str, dict[str, dict[str, str]]] = {}
+
+
+def role_settings(conn: psycopg.Connection[Any]) -> dict[str, dict[str, str]]:
+    """What PostgREST loads for each role (its own query), once per database."""
+    db = conn.info.dbname
+    if db not in _ROLE_SETTINGS:
+        dsn = conn.info.dsn
+        _ROLE_SETTINGS[db] = postgrest_role_settings(dsn)
+    return _ROLE_SETTINGS[db]
 
 
 def temp_usage(conn: psycopg.Connection[Any]) -> tuple[int, int]:
@@ -394,8 +442,8 @@ WIDEST_SEARCHES = {
     "match_count => 1000, candidate_count => 1000, window_size => 10, mmr_lambda => 0.5)",
     "build_context": "select sources from public.build_context(%(q)s, %(e)s::vector, "
     "match_count => 1000, window_size => 10, token_budget => 1000000)",
-    "chunk_windows": "select chunk_id from public.chunk_windows("
-    "(select array_agg(id) from generate_series(1, 2000) as id)::bigint[], 10)",
+    "chunk_windows": "select chunk_ids from public.chunk_windows("
+    "(select array_agg(id) from generate_series(1, 1000) as id)::bigint[], 10)",
 }
 
 
@@ -977,7 +1025,44 @@ def property_check(
     def check(args: dict[str, Any]) -> None:
         run_one(conn, corpus, fn, role, args, worst)
 
+    for widest in widest_examples(corpus, fn):
+        check = example(args=widest)(check)
     return check
+
+
+# The largest work a caller may ask for, tried on every function that takes these arguments
+# (besides the generated examples, which seldom combine them): each count at its maximum, the
+# widest window, the largest ef_search, with each fusion. Over the generated document they
+# handle tens of thousands of chunk rows: no temporary file may be written.
+WIDEST = {
+    "match_count": 1000,
+    "candidate_count": 1000,
+    "select_count": 2000,
+    "window_size": 10,
+    "ef_search": 1000,
+    "token_budget": 1_000_000,
+}
+
+
+def widest_examples(corpus: Corpus, fn: Function) -> list[dict[str, Any]]:
+    names = {name for name, _, _ in fn.args}
+    if not names & {"match_count", "window_size", "select_count"}:
+        return []
+    base = {k: v for k, v in WIDEST.items() if k in names}
+    if "query_text" in names:
+        base["query_text"] = QUERY
+    if "query_embedding" in names:
+        base["query_embedding"] = corpus.query_embedding
+    if "chunk_ids" in names:
+        base["chunk_ids"] = sorted(corpus.chunks["acme"])[:1000]
+    if not {name for name, _, has_default in fn.args if not has_default} <= set(base):
+        return []  # an argument this example cannot fill: the generated examples cover it
+    out = [base]
+    if "fusion" in names:
+        out.append({**base, "fusion": "rrf"})
+    if "mmr_lambda" in names:
+        out.append({**base, "mmr_lambda": 0.5})
+    return out
 
 
 def test_property_every_executable_function_bounds_hostile_arguments(corpus: Corpus) -> None:

@@ -168,6 +168,8 @@ def test_every_role_setting_is_written_without_a_unit(api_db: str) -> None:
         ("authenticated", "statement_timeout"): "8000",
         ("anon", "temp_file_limit"): "262144",
         ("authenticated", "temp_file_limit"): "1048576",
+        ("anon", "work_mem"): "32768",
+        ("authenticated", "work_mem"): "32768",
     }
 
 
@@ -270,9 +272,7 @@ def test_temp_file_limit_applies_once_the_login_role_may_set_it(
                 "256MB",
             )
         with postgrest_request(db, "authenticated", claims_for("acme")) as conn:
-            assert conn.execute("select current_setting('temp_file_limit')").fetchone() == (
-                "1GB",
-            )
+            assert conn.execute("select current_setting('temp_file_limit')").fetchone() == ("1GB",)
         # Enforced: with a 1 MB limit a sort that spills fails (53400), as anon through the
         # PostgREST replay.
         apply_policies(db, anon_temp_file_limit="1MB")

@@ -1,4 +1,4 @@
--- API role limits: statement_timeout and temp_file_limit for anon and authenticated.
+-- API role limits: statement_timeout, temp_file_limit and work_mem for anon and authenticated.
 -- Contract. Provides: the role settings PostgREST applies to each request of these roles
 --   (configurable per migrate, see below). Relies on: the roles anon and authenticated
 --   (incremental/003-tenancy.sql). Cluster-wide: the roles are shared by every database.
@@ -17,6 +17,11 @@ set local search_path = pg_catalog, pg_temp;
 --                      process); a superuser-context setting: setting it needs a superuser (or
 --                      GRANT SET ON PARAMETER), and PostgREST applies it only when its login
 --                      role holds GRANT SET ON PARAMETER temp_file_limit (docs/security.md).
+--   work_mem           anon and authenticated 32768 (kB, 32 MB): the widest call (1,000 hits with
+--                      windows of 10 chunks each side, 1,000 candidates per arm) sorts and stores
+--                      tens of thousands of chunk rows; at PostgreSQL's default 4 MB it wrote
+--                      about 11 MB of temporary files. Memory is taken only as a statement needs
+--                      it. An existing value (an administrator's, higher or lower) is kept.
 -- Roles are cluster-wide, so these hold for the roles in every database of the cluster.
 -- Configure when migrating with the settings pgrag.<role>_<setting>, e.g.
 --   PGOPTIONS='-c pgrag.authenticated_statement_timeout=15s' pgrag migrate
@@ -38,7 +43,9 @@ begin
             ('anon', 'statement_timeout', '3000'),
             ('authenticated', 'statement_timeout', '8000'),
             ('anon', 'temp_file_limit', '262144'),
-            ('authenticated', 'temp_file_limit', '1048576')
+            ('authenticated', 'temp_file_limit', '1048576'),
+            ('anon', 'work_mem', '32768'),
+            ('authenticated', 'work_mem', '32768')
         ) as v (role_name, setting, fallback)
     loop
         wanted := nullif(pg_catalog.current_setting(
@@ -66,8 +73,9 @@ begin
             end if;
             wanted := v_units[3]::bigint::text;
         elsif wanted is null then
-            if v_units[1] >= 0 and (r.setting = 'temp_file_limit' or v_units[1] > 0)
-               and v_units[1] <= v_units[2] then
+            if (v_units[1] >= 0 and (r.setting = 'temp_file_limit' or v_units[1] > 0)
+                and v_units[1] <= v_units[2])
+               or (r.setting = 'work_mem' and v_units[1] > 0) then
                 -- Kept; written again without its unit when it has one.
                 continue when existing = v_units[1]::bigint::text;
                 wanted := v_units[1]::bigint::text;
