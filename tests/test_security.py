@@ -728,3 +728,30 @@ def test_pgspot_reports_nothing_unjustified_on_the_installed_sql(tmp_path: Path)
             if (f.name, code) not in ACCEPTED_PGSPOT:
                 unexplained.append((f.name, code, out))
     assert unexplained == []
+
+
+# -- catalog metadata of an isolated tenant -------------------------------------------------------
+
+
+def test_no_catalog_name_or_comment_names_an_isolated_tenant(two_tenants: Loaded) -> None:
+    # Any role reads pg_class, pg_proc and pg_description: the isolated tenant's index and walk
+    # function are named by a hash, and their comments name no tenant (docs/security.md,
+    # "Catalog metadata an API role can read").
+    with connect(two_tenants.db) as conn:
+        conn.execute("select pgrag.isolate_tenant('acme')")
+        conn.commit()
+    with request(two_tenants.db, "anon") as conn:
+        names = conn.execute(
+            "select c.relname, obj_description(c.oid, 'pg_class') from pg_class as c "
+            "where c.relnamespace = 'pgrag'::regnamespace "
+            "union all select p.proname, obj_description(p.oid, 'pg_proc') from pg_proc as p "
+            "where p.pronamespace = 'pgrag'::regnamespace"
+        ).fetchall()
+        assert any(n.startswith("chunks_embedding_hnsw_t_") for n, _ in names)
+        assert [(n, c) for n, c in names if "acme" in n or "acme" in (c or "")] == []
+        # What remains (documented): the index's predicate and the walk's body name the tenant,
+        # which the planner needs as a constant.
+        (indexdef,) = conn.execute(
+            "select indexdef from pg_indexes where indexname like 'chunks_embedding_hnsw_t_%'"
+        ).fetchone()  # type: ignore[misc]
+        assert "'acme'" in indexdef
