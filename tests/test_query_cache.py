@@ -152,7 +152,7 @@ def test_storing_beyond_the_bound_drops_the_least_recently_used(
     assert newest in keys and oldest not in keys
 
 
-def test_prune_keeps_the_most_recent_entries_per_tenant_and_model(
+def test_prune_keeps_the_most_recent_entries_per_tenant(
     two_tenants: Loaded, vector: np.ndarray
 ) -> None:
     for tenant in ("acme", "globex"):
@@ -190,3 +190,76 @@ def test_cache_arguments_out_of_range_are_refused_with_22023(
         request(two_tenants.db, "authenticated", claims_for("acme")) as conn,
     ):
         conn.execute(call, {"v": vector})
+
+
+def test_a_model_other_than_the_databases_is_refused(
+    two_tenants: Loaded, vector: np.ndarray
+) -> None:
+    # A new model name each call once grew the cache without bound (the bound was per model).
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="model must be the model"):
+        put(two_tenants.db, "acme", "q", vector, model="model-1")
+
+
+def test_an_embedding_of_another_dimension_is_refused(
+    two_tenants: Loaded, vector: np.ndarray
+) -> None:
+    big = np.ones(16_000, dtype=np.float32)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="384 dimensions"):
+        put(two_tenants.db, "acme", "q", big / np.linalg.norm(big))
+
+
+def test_nothing_is_cached_before_a_model_is_recorded(
+    two_tenants: Loaded, vector: np.ndarray
+) -> None:
+    with connect(two_tenants.db) as conn:
+        conn.execute("update pgrag.embedding_config set model = null")
+        conn.commit()
+    assert put(two_tenants.db, "acme", "q", vector) is False
+
+
+def test_a_direct_insert_is_held_to_the_model_and_the_bound(
+    two_tenants: Loaded, vector: np.ndarray
+) -> None:
+    with (
+        pytest.raises(psycopg.errors.InvalidParameterValue, match="model must be the model"),
+        request(two_tenants.db, "authenticated", claims_for("acme")) as conn,
+    ):
+        conn.execute(
+            "insert into pgrag.query_embeddings (tenant_id, model, query_sha256, embedding) "
+            "values ('acme', 'another-model', pgrag.query_cache_key('q'), %s)",
+            (vector,),
+        )
+    with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
+        conn.execute(
+            "insert into pgrag.query_embeddings (tenant_id, model, query_sha256, embedding) "
+            "select 'acme', %s, pgrag.query_cache_key('q ' || i), %s "
+            "from generate_series(1, 10050) as i",
+            (MODEL, vector),
+        )
+    with connect(two_tenants.db) as conn:
+        counts = dict(
+            conn.execute(
+                "select tenant_id, count(*) from pgrag.query_embeddings group by 1"
+            ).fetchall()
+        )
+    assert counts == {"acme": 10_000, "globex": 1}
+
+
+def test_the_bound_counts_every_model_of_a_tenant(two_tenants: Loaded, vector: np.ndarray) -> None:
+    # Entries of an earlier model (the owner may store any) count towards the same bound.
+    with connect(two_tenants.db) as conn:
+        conn.execute(
+            "insert into pgrag.query_embeddings (tenant_id, model, query_sha256, embedding, "
+            "last_used_at) select 'acme', 'earlier-model', pgrag.query_cache_key('old ' || i), "
+            "%s, now() - interval '1 day' from generate_series(1, 10000) as i",
+            (vector,),
+        )
+        conn.commit()
+    assert put(two_tenants.db, "acme", "new question", vector)
+    with connect(two_tenants.db) as conn:
+        rows = conn.execute(
+            "select model, count(*) from pgrag.query_embeddings where tenant_id = 'acme' "
+            "group by 1 order by 1"
+        ).fetchall()
+    assert sum(n for _, n in rows) == 10_000
+    assert dict(rows)[MODEL] == 2  # the fixture's entry and the new one

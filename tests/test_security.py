@@ -443,14 +443,12 @@ def test_objects_on_the_callers_search_path_do_not_hijack_any_function(
 # privilege). A change here is a security decision; update the list together with
 # sql/idempotent/9NN-*.sql (the privileges band) and docs/security.md.
 TENANT_TABLES = (
-    "bm25_backlog",
-    "bm25_lexicon",
-    "bm25_postings",
     "chunks",
-    "corpus_stats",
     "documents",
     "query_embeddings",
 )
+# The BM25 index: written by the chunks triggers alone (as the owner), read by every API role.
+BM25_TABLES = ("bm25_backlog", "bm25_lexicon", "bm25_postings", "corpus_stats")
 # Tenant tables a tenant may not write freely (sql/idempotent/900-row-security.sql): its usage it
 # only reads, its search log it adds to (column by column), reads and deletes, the re-embed
 # queue is the owner's and service_role's alone.
@@ -458,8 +456,7 @@ READ_ONLY_TENANT_TABLES = ("token_usage",)
 APPEND_ONLY_TENANT_TABLES = ("search_log",)
 OWNER_TENANT_TABLES = ("chunk_embeddings_next",)
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
-# execute"); bm25_apply (called by the chunks triggers as the writer) and delete_documents for
-# the writing roles only.
+# execute"); delete_documents for the writing roles only.
 PGRAG_FUNCTIONS = (
     "cached_query_embedding(text)",
     "check_argument",
@@ -488,11 +485,10 @@ PGRAG_FUNCTIONS = (
     "vector_candidates",
     "windows",
 )
-# Writers: the chunks triggers' helpers, delete_documents, the query-embedding cache's writers,
-# and chunk_text (chunking, for the roles that write documents).
+# Writers: the chunks triggers' helper, delete_documents, the query-embedding cache's writers,
+# and chunk_text (chunking, for the roles that write documents). (bm25_apply and bm25_write_sql
+# are the owner's: the BM25 trigger function runs as the owner.)
 WRITER_FUNCTIONS = (
-    "bm25_apply",
-    "bm25_write_sql",
     "check_chunk_arguments",
     "chunk_text",
     "delete_documents",
@@ -500,6 +496,7 @@ WRITER_FUNCTIONS = (
     "query_cache_get",
     "query_cache_max_entries",
     "query_cache_put",
+    "search_log_max_rows",
     "text_search_config_allowed",
 )
 
@@ -563,6 +560,7 @@ def expected_grants(
     for table in (*tables, *APPEND_ONLY_TENANT_TABLES):
         out |= {(f"table pgrag.{table}", "authenticated", p) for p in ("SELECT", "DELETE")}
     out |= {(f"table pgrag.{t}", "authenticated", "SELECT") for t in READ_ONLY_TENANT_TABLES}
+    out |= {(f"table pgrag.{t}", r, "SELECT") for t in BM25_TABLES for r in API_ROLES}
     # authenticated writes column by column: never an id, is_public or in_shared_graph.
     assert not {
         c for c in columns | appended if c.endswith((".id", ".is_public", ".in_shared_graph"))
@@ -656,7 +654,7 @@ def test_audit_every_grant_on_pgrag_objects_and_the_api(db: str) -> None:
     )
 
 
-def test_audit_no_security_definer_function_in_the_database(db: str) -> None:
+def test_audit_the_one_security_definer_function_is_the_bm25_trigger(db: str) -> None:
     with connect(db) as conn:
         rows = conn.execute(
             "select p.oid::regprocedure::text from pg_proc p "
@@ -665,9 +663,11 @@ def test_audit_no_security_definer_function_in_the_database(db: str) -> None:
             "and not exists (select 1 from pg_depend d where d.classid = 'pg_proc'::regclass "
             "and d.objid = p.oid and d.deptype = 'e')"
         ).fetchall()
-    # pgrag needs none: the search functions run as the caller so RLS applies. Any addition
-    # here must carry a justification comment in its SQL file and a test of its own.
-    assert rows == []
+    # The search functions run as the caller so RLS applies. The one exception writes the BM25
+    # index, which no API role may write (justified in sql/idempotent/002-bm25-maintenance.sql;
+    # tests/test_tenant_write_limits.py). Any addition here must carry a justification comment
+    # in its SQL file and a test of its own.
+    assert rows == [("pgrag.bm25_chunks_changed()",)]
 
 
 def test_audit_every_function_pins_its_search_path(db: str) -> None:
@@ -729,3 +729,30 @@ def test_pgspot_reports_nothing_unjustified_on_the_installed_sql(tmp_path: Path)
             if (f.name, code) not in ACCEPTED_PGSPOT:
                 unexplained.append((f.name, code, out))
     assert unexplained == []
+
+
+# -- catalog metadata of an isolated tenant -------------------------------------------------------
+
+
+def test_no_catalog_name_or_comment_names_an_isolated_tenant(two_tenants: Loaded) -> None:
+    # Any role reads pg_class, pg_proc and pg_description: the isolated tenant's index and walk
+    # function are named by a hash, and their comments name no tenant (docs/security.md,
+    # "Catalog metadata an API role can read").
+    with connect(two_tenants.db) as conn:
+        conn.execute("select pgrag.isolate_tenant('acme')")
+        conn.commit()
+    with request(two_tenants.db, "anon") as conn:
+        names = conn.execute(
+            "select c.relname, obj_description(c.oid, 'pg_class') from pg_class as c "
+            "where c.relnamespace = 'pgrag'::regnamespace "
+            "union all select p.proname, obj_description(p.oid, 'pg_proc') from pg_proc as p "
+            "where p.pronamespace = 'pgrag'::regnamespace"
+        ).fetchall()
+        assert any(n.startswith("chunks_embedding_hnsw_t_") for n, _ in names)
+        assert [(n, c) for n, c in names if "acme" in n or "acme" in (c or "")] == []
+        # What remains (documented): the index's predicate and the walk's body name the tenant,
+        # which the planner needs as a constant.
+        (indexdef,) = conn.execute(
+            "select indexdef from pg_indexes where indexname like 'chunks_embedding_hnsw_t_%'"
+        ).fetchone()  # type: ignore[misc]
+        assert "'acme'" in indexdef

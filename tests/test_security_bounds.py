@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from plugins.tenancy import api_dsn, claims_for, ensure_authenticator
 from psycopg import sql
+from test_security_privileges import postgrest_role_settings
 
 from pgrag.db import connect
 from pgrag.errors import ConfigError
@@ -50,6 +51,11 @@ GLOBEX_MARKER = "zqxglobexsecretmarker"
 QUERY = "how does hybrid search fuse keyword and vector results"
 TIMEOUT_S = 3.0
 DIMS = 384
+# A public document of acme generated in bulk (random embeddings, 200 words a chunk, about the
+# size of the ingester's chunks): enough rows that the widest calls (1,000 hits, windows of 10
+# chunks each side, 1,000 candidates per arm) handle tens of thousands of chunk rows, as on a
+# real tenant.
+GENERATED_CHUNKS = 1500
 # SQLSTATEs pgrag documents for its functions' arguments (docs/security.md, "Argument limits").
 DOCUMENTED_SQLSTATES = {"22023"}
 # Functions that compute embeddings or chunks inside the database: on a server without PL/Python
@@ -62,16 +68,13 @@ NEED_PLPYTHON = {
 }
 # Volatile (writing) functions executable by authenticated/service_role (never anon). They are
 # fuzzed like the others, each call in a transaction that is rolled back afterwards. Besides
-# 22023 they may refuse another tenant's rows (42501: bm25_apply, before taking a lock) or a
-# chunk indexed twice (23505: bm25_apply, the caller's own rows only), as docs/security.md says;
-# submit_document may refuse a full queue (PR010). The query-embedding cache's writers
+# 22023, submit_document may refuse a full queue (PR010). The query-embedding cache's writers
 # (query_cache_get counts a hit) touch only the caller's tenant's entries
 # (tests/test_query_cache.py).
 # Any other volatile function an API role can execute fails test_only_known_writers_are_executable.
 # pgrag.propagate_request_claims (anon too) writes no row: it sets the transaction's own claims
 # again for a Citus cluster's workers, takes no argument, and does nothing without Citus.
 KNOWN_WRITERS = {
-    "pgrag.bm25_apply",
     "pgrag.delete_documents",
     "pgrag.propagate_request_claims",
     "pgrag.query_cache_get",
@@ -80,7 +83,7 @@ KNOWN_WRITERS = {
     "public.log_search",
     "public.submit_document",
 }
-WRITER_SQLSTATES = {"pgrag.bm25_apply": {"42501", "23505"}, "public.submit_document": {"PR010"}}
+WRITER_SQLSTATES = {"public.submit_document": {"PR010"}}
 # Writers whose new rows are checked inside their own (rolled-back) request: the rows they make
 # are not in the corpus, so test_property_the_writing_rpcs_... fuzzes them instead of the
 # readers' test.
@@ -137,6 +140,7 @@ def corpus(pg_admin_dsn: str, template_db: str, local_embedder: Any) -> Iterator
                 f"where d.tenant_id = %s and {cond}",
                 (marker, tenant),
             )
+        add_generated_document(conn)
         chunks: dict[str, set[int]] = {}
         documents: dict[str, set[int]] = {}
         for name, cond in (
@@ -151,8 +155,10 @@ def corpus(pg_admin_dsn: str, template_db: str, local_embedder: Any) -> Iterator
             documents[name] = {r[0] for r in rows}
             chunks[name] = {r[1] for r in rows}
         longest = conn.execute(
-            "select array_agg(id order by chunk_index) from pgrag.chunks where tenant_id = 'acme' "
-            "group by document_id order by count(*) desc limit 1"
+            "select array_agg(c.id order by c.chunk_index) from pgrag.chunks as c "
+            "join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id "
+            "where c.tenant_id = 'acme' and d.source_uri <> 'generated.md' "
+            "group by c.document_id order by count(*) desc limit 1"
         ).fetchone()
         assert longest
         conn.execute("analyze")
@@ -162,8 +168,32 @@ def corpus(pg_admin_dsn: str, template_db: str, local_embedder: Any) -> Iterator
     drop_database(pg_admin_dsn, dsn)
 
 
+def add_generated_document(conn: psycopg.Connection[Any]) -> None:
+    rng = np.random.default_rng(7)
+    words = [*QUERY.split(), "window", "context", "source", "chunk", "tenant", "index"]
+    vectors = rng.standard_normal((GENERATED_CHUNKS, DIMS)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    contents = [" ".join(rng.choice(words, 400)) + f" part{i}" for i in range(GENERATED_CHUNKS)]
+    row = conn.execute(
+        "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status, "
+        "is_public, chunk_count) values ('acme', 'Generated handbook', 'markdown', "
+        "'generated.md', 'ready', true, %s) returning id",
+        (GENERATED_CHUNKS,),
+    ).fetchone()
+    assert row
+    conn.execute(
+        "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding, "
+        "content_sha256, token_count) "
+        "select 'acme', %s, u.i - 1, u.c, u.e::vector, md5(u.c), 250 "
+        "from unnest(%s::text[], %s::text[]) with ordinality as u(c, e, i)",
+        (row[0], contents, [str(v.tolist()) for v in vectors]),
+    )
+
+
 def test_the_corpus_is_real_and_split_between_tenants(corpus: Corpus) -> None:
-    assert len(corpus.chunks["acme"]) >= 50 and len(corpus.chunks["globex"]) >= 30
+    assert (
+        len(corpus.chunks["acme"]) >= 50 + GENERATED_CHUNKS and len(corpus.chunks["globex"]) >= 30
+    )
     assert corpus.chunks["public"] and corpus.chunks["public"] < corpus.chunks["acme"]
     assert len(corpus.longest_document) >= 20
 
@@ -193,6 +223,9 @@ def replay(
     """One request: ``set local role``, local claims and a local 3 s statement_timeout
     (``rollback``: nothing it wrote is kept)."""
     with conn.transaction(force_rollback=rollback):
+        # The role's settings, as PostgREST loads them (lower-cased) and applies them.
+        for key, value in role_settings(conn).get(role, {}).items():
+            conn.execute("select pg_catalog.set_config(%s, %s, true)", (key, value))
         conn.execute(sql.SQL("set local role {}").format(sql.Identifier(role)))
         conn.execute(
             "select pg_catalog.set_config('request.jwt.claims', %s, true)",
@@ -200,6 +233,18 @@ def replay(
         )
         conn.execute(f"set local statement_timeout = '{int(TIMEOUT_S * 1000)}ms'")
         yield conn
+
+
+_ROLE_SETTINGS: dict[str, dict[str, dict[str, str]]] = {}
+
+
+def role_settings(conn: psycopg.Connection[Any]) -> dict[str, dict[str, str]]:
+    """What PostgREST loads for each role (its own query), once per database."""
+    db = conn.info.dbname
+    if db not in _ROLE_SETTINGS:
+        dsn = conn.info.dsn
+        _ROLE_SETTINGS[db] = postgrest_role_settings(dsn)
+    return _ROLE_SETTINGS[db]
 
 
 def temp_usage(conn: psycopg.Connection[Any]) -> tuple[int, int]:
@@ -375,12 +420,45 @@ def test_mmr_order_refuses_more_than_1000_caller_made_candidates(corpus: Corpus)
 def test_bm25_apply_refuses_a_malformed_batch_before_writing(
     corpus: Corpus, arguments: str, message: str
 ) -> None:
-    with api_connection(corpus.db) as conn:
-        rows, state, text, _ = call(
-            conn, "authenticated", f"select pgrag.bm25_apply({arguments})", roll_back=True
-        )
-    assert (state, rows) == ("22023", None), text
+    # (The owner's alone: the BM25 trigger calls it as the owner; no API role may execute it.)
+    with (
+        connect(corpus.db) as conn,
+        pytest.raises(psycopg.errors.InvalidParameterValue) as raised,
+    ):
+        conn.execute(f"select pgrag.bm25_apply({arguments})")
+    text = raised.value.diag.message_primary or ""
     assert text.startswith(message), text
+
+
+# The widest searches a caller may ask for (docs/security.md, "Argument limits"): the largest
+# counts, the widest window, the largest ef_search, each fusion.
+WIDEST_SEARCHES = {
+    "hybrid-window": "select chunk_id from public.hybrid_search(%(q)s, %(e)s::vector, "
+    "match_count => 1000, candidate_count => 1000, window_size => 10)",
+    "hybrid-rrf-ef": "select chunk_id from public.hybrid_search(%(q)s, %(e)s::vector, "
+    "match_count => 1000, candidate_count => 1000, window_size => 10, fusion => 'rrf', "
+    "ef_search => 1000)",
+    "hybrid-mmr": "select chunk_id from public.hybrid_search(%(q)s, %(e)s::vector, "
+    "match_count => 1000, candidate_count => 1000, window_size => 10, mmr_lambda => 0.5)",
+    "build_context": "select sources from public.build_context(%(q)s, %(e)s::vector, "
+    "match_count => 1000, window_size => 10, token_budget => 1000000)",
+    "chunk_windows": "select chunk_ids from public.chunk_windows("
+    "(select array_agg(id) from generate_series(1, 1000) as id)::bigint[], 10)",
+}
+
+
+@pytest.mark.parametrize("role", ["anon", "authenticated"])
+@pytest.mark.parametrize("statement", WIDEST_SEARCHES.values(), ids=WIDEST_SEARCHES.keys())
+def test_the_widest_searches_write_no_temp_files(corpus: Corpus, role: str, statement: str) -> None:
+    with api_connection(corpus.db) as conn:
+        before = temp_usage(conn)
+        rows, state, message, _ = call(
+            conn, role, statement, {"q": "search", "e": str(corpus.query_embedding)}
+        )
+        after = temp_usage(conn)
+    assert state is None, message
+    assert rows
+    assert (after[0] - before[0], after[1] - before[1]) == (0, 0)
 
 
 @pytest.mark.parametrize(
@@ -947,7 +1025,44 @@ def property_check(
     def check(args: dict[str, Any]) -> None:
         run_one(conn, corpus, fn, role, args, worst)
 
+    for widest in widest_examples(corpus, fn):
+        check = example(args=widest)(check)
     return check
+
+
+# The largest work a caller may ask for, tried on every function that takes these arguments
+# (besides the generated examples, which seldom combine them): each count at its maximum, the
+# widest window, the largest ef_search, with each fusion. Over the generated document they
+# handle tens of thousands of chunk rows: no temporary file may be written.
+WIDEST = {
+    "match_count": 1000,
+    "candidate_count": 1000,
+    "select_count": 2000,
+    "window_size": 10,
+    "ef_search": 1000,
+    "token_budget": 1_000_000,
+}
+
+
+def widest_examples(corpus: Corpus, fn: Function) -> list[dict[str, Any]]:
+    names = {name for name, _, _ in fn.args}
+    if not names & {"match_count", "window_size", "select_count"}:
+        return []
+    base = {k: v for k, v in WIDEST.items() if k in names}
+    if "query_text" in names:
+        base["query_text"] = QUERY
+    if "query_embedding" in names:
+        base["query_embedding"] = corpus.query_embedding
+    if "chunk_ids" in names:
+        base["chunk_ids"] = sorted(corpus.chunks["acme"])[:1000]
+    if not {name for name, _, has_default in fn.args if not has_default} <= set(base):
+        return []  # an argument this example cannot fill: the generated examples cover it
+    out = [base]
+    if "fusion" in names:
+        out.append({**base, "fusion": "rrf"})
+    if "mmr_lambda" in names:
+        out.append({**base, "mmr_lambda": 0.5})
+    return out
 
 
 def test_property_every_executable_function_bounds_hostile_arguments(corpus: Corpus) -> None:

@@ -42,10 +42,12 @@ from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# PostgREST's query for the settings of the roles it may impersonate, verbatim from
-# src/library/PostgREST/Config/Database.hs (queryRoleSettings, PostgreSQL >= 15), run as its
-# login role. Only pg_roles.rolconfig (settings for every database) is read; a setting whose
-# context is not 'user' is applied only if the login role may SET it.
+# PostgREST's query for the settings of the roles it may impersonate, as in
+# src/PostgREST/Config/Database.hs (queryRoleSettings, PostgreSQL >= 15), run as its login
+# role (current_user quoted here: the test's login role has an underscore-free name either
+# way). Only pg_roles.rolconfig (settings for every database) is read; every value is
+# lower-cased; a setting whose context is not 'user' is applied only if the login role may SET
+# it.
 POSTGREST_ROLE_SETTINGS = """
       with
       role_setting as (
@@ -58,7 +60,7 @@ POSTGREST_ROLE_SETTINGS = """
         SELECT
           rolname,
           substr(setting, 1, strpos(setting, '=') - 1) as key,
-          substr(setting, strpos(setting, '=') + 1) as value
+          lower(substr(setting, strpos(setting, '=') + 1)) as value
         FROM role_setting
       ),
       iso_setting AS (
@@ -125,10 +127,10 @@ def restore_default_limits(db: str) -> None:
     # Role settings are cluster-wide: put pgrag's defaults back for the other tests.
     apply_policies(
         db,
-        anon_statement_timeout="3s",
-        authenticated_statement_timeout="8s",
-        anon_temp_file_limit="256MB",
-        authenticated_temp_file_limit="1GB",
+        anon_statement_timeout="3000",
+        authenticated_statement_timeout="8000",
+        anon_temp_file_limit="262144",
+        authenticated_temp_file_limit="1048576",
     )
 
 
@@ -148,8 +150,54 @@ def two_tenants(api_db: str, local_embedder: Any) -> Loaded:
 
 def test_postgrest_loads_the_api_role_limits_from_the_catalog(api_db: str) -> None:
     settings = postgrest_role_settings(api_db)
-    assert settings["anon"]["statement_timeout"] == "3s"
-    assert settings["authenticated"]["statement_timeout"] == "8s"
+    assert settings["anon"]["statement_timeout"] == "3000"
+    assert settings["authenticated"]["statement_timeout"] == "8000"
+
+
+def test_every_role_setting_is_written_without_a_unit(api_db: str) -> None:
+    # PostgREST lower-cases each value before set_config: '256MB' would become '256mb', which
+    # PostgreSQL refuses (22023) on every request of the role.
+    with connect(api_db) as conn:
+        rows = conn.execute(
+            "select r.rolname, c.item from pg_roles as r, unnest(r.rolconfig) as c (item) "
+            "where r.rolname in ('anon', 'authenticated')"
+        ).fetchall()
+    values = {(role, item.split("=", 1)[0]): item.split("=", 1)[1] for role, item in rows}
+    assert values == {
+        ("anon", "statement_timeout"): "3000",
+        ("authenticated", "statement_timeout"): "8000",
+        ("anon", "temp_file_limit"): "262144",
+        ("authenticated", "temp_file_limit"): "1048576",
+        ("anon", "work_mem"): "32768",
+        ("authenticated", "work_mem"): "32768",
+    }
+
+
+def test_a_limit_given_with_a_unit_is_stored_without_it(api_db: str) -> None:
+    try:
+        apply_policies(api_db, anon_temp_file_limit="2MB", anon_statement_timeout="2s")
+        with connect(api_db) as conn:
+            row = conn.execute("select rolconfig from pg_roles where rolname = 'anon'").fetchone()
+        assert row is not None
+        assert {"temp_file_limit=2048", "statement_timeout=2000"} <= set(row[0])
+    finally:
+        restore_default_limits(api_db)
+
+
+def test_a_limit_an_earlier_version_wrote_with_a_unit_is_rewritten(api_db: str) -> None:
+    try:
+        with connect(api_db) as conn:
+            conn.execute("alter role anon set temp_file_limit = '256MB'")
+            conn.execute("alter role anon set statement_timeout = '1s'")  # stricter: kept
+            conn.commit()
+        apply_policies(api_db)
+        settings = postgrest_role_settings(api_db)
+        assert settings["anon"]["statement_timeout"] == "1000"
+        with connect(api_db) as conn:
+            row = conn.execute("select rolconfig from pg_roles where rolname = 'anon'").fetchone()
+        assert row is not None and "temp_file_limit=262144" in row[0]
+    finally:
+        restore_default_limits(api_db)
 
 
 def test_set_local_role_alone_applies_no_role_setting(api_db: str) -> None:
@@ -185,12 +233,31 @@ def test_an_api_call_is_cancelled_at_the_roles_timeout(two_tenants: Loaded) -> N
         conn.rollback()
 
 
+SPILLING_SORT = (
+    "select count(*) from (select g from generate_series(1, 1000000) as g "
+    "order by g desc offset 1) as s"
+)
+
+
+def test_temp_file_limit_does_not_apply_without_the_grant(two_tenants: Loaded) -> None:
+    # A superuser-context setting: PostgREST skips it unless its login role may SET it, so a
+    # sort that spills past the limit still runs.
+    db = two_tenants.db
+    try:
+        apply_policies(db, anon_temp_file_limit="1024")
+        assert "temp_file_limit" not in postgrest_role_settings(db)["anon"]
+        with postgrest_request(db, "anon") as conn:
+            conn.execute("set local work_mem = '64kB'")
+            assert conn.execute(SPILLING_SORT).fetchone() == (999999,)
+            assert conn.execute("select current_setting('temp_file_limit')").fetchone() == ("-1",)
+    finally:
+        restore_default_limits(db)
+
+
 def test_temp_file_limit_applies_once_the_login_role_may_set_it(
     two_tenants: Loaded, pg_admin_dsn: str
 ) -> None:
     db = two_tenants.db
-    # A superuser-context setting: PostgREST skips it unless its login role may SET it.
-    assert "temp_file_limit" not in postgrest_role_settings(db)["anon"]
     with psycopg.connect(pg_admin_dsn, autocommit=True) as admin:
         admin.execute(
             sql.SQL("grant set on parameter temp_file_limit to {}").format(
@@ -198,20 +265,21 @@ def test_temp_file_limit_applies_once_the_login_role_may_set_it(
             )
         )
     try:
-        assert postgrest_role_settings(db)["anon"]["temp_file_limit"] == "256MB"
+        # Every request of both roles still runs with the lower-cased values applied.
+        assert postgrest_role_settings(db)["anon"]["temp_file_limit"] == "262144"
         with postgrest_request(db, "anon") as conn:
             assert conn.execute("select current_setting('temp_file_limit')").fetchone() == (
                 "256MB",
             )
-        # Enforced: with a 1MB limit a sort that spills fails (53400), as anon through the
+        with postgrest_request(db, "authenticated", claims_for("acme")) as conn:
+            assert conn.execute("select current_setting('temp_file_limit')").fetchone() == ("1GB",)
+        # Enforced: with a 1 MB limit a sort that spills fails (53400), as anon through the
         # PostgREST replay.
         apply_policies(db, anon_temp_file_limit="1MB")
         with postgrest_request(db, "anon") as conn:
             with pytest.raises(psycopg.errors.ConfigurationLimitExceeded):
-                conn.execute(
-                    "select count(*) from (select g from generate_series(1, 1000000) as g "
-                    "order by g desc offset 1) as s"
-                )
+                conn.execute("set local work_mem = '64kB'")
+                conn.execute(SPILLING_SORT)
             conn.rollback()
     finally:
         restore_default_limits(db)
@@ -231,8 +299,8 @@ def test_a_stricter_existing_timeout_is_kept_and_a_laxer_one_replaced(api_db: st
             conn.commit()
         apply_policies(api_db)
         settings = postgrest_role_settings(api_db)
-        assert settings["anon"]["statement_timeout"] == "1s"
-        assert settings["authenticated"]["statement_timeout"] == "8s"
+        assert settings["anon"]["statement_timeout"] == "1000"
+        assert settings["authenticated"]["statement_timeout"] == "8000"
     finally:
         restore_default_limits(api_db)
 
@@ -482,7 +550,8 @@ def test_bm25_apply_refuses_another_tenant_before_taking_its_lock(two_tenants: L
         watcher = threading.Thread(target=watch)
         watcher.start()
         started = time.monotonic()
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="another tenant"):
+        # (bm25_apply is the owner's alone now: the BM25 trigger runs as the owner.)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):
             attacker.execute(
                 "select pgrag.bm25_apply(1, array['globex'], array[1::bigint], "
                 "array['english'], array['secret:1'::tsvector])"
@@ -581,6 +650,7 @@ def test_every_function_an_executable_function_calls_is_executable(api_db: str, 
                 "select distinct 'pgrag.' || p.proname from pg_trigger t "
                 "join pg_proc p on p.oid = t.tgfoid join pg_class c on c.oid = t.tgrelid "
                 "where c.relnamespace = 'pgrag'::regnamespace and not t.tgisinternal "
+                "and not p.prosecdef "  # the BM25 trigger runs as the owner
                 "and has_table_privilege(%s, c.oid, 'insert, update, delete')",
                 (role,),
             )

@@ -5,11 +5,23 @@
 --   the triggers chunks_bm25_* that call it for every insert, delete and update of
 --   pgrag.chunks, and that list a bulk load's chunks in pgrag.bm25_backlog instead.
 --   Relies on: the BM25 tables (incremental/002-bm25.sql, 004-bm25-lexicon.sql,
---   013-bm25-term-bounds.sql, 014-bm25-backlog.sql); pgrag.current_tenant_id (001-helpers.sql).
---   Callers: the triggers, as the writing role (authenticated and service_role hold EXECUTE on
---   bm25_apply and bm25_write_sql; 910-function-privileges.sql); pgrag.finish_bulk_load
---   (060-bulk-loading.sql) runs bm25_write_sql over a bulk load's backlog; nothing else should
---   call them.
+--   013-bm25-term-bounds.sql, 014-bm25-backlog.sql); chunks.in_shared_graph as the trigger
+--   chunks_in_shared_graph sets it (060-bulk-loading.sql). Callers: the triggers;
+--   pgrag.finish_bulk_load (060-bulk-loading.sql) runs bm25_write_sql over a bulk load's
+--   backlog. No API role may execute bm25_apply or bm25_write_sql, nor write the BM25 tables.
+--
+-- Why the trigger function is SECURITY DEFINER (the one definer function of pgrag): the BM25
+-- tables (postings, lexicon, corpus statistics, backlog) are statistics every search reads,
+-- across tenants for a caller without one (service_role): a tenant that could write its own
+-- rows there (a huge negative df, thousands of fake postings) changed, and slowed, every such
+-- search. So no API role may write them (900-row-security.sql grants SELECT alone), and they
+-- are written only by the trigger function below, as the owner of pgrag.chunks. What it
+-- writes comes from the transition tables of the statement that fired it: exactly the chunk
+-- rows the writer could write (row level security and its WITH CHECK kept them to the
+-- writer's tenant), so a tenant still indexes only its own rows, and only as they are. It
+-- reads no argument, no setting of the session that decides what it writes (the bulk path is
+-- read from chunks.in_shared_graph, set as the writer by the trigger chunks_in_shared_graph),
+-- and it pins its search_path.
 
 create or replace function pgrag.bm25_write_sql()
 returns text
@@ -129,6 +141,7 @@ begin
     -- Other tenants are refused before any lock is taken: a caller under row-level security
     -- (authenticated) indexes only rows of its own tenant (the triggers hand it its own rows),
     -- so it can never hold another tenant's writer lock while RLS refuses its rows.
+    -- (Only the owner executes it, through the triggers: kept for a direct caller.)
     if pg_catalog.row_security_active('pgrag.bm25_postings'::pg_catalog.regclass)
        and not pg_catalog.pg_has_role('service_role', 'usage')
        and exists (select 1 from pg_catalog.unnest(tenant_ids) as u(tenant_id)
@@ -139,7 +152,9 @@ begin
     -- The lexicon row of a word is updated by every statement that writes it: rotate over 8
     -- slots of this backend's shard, statement after statement within a transaction, so that
     -- thousands of single-row inserts in one transaction do not pile versions on one row.
-    v_slot := coalesce(nullif(pg_catalog.current_setting('pgrag.lexicon_slot', true), '')::integer, -1) + 1;
+    -- (A session may set the setting itself: anything but a slot counts as none.)
+    v_slot := coalesce(pg_catalog.substring(pg_catalog.current_setting('pgrag.lexicon_slot', true),
+                                            '^[0-7]$')::integer, -1) + 1;
     perform pg_catalog.set_config('pgrag.lexicon_slot', (v_slot % 8)::text, true);
     -- One writer per (tenant, shard) until commit: a transaction that replaces chunks adds
     -- to the lexicon twice (deleted, then inserted), and two such transactions on one shard
@@ -156,7 +171,7 @@ begin
 end
 $$;
 comment on function pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector[]) is
-'Adds (sign 1) or removes (sign -1) chunks in the BM25 index: postings, document frequencies (pgrag.bm25_lexicon, shard (pid % 16) * 8 + a slot rotating per statement) and corpus statistics (shard pid % 16). Called by the triggers on pgrag.chunks with their transition rows, at most 10,000 at a time; raises 22023 for a sign other than 1/-1, arrays of unequal length or with nulls, and 23505 when a chunk is added twice.';
+'Adds (sign 1) or removes (sign -1) chunks in the BM25 index: postings, document frequencies (pgrag.bm25_lexicon, shard (pid % 16) * 8 + a slot rotating per statement) and corpus statistics (shard pid % 16). Called by the triggers on pgrag.chunks with their transition rows (as the owner: no API role may execute it), at most 10,000 at a time; raises 22023 for a sign other than 1/-1, arrays of unequal length or with nulls, and 23505 when a chunk is added twice.';
 
 -- One trigger function for the three events. The batching statement is written once and names
 -- the event's transition tables in dynamic SQL: PL/pgSQL cannot pass a transition table to a
@@ -171,11 +186,14 @@ comment on function pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector
 -- listed row has no postings: when it is deleted, or its indexed text changes, it leaves the
 -- backlog instead of the postings (and a changed one is indexed as a new row). The backlog is
 -- read and written through arrays, never joined to a transition table: on a Citus worker a
--- statement may touch distributed tables only where it can be routed.
+-- statement may touch distributed tables only where it can be routed. A row is the bulk load's
+-- when chunks_in_shared_graph (060-bulk-loading.sql, before insert, as the writer) left it out
+-- of the shared graph: it does so exactly for the owner's bulk load of the row's tenant. (This
+-- function runs as the owner: a role check here would always pass.)
 create or replace function pgrag.bm25_chunks_changed()
 returns trigger
 language plpgsql
-security invoker
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -196,17 +214,13 @@ begin
     end if;
     if tg_op = 'INSERT' then
         v_bulk := nullif(pg_catalog.current_setting('pgrag.bulk_load_tenant', true), '');
-        if v_bulk is not null and pg_catalog.pg_has_role(
-                (select c.relowner from pg_catalog.pg_class as c
-                 where c.oid operator(pg_catalog.=) 'pgrag.chunks'::pg_catalog.regclass), 'USAGE') then
+        if v_bulk is not null then
             execute 'select pg_catalog.array_agg(c.id) from new_chunks as c '
-                    'where c.tenant_id operator(pg_catalog.=) $1'
+                    'where c.tenant_id operator(pg_catalog.=) $1 and not c.in_shared_graph'
             into v_ids
             using v_bulk;
             insert into pgrag.bm25_backlog (tenant_id, chunk_id)
             select v_bulk, u.id from pg_catalog.unnest(v_ids) as u(id);
-        else
-            v_bulk := null;
         end if;
     else
         -- Removed or changed rows still listed in the backlog (a bulk load not finished). Said
@@ -242,7 +256,7 @@ begin
             from (select c.*, (pg_catalog.row_number() over () - 1) / 10000 as batch
                   from %2$I as c
                   where %3$s
-                    and c.tenant_id is distinct from $1
+                    and (c.tenant_id is distinct from $1 or c.in_shared_graph)
                     and ($2::text[] is null or (c.tenant_id, c.id) not in (
                         select u.t, u.i from rows from (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::bigint[])) as u(t, i)))) as x
             group by x.batch$sql$,
@@ -261,7 +275,7 @@ begin
 end
 $$;
 comment on function pgrag.bm25_chunks_changed() is
-'Trigger function (after insert, update or delete on pgrag.chunks, per statement, with transition tables old_chunks and new_chunks): removes deleted chunks from the BM25 index and adds inserted ones; of updated chunks, re-indexes those whose fts, language, tenant or id changed. Rows the owner''s bulk load of a tenant inserts (pgrag.bulk_replace_document_chunks) are listed in pgrag.bm25_backlog instead, for pgrag.finish_bulk_load; a listed row that is deleted or changed leaves the backlog instead of the postings.';
+'Trigger function (after insert, update or delete on pgrag.chunks, per statement, with transition tables old_chunks and new_chunks): removes deleted chunks from the BM25 index and adds inserted ones; of updated chunks, re-indexes those whose fts, language, tenant or id changed. SECURITY DEFINER: the only writer of the BM25 tables, which no API role may write; it indexes the rows of the firing statement alone. Rows the owner''s bulk load of a tenant inserts (pgrag.bulk_replace_document_chunks) are listed in pgrag.bm25_backlog instead, for pgrag.finish_bulk_load; a listed row that is deleted or changed leaves the backlog instead of the postings.';
 
 create or replace trigger chunks_bm25_insert
     after insert on pgrag.chunks

@@ -117,9 +117,9 @@ begin
         pg_catalog.concat_ws(E'\n', '#variable_conflict use_column', 'begin', 'return query',
                              pgrag.own_graph_walk_sql(tenant) operator(pg_catalog.||) ';', 'end'));
     v_signature := pg_catalog.format('pgrag.%I(@extschema:vector@.vector, integer, integer, boolean)', v_name);
-    execute pg_catalog.format('comment on function %s is %L', v_signature, pg_catalog.format(
-        'Walk of the HNSW graph of tenant %s alone (pgrag.own_graph_walk_sql), called by pgrag.vector_candidates; made by pgrag.isolate_tenant, dropped by pgrag.share_tenant.',
-        tenant));
+    -- (The comment names no tenant: comments are readable by every role, docs/security.md.)
+    execute pg_catalog.format('comment on function %s is %L', v_signature,
+        'Walk of the HNSW graph of one tenant alone (pgrag.own_graph_walk_sql), called by pgrag.vector_candidates; made by pgrag.isolate_tenant, dropped by pgrag.share_tenant.');
     -- The callers of the vector arm that have a tenant (anon has none: it never walks a
     -- tenant's graph); 910-function-privileges.sql grants the same on every migrate.
     execute pg_catalog.format('revoke all on function %s from public', v_signature);
@@ -166,7 +166,7 @@ begin
             'where tenant_id operator(pg_catalog.=) %L and embedding is not null',
             v_name, tenant);
         execute pg_catalog.format('comment on index pgrag.%I is %L', v_name,
-            pg_catalog.format('HNSW graph of the chunks of tenant %s alone (pgrag.isolate_tenant).', tenant));
+            'HNSW graph of the chunks of one tenant alone (pgrag.isolate_tenant).');
         perform pg_catalog.set_config('maintenance_work_mem', v_old_mem, true);
     end if;
     perform pgrag.make_own_graph_walk(tenant);
@@ -257,6 +257,10 @@ begin
         order by t.tenant_id
     loop
         perform pgrag.make_own_graph_walk(r.tenant_id);
+        -- (Earlier versions named the tenant in the index's comment.)
+        execute pg_catalog.format('comment on index pgrag.%I is %L',
+            pgrag.tenant_index_name(r.tenant_id),
+            'HNSW graph of the chunks of one tenant alone (pgrag.isolate_tenant).');
     end loop;
 end
 $$;

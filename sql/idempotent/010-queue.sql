@@ -206,7 +206,8 @@ begin
         raise exception 'source_uri must be a non-blank string (the document''s identity)'
             using errcode = '22023';
     end if;
-    perform pgrag.check_length('source_uri', pg_catalog.length(submit_document.source_uri), 2048, 'characters');
+    -- (in bytes: the unique index on (tenant_id, source_uri) holds at most about 2.7 kB a row)
+    perform pgrag.check_length('source_uri', pg_catalog.octet_length(submit_document.source_uri), 2048, 'bytes');
     perform pgrag.check_length('content', pg_catalog.octet_length(submit_document.content),
                                v_settings.max_content_bytes, 'bytes');
     perform pgrag.check_length('title', pg_catalog.length(submit_document.title), 1000, 'characters');
@@ -256,7 +257,7 @@ begin
 end
 $$;
 comment on function public.submit_document(text, text, text, text, jsonb) is
-'Submits a document for the current tenant (from the JWT claims): inline content (source_type text, markdown or html; at most pgrag.queue_settings.max_content_bytes, 10 MB by default) identified by source_uri, or, without content, an http(s) source_uri the worker fetches (if the operator allowed it: pgrag.fetch_allowlist). Resubmitting a source_uri makes a new version: the worker processes the latest one. Returns (document_id, version, status): status pending, or ready when a previous version stays searchable meanwhile. Limits: source_uri 1-2,048 characters, title 1,000, metadata a JSON object of 10,000 bytes (22023); queued documents per tenant (PR010; concurrent submissions of a tenant are serialised, and the limits hold for direct writes of the table too: trigger queue_check_submission). Runs as the caller (RLS applies); a published document can only be resubmitted with the publishing privilege (42501).';
+'Submits a document for the current tenant (from the JWT claims): inline content (source_type text, markdown or html; at most pgrag.queue_settings.max_content_bytes, 10 MB by default) identified by source_uri, or, without content, an http(s) source_uri the worker fetches (if the operator allowed it: pgrag.fetch_allowlist). Resubmitting a source_uri makes a new version: the worker processes the latest one. Returns (document_id, version, status): status pending, or ready when a previous version stays searchable meanwhile. Limits: source_uri 1-2,048 bytes (UTF-8), title 1,000, metadata a JSON object of 10,000 bytes (22023); queued documents per tenant (PR010; concurrent submissions of a tenant are serialised, and the limits hold for direct writes of the table too: trigger queue_check_submission). Runs as the caller (RLS applies); a published document can only be resubmitted with the publishing privilege (42501).';
 
 -- Re-made on every migrate (nothing depends on it; 900-row-security.sql grants it again).
 drop view if exists pgrag.queue_status;
@@ -323,8 +324,8 @@ begin
     perform pgrag.check_length('document_ids', pg_catalog.cardinality(document_status.document_ids), 1000);
     perform pgrag.check_length('source_uris', pg_catalog.cardinality(document_status.source_uris), 1000);
     perform pgrag.check_length('source_uris',
-        (select pg_catalog.max(pg_catalog.length(u)) from pg_catalog.unnest(document_status.source_uris) as u),
-        2048, 'characters per element');
+        (select pg_catalog.max(pg_catalog.octet_length(u)) from pg_catalog.unnest(document_status.source_uris) as u),
+        2048, 'bytes per element');
     if v_tenant is null then
         return;
     end if;
@@ -354,7 +355,7 @@ begin
 end
 $$;
 comment on function public.document_status(bigint[], text[]) is
-'The current tenant''s documents by document_ids or source_uris (at most 1,000 each, source_uris of at most 2,048 characters; 22023), or, with neither, its documents in the queue (oldest first, at most 1,000): status (pending, processing, ready, error) and error, chunk_count, and the queue row when there is one (queue_state queued, processing or failed; version, attempts, next_attempt_at, last_error, submitted_at). Runs as the caller (RLS applies).';
+'The current tenant''s documents by document_ids or source_uris (at most 1,000 each, source_uris of at most 2,048 bytes; 22023), or, with neither, its documents in the queue (oldest first, at most 1,000): status (pending, processing, ready, error) and error, chunk_count, and the queue row when there is one (queue_state queued, processing or failed; version, attempts, next_attempt_at, last_error, submitted_at). Runs as the caller (RLS applies).';
 
 -- ---------------------------------------------------------------------------------------------
 -- The worker's transitions (the owner and service_role). Arguments are checked too: a worker

@@ -2,12 +2,21 @@
 -- Contract. Provides: public.log_search (the API: authenticated and service_role call it after
 --   a search, as the CLI does when pgrag.settings.search_log is on) and the trigger
 --   search_log_settings, which applies the operator's settings to every row however it is
---   inserted. Relies on: pgrag.search_log and pgrag.settings (incremental/010),
+--   inserted and keeps its first 1,000 characters of query text; pgrag.search_log_max_rows and
+--   the trigger search_log_bounded, which keep each tenant's log to that many rows. Relies on: pgrag.search_log and pgrag.settings (incremental/010),
 --   pgrag.current_tenant_id, pgrag.check_argument and pgrag.check_length (001-helpers.sql).
 --
 -- Why a separate call: the search functions are read-only (stable) so that they run on a hot
 -- standby; a log written inside them could not. A client searches (on a replica or not), then
 -- calls log_search on the primary; a failed or skipped log never fails the search.
+--
+-- Bounds: a tenant writes its log (log_search, or an INSERT from a direct session), so what it
+-- may store is bounded per tenant: at most 1,000 characters of query text a row (the rest is
+-- cut) and at most pgrag.search_log_max_rows() rows (100,000), the oldest going first. Counting
+-- a tenant's rows reads its index entries, so the trigger trims after one insert in 64 on
+-- average (chosen by a random draw the session cannot seed), and after every statement that
+-- inserted 64 rows or more: a tenant holds at most the bound plus the few rows since its last
+-- trim (hundreds with a probability below one in a million).
 
 create or replace function pgrag.search_log_settings()
 returns trigger
@@ -25,17 +34,77 @@ begin
     end if;
     if not coalesce(v_text, false) then
         new.query_text := null;  -- no query text unless the operator turned it on
+    else
+        new.query_text := pg_catalog.left(new.query_text, 1000);
     end if;
     new.logged_at := pg_catalog.now();
     return new;
 end
 $$;
 comment on function pgrag.search_log_settings() is
-'Trigger function (before insert on pgrag.search_log, per row): stores nothing unless pgrag.settings.search_log is on, drops the query text unless settings.search_log_query_text is on, and sets logged_at.';
+'Trigger function (before insert on pgrag.search_log, per row): stores nothing unless pgrag.settings.search_log is on, drops the query text unless settings.search_log_query_text is on (else keeps its first 1,000 characters), and sets logged_at.';
 
 create or replace trigger search_log_settings
     before insert on pgrag.search_log
     for each row execute function pgrag.search_log_settings();
+
+create or replace function pgrag.search_log_max_rows()
+returns integer
+language sql
+immutable
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    select 100000
+$$;
+comment on function pgrag.search_log_max_rows() is
+'Most rows pgrag.search_log keeps per tenant (100,000): the trigger search_log_bounded drops the oldest beyond it.';
+
+create or replace function pgrag.search_log_bounded()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_max integer := pgrag.search_log_max_rows();
+    r record;
+    v_edge record;
+begin
+    for r in
+        select n.tenant_id, pg_catalog.count(*) as added
+        from new_rows as n
+        group by n.tenant_id
+        order by n.tenant_id
+    loop
+        -- One insert in 64 on average (every statement of 64 rows or more): a random byte of
+        -- gen_random_uuid, which no setseed can predict.
+        continue when r.added < 64
+            and pg_catalog.get_byte(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()), 0)
+                >= 4 * r.added;
+        -- The tenant's newest row past the bound (in (logged_at, id) order: one statement's rows
+        -- share their logged_at), and every older one, go.
+        select l.logged_at, l.id into v_edge
+        from pgrag.search_log as l
+        where l.tenant_id = r.tenant_id
+        order by l.logged_at desc, l.id desc
+        offset v_max limit 1;
+        continue when v_edge is null;
+        delete from pgrag.search_log as l
+         where l.tenant_id = r.tenant_id
+           and (l.logged_at, l.id) <= (v_edge.logged_at, v_edge.id);
+    end loop;
+    return null;
+end
+$$;
+comment on function pgrag.search_log_bounded() is
+'Trigger function (after insert on pgrag.search_log, per statement): after one insert in 64 on average, and after every statement of 64 rows or more, drops the oldest rows of each tenant the statement wrote to beyond pgrag.search_log_max_rows(). Runs as the writer (a tenant deletes its own rows).';
+
+create or replace trigger search_log_bounded
+    after insert on pgrag.search_log
+    referencing new table as new_rows
+    for each statement execute function pgrag.search_log_bounded();
 
 create or replace function public.log_search(
     mode text,
@@ -77,4 +146,4 @@ begin
 end
 $$;
 comment on function public.log_search(text, double precision, integer, double precision, text) is
-'Records a search of the current tenant in pgrag.search_log, when the operator turned the log on (pgrag.settings.search_log): mode (hybrid, vector, keyword, context), the latency the client measured in ms (0-3,600,000), rows returned (0-1,000), the top score (finite, within +-1,000,000) and the query text (at most 10,000 characters; stored only when settings.search_log_query_text is on). Returns true when stored, false when logging is off or there is no tenant. Call it after searching, on the primary: the search functions stay read-only. 22023 for a value out of range.';
+'Records a search of the current tenant in pgrag.search_log, when the operator turned the log on (pgrag.settings.search_log): mode (hybrid, vector, keyword, context), the latency the client measured in ms (0-3,600,000), rows returned (0-1,000), the top score (finite, within +-1,000,000) and the query text (at most 10,000 characters; stored only when settings.search_log_query_text is on, its first 1,000 characters). Each tenant keeps at most pgrag.search_log_max_rows() rows, the oldest going first. Returns true when stored, false when logging is off or there is no tenant. Call it after searching, on the primary: the search functions stay read-only. 22023 for a value out of range.';

@@ -3,18 +3,23 @@
 --   text functions of 051-text-search.sql use it, so they still run on a read replica);
 --   pgrag.query_cache_get and pgrag.query_cache_put (the writers: clients that embed queries
 --   themselves, on the primary), pgrag.prune_query_cache and pgrag.query_cache_max_entries (the
---   size bound). Relies on: pgrag.query_embeddings, pgrag.normalize_query and
+--   size bound); the triggers query_embeddings_checked and query_embeddings_bounded, which hold
+--   every write to the cache to the installation's model and dimension and to the bound.
+--   Relies on: pgrag.query_embeddings, pgrag.normalize_query and
 --   pgrag.query_cache_key (incremental/008), pgrag.current_tenant_id and the argument checks
 --   (001-helpers.sql). Callers: anon, authenticated and service_role read;
 --   authenticated and service_role write (910-function-privileges.sql), each as its tenant:
 --   row level security keeps a tenant to its own entries, and a request without a tenant
 --   neither reads nor writes the cache.
 --
--- Size bound: at most pgrag.query_cache_max_entries() entries (10,000) per tenant and model.
--- pgrag.query_cache_put enforces it on every store (the tenant's least recently used entries of
--- that model beyond the bound go, in the same transaction); pgrag.prune_query_cache applies a
--- bound to every tenant the caller sees (an operator's job, e.g. from cron, or after lowering
--- the bound).
+-- Size bound: at most pgrag.query_cache_max_entries() entries (10,000) per tenant, whatever
+-- the models, each of the installation's model and dimension (pgrag.embedding_config): at most
+-- 10,000 vectors of embedding_config.dims (at most 2,000) floats per tenant. The triggers below
+-- enforce both on every write, however it is made (pgrag.query_cache_put, or an INSERT a
+-- tenant's direct session makes): a tenant storing a new model name each call, or vectors of
+-- 16,000 dimensions, once grew the cache without bound. The tenant's least recently used
+-- entries beyond the bound go in the same statement; pgrag.prune_query_cache applies a bound to
+-- every tenant the caller sees (an operator's job, e.g. after lowering the bound).
 
 create or replace function pgrag.query_cache_max_entries()
 returns integer
@@ -27,7 +32,83 @@ as $$
     select 10000
 $$;
 comment on function pgrag.query_cache_max_entries() is
-'Most entries the query-embedding cache keeps per tenant and model (10,000): pgrag.query_cache_put drops the least recently used beyond it.';
+'Most entries the query-embedding cache keeps per tenant, all models together (10,000): every insert drops the tenant''s least recently used beyond it (trigger query_embeddings_bounded).';
+
+create or replace function pgrag.query_embeddings_checked()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_model text;
+    v_dims integer;
+begin
+    -- The owner of the table (the migrator, the test fixtures) may store anything.
+    if pg_catalog.pg_has_role((select c.relowner from pg_catalog.pg_class as c
+                               where c.oid operator(pg_catalog.=) tg_relid), 'USAGE') then
+        return new;
+    end if;
+    select c.model, c.dims into v_model, v_dims from pgrag.embedding_config as c;
+    if v_model is null or new.model is distinct from v_model then
+        raise exception 'model must be the model of this database''s embeddings (%), got %',
+            coalesce(v_model, 'none recorded yet'), pg_catalog.left(new.model, 200)
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
+    if @extschema:vector@.vector_dims(new.embedding) operator(pg_catalog.<>) v_dims then
+        raise exception 'embedding must have % dimensions, as the model''s (got %)', v_dims,
+            @extschema:vector@.vector_dims(new.embedding)
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
+    return new;
+end
+$$;
+comment on function pgrag.query_embeddings_checked() is
+'Trigger function (before insert or update of model, embedding on pgrag.query_embeddings, per row): an entry written by any role but the table''s owner must be of the model pgrag.embedding_config records and of its dimension (22023 otherwise).';
+
+create or replace trigger query_embeddings_checked
+    before insert or update of model, embedding on pgrag.query_embeddings
+    for each row execute function pgrag.query_embeddings_checked();
+
+create or replace function pgrag.query_embeddings_bounded()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_max integer := pgrag.query_cache_max_entries();
+    v_tenants text[];
+    v_tenant text;
+    v_count bigint;
+begin
+    select pg_catalog.array_agg(distinct n.tenant_id) into v_tenants from new_entries as n;
+    foreach v_tenant in array coalesce(v_tenants, '{}') loop
+        select pg_catalog.count(*) into v_count
+        from pgrag.query_embeddings as q
+        where q.tenant_id = v_tenant;
+        continue when v_count <= v_max;
+        delete from pgrag.query_embeddings as q
+         where q.tenant_id = v_tenant
+           and (q.model, q.query_sha256) in (
+               select o.model, o.query_sha256
+               from pgrag.query_embeddings as o
+               where o.tenant_id = v_tenant
+               order by o.last_used_at, o.model, o.query_sha256
+               limit v_count - v_max);
+    end loop;
+    return null;
+end
+$$;
+comment on function pgrag.query_embeddings_bounded() is
+'Trigger function (after insert on pgrag.query_embeddings, per statement): for each tenant the statement wrote to, drops its least recently used entries beyond pgrag.query_cache_max_entries(), all models together. Runs as the writer (a tenant deletes its own entries).';
+
+create or replace trigger query_embeddings_bounded
+    after insert on pgrag.query_embeddings
+    referencing new table as new_entries
+    for each statement execute function pgrag.query_embeddings_bounded();
 
 create or replace function pgrag.cached_query_embedding(query_text text)
 returns @extschema:vector@.vector
@@ -98,8 +179,6 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_tenant text := pgrag.current_tenant_id();
-    v_max integer := pgrag.query_cache_max_entries();
-    v_count bigint;
 begin
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
     if model is null or pg_catalog.length(model) not between 1 and 200 then
@@ -112,9 +191,13 @@ begin
         raise exception 'embedding must be a non-zero vector of finite length and at most 16,000 dimensions'
             using errcode = '22023';
     end if;
-    if v_tenant is null or query_text is null then
+    if v_tenant is null or query_text is null
+       or (select c.model from pgrag.embedding_config as c) is null then
         return false;
     end if;
+    -- The model and dimension must be the installation's, and the tenant's least recently
+    -- used entries beyond the bound go: the triggers query_embeddings_checked and
+    -- query_embeddings_bounded, which hold for any insert.
     -- (now() in VALUES, not in DO UPDATE SET: a Citus coordinator refuses functions there that
     -- are not immutable; the same time either way, the transaction's start)
     insert into pgrag.query_embeddings as q (tenant_id, model, query_sha256, embedding,
@@ -123,24 +206,11 @@ begin
             query_cache_put.embedding, pg_catalog.now())
     on conflict on constraint query_embeddings_pkey do update
         set embedding = excluded.embedding, last_used_at = excluded.last_used_at;
-    -- The bound: the tenant's least recently used entries of this model beyond it go.
-    select pg_catalog.count(*) into v_count
-    from pgrag.query_embeddings as q
-    where q.tenant_id = v_tenant and q.model = query_cache_put.model;
-    if v_count > v_max then
-        delete from pgrag.query_embeddings as q
-         where (q.tenant_id, q.model, q.query_sha256) in (
-                   select o.tenant_id, o.model, o.query_sha256
-                   from pgrag.query_embeddings as o
-                   where o.tenant_id = v_tenant and o.model = query_cache_put.model
-                   order by o.last_used_at, o.query_sha256
-                   limit v_count - v_max);
-    end if;
     return true;
 end
 $$;
 comment on function pgrag.query_cache_put(text, text, @extschema:vector@.vector) is
-'For clients that embed queries themselves (on the primary): caches embedding as the embedding of query_text (normalised) by model for the current tenant, replacing an earlier one, then drops the tenant''s least recently used entries of that model beyond pgrag.query_cache_max_entries(). Returns false (stores nothing) without a tenant. Limits: query_text 10,000 characters, model 1-200 characters, embedding non-zero, finite, at most 16,000 dimensions; else SQLSTATE 22023.';
+'For clients that embed queries themselves (on the primary): caches embedding as the embedding of query_text (normalised) by model for the current tenant, replacing an earlier one, then drops the tenant''s least recently used entries (all models together) beyond pgrag.query_cache_max_entries(). Returns false (stores nothing) without a tenant or before the first ingest recorded a model. Limits: query_text 10,000 characters, model 1-200 characters and the model pgrag.embedding_config records, embedding non-zero, finite, of embedding_config.dims dimensions; else SQLSTATE 22023.';
 
 create or replace function pgrag.prune_query_cache(max_entries integer default null)
 returns bigint
@@ -157,8 +227,9 @@ declare
 begin
     with ranked as (
         select q.tenant_id, q.model, q.query_sha256,
-               pg_catalog.row_number() over (partition by q.tenant_id, q.model
-                                             order by q.last_used_at desc, q.query_sha256 desc) as n
+               pg_catalog.row_number() over (partition by q.tenant_id
+                                             order by q.last_used_at desc, q.model desc,
+                                                      q.query_sha256 desc) as n
         from pgrag.query_embeddings as q
     )
     delete from pgrag.query_embeddings as q
@@ -170,4 +241,4 @@ begin
 end
 $$;
 comment on function pgrag.prune_query_cache(integer) is
-'Keeps at most max_entries (default pgrag.query_cache_max_entries()) entries per tenant and model in the query-embedding cache, dropping the least recently used; only rows the caller sees (a tenant prunes its own, the owner or service_role every tenant). Returns the number of entries removed. max_entries: 0-10,000,000 (22023).';
+'Keeps at most max_entries (default pgrag.query_cache_max_entries()) entries per tenant (all models together) in the query-embedding cache, dropping the least recently used; only rows the caller sees (a tenant prunes its own, the owner or service_role every tenant). Returns the number of entries removed. max_entries: 0-10,000,000 (22023).';

@@ -15,7 +15,9 @@
 --                  It writes every column except ids (identity), generated columns,
 --                  is_public and in_shared_graph: no borrowed ids, no publishing to anon.
 --                  Except: its usage
---                  (token_usage) it only reads, its search log (search_log) it adds to, reads
+--                  (token_usage) and the BM25 index (bm25_postings, bm25_lexicon,
+--                  corpus_stats, bm25_backlog: the chunks triggers write them) it only reads,
+--                  its search log (search_log) it adds to, reads
 --                  and deletes but never changes, the re-embed queue (chunk_embeddings_next) it
 --                  cannot reach at all.
 --   anon           reads only documents marked is_public and the rows of tables with a
@@ -23,14 +25,16 @@
 --                  tables (BM25 postings and statistics), nothing of the document queue;
 --                  writes nothing.
 --   service_role   full access (BYPASSRLS on Supabase; explicit policies here as well, so it
---                  also holds where the role was created without BYPASSRLS).
+--                  also holds where the role was created without BYPASSRLS), but reads only
+--                  the BM25 index, as authenticated.
 -- Global tables: embedding_config and settings are readable by the three roles (search checks
 -- the model and dimension; the search log reads the operator's settings), writable by none;
 -- queue_settings readable by authenticated and service_role, fetch_allowlist by service_role
 -- (the worker), both writable by none; queue_rotation (where the next claim starts) read and
 -- written by service_role; schema_migrations, reembeds and model_prices are
 -- neither. No role gets TRUNCATE, REFERENCES
--- or TRIGGER (TRUNCATE ignores RLS). pgrag has no SECURITY DEFINER function.
+-- or TRIGGER (TRUNCATE ignores RLS). pgrag has one SECURITY DEFINER function, the BM25 trigger
+-- function (002-bm25-maintenance.sql).
 --
 -- Policy names start with pgrag_: those are (re)created here; policies an administrator adds
 -- under other names are left alone (they are permissive, so they can only widen access).
@@ -115,7 +119,15 @@ begin
                 or a.attname = any (array['tenant_id', 'document_id', 'source_type', 'content',
                                           'title', 'metadata']));
         continue when t.relname = 'chunk_embeddings_next';
-        if t.relname = 'token_usage' then
+        -- The BM25 index (postings, document frequencies, corpus statistics, a bulk load's
+        -- backlog): statistics every search reads, across tenants for service_role. Written
+        -- only by the chunks triggers, as the owner (002-bm25-maintenance.sql): no API role
+        -- writes them, so no tenant can skew or slow another's search through them.
+        if t.relname in ('bm25_postings', 'bm25_lexicon', 'corpus_stats', 'bm25_backlog') then
+            execute pg_catalog.format('revoke insert, update, delete on pgrag.%I from service_role',
+                                      t.relname);
+            execute pg_catalog.format('grant select on pgrag.%I to authenticated', t.relname);
+        elsif t.relname = 'token_usage' then
             execute pg_catalog.format('grant select on pgrag.%I to authenticated', t.relname);
         elsif t.relname = 'search_log' then
             execute pg_catalog.format('grant select, delete on pgrag.%I to authenticated', t.relname);

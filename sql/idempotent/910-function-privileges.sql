@@ -11,15 +11,18 @@
 set local search_path = pg_catalog, pg_temp;
 
 -- Functions in pgrag: none for PUBLIC, and for each API role only the internal helpers its
--- calls reach. Every pgrag function is SECURITY INVOKER, and an invoker function needs the
+-- calls reach. Every pgrag function but one trigger function is SECURITY INVOKER, and an
+-- invoker function needs the
 -- caller to hold EXECUTE on each function it calls: the search functions of the API reach
 -- the helpers of the first list (and every policy calls current_tenant_id; PostgREST calls
 -- propagate_request_claims as its db-pre-request on Citus); a write to
--- pgrag.chunks fires triggers that call bm25_apply as the writer. Trigger functions need no
--- grant; the loader's and worker's functions are for the owner and service_role (below). A helper added to the call
+-- pgrag.chunks fires triggers that call text_search_config_allowed as the writer (and
+-- bm25_apply as the owner: the BM25 trigger function is the one SECURITY DEFINER function,
+-- 002-bm25-maintenance.sql, so bm25_apply and bm25_write_sql are the owner's alone). Trigger
+-- functions need no grant; the loader's and worker's functions are for the owner and service_role (below). A helper added to the call
 -- chain of an API function must be added here (tests/test_security_privileges.py checks the
--- lists against the call graph and docs/security.md). A SECURITY DEFINER function would get
--- no grant here (and fails the audit test in tests/test_security.py).
+-- lists against the call graph and docs/security.md). A SECURITY DEFINER function gets no
+-- grant here (tests/test_security.py lists the one there is).
 do $$
 declare
     f record;
@@ -37,27 +40,30 @@ begin
               'vector_candidates', 'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
               'tenant_index_name', 'own_graph_walk_name', 'own_graph_walk_sql', 'chunk_fts',
               'identifier_terms', 'check_argument', 'check_length', 'check_filters',
-              'check_query_embedding', 'text_search_config', 'bm25_apply', 'bm25_write_sql',
+              'check_query_embedding', 'text_search_config',
               'delete_documents',
               'text_search_config_allowed',
               -- text search (051-text-search.sql) and the query-embedding cache (050-*.sql)
               'embed_query', 'compute_query_embedding', 'cached_query_embedding',
               'check_query_text', 'normalize_query', 'query_cache_key', 'chunk_text',
               'check_chunk_arguments', 'query_cache_get', 'query_cache_put', 'prune_query_cache',
-              'query_cache_max_entries'
+              'query_cache_max_entries',
+              -- the search log's bound (032-search-log.sql: its trigger runs as the writer)
+              'search_log_max_rows'
           ])
           -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
           -- file by pgrag.isolate_tenant, which grants it the same way)
           or p.proname operator(pg_catalog.~) '^own_graph_walk_t_[0-9a-f]{24}$')
         order by 1
     loop
-        if f.proname in ('bm25_apply', 'bm25_write_sql', 'delete_documents', 'text_search_config_allowed',
+        if f.proname in ('delete_documents', 'text_search_config_allowed',
                          'chunk_text', 'check_chunk_arguments', 'query_cache_get',
-                         'query_cache_put', 'prune_query_cache', 'query_cache_max_entries')
+                         'query_cache_put', 'prune_query_cache', 'query_cache_max_entries',
+                         'search_log_max_rows')
            or f.proname operator(pg_catalog.~) '^own_graph_walk_t_' then
-            -- writers only (the chunks triggers call bm25_apply and text_search_config_allowed
-            -- as the writer; the cache's writers, chunking): anon writes nothing; and the walk
-            -- functions, for callers with a tenant (anon has none and never walks a tenant's graph)
+            -- writers only (the chunks triggers call text_search_config_allowed as the writer;
+            -- the cache's writers, chunking): anon writes nothing; and the walk functions, for
+            -- callers with a tenant (anon has none and never walks a tenant's graph)
             execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
         else
             execute pg_catalog.format('grant execute on function %s to anon, authenticated, service_role', f.sig);
