@@ -132,6 +132,8 @@ def test_deeply_nested_html_extracts_in_bounded_time(tmp_path: Path, name: str, 
     assert doc.title == name
     if "li" in name:  # flattened below the cap, the text stays: one list item holds it all
         assert len(blocks) == 1 and blocks[0].text.count("x") == 50_000
+    else:  # one paragraph per div down to the cap, where the deeper ones are flattened
+        assert len(blocks) == MAX_HTML_DEPTH and sum(b.text.count("x") for b in blocks) == 200_000
 
 
 def test_tags_nested_beyond_the_cap_are_flattened_not_dropped() -> None:
