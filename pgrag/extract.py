@@ -508,7 +508,7 @@ def html_blocks(text: str, tree: Any = None) -> Iterator[Block]:
             run = piece.strip()
             if run:
                 loose.append(run)
-                size += len(run)
+                size += len(run) + 1  # and the space that joins it
                 if size > MAX_PARAGRAPH_CHARS:
                     yield from paragraph()
             continue
