@@ -369,9 +369,19 @@ def markdown_title(lines: Iterable[str], front_matter: dict[str, Any] | None = N
 _DROP_TAGS = (
     "script, style, nav, header, footer, aside, noscript, form, iframe, svg, template, button"
 )
+# Elements read whole as one block: their text, however nested, is that block's alone.
 _BLOCK_TAGS = frozenset(
     "h1 h2 h3 h4 h5 h6 p li pre blockquote table dt dd figcaption".split()  # noqa: SIM905
 )
+# Elements whose start and end end the paragraph of loose text around them (text sitting in a
+# div, a section or the body itself); every other element (b, a, code, span, unknown tags) is
+# inline and its text stays in the paragraph.
+_BREAK_NAMES = (
+    "address article aside body center details dialog dir div dl fieldset figure footer form "
+    "header hgroup hr html legend listing main menu nav ol optgroup option plaintext search "
+    "section select summary textarea ul xmp caption colgroup tbody thead tfoot tr td th"
+)
+_BREAK_TAGS = frozenset(_BREAK_NAMES.split())
 
 
 def _html_tree(text: str, *, bounded: bool = False) -> Any:
@@ -396,20 +406,31 @@ def html_title(tree: Any) -> str:
     return " ".join(title.split())
 
 
-def _outer_blocks(root: Any) -> Iterator[Any]:
-    """The block elements under ``root`` that no other block element contains, in document
-    order: one walk that does not enter a block (each node is visited once)."""
+def _html_pieces(root: Any) -> Iterator[Any]:
+    """What the page under ``root`` is made of, in document order: each block element that no
+    other block element contains (:data:`_BLOCK_TAGS`), each text run outside them (a ``str``),
+    and ``None`` where an element of :data:`_BREAK_TAGS` starts or ends. One walk that does not
+    enter a block element: each node is visited once."""
     node = root.child
     while node is not None:
-        if node.tag in _BLOCK_TAGS:
+        tag = node.tag
+        if tag in _BLOCK_TAGS:
             yield node
-        elif node.child is not None:
+        elif tag == "-text":
+            yield node.text_content
+        elif tag in _BREAK_TAGS:
+            yield None
+        if tag not in _BLOCK_TAGS and node.child is not None:
             node = node.child
             continue
+        if tag in _BREAK_TAGS:
+            yield None  # a break element without children ends where it starts
         while node is not None and node.next is None:
             node = node.parent
             if node is None or node.mem_id == root.mem_id:
                 return
+            if node.tag in _BREAK_TAGS:
+                yield None
         if node is not None:
             node = node.next
 
@@ -424,46 +445,79 @@ def _own_rows(table: Any) -> Iterator[Any]:
             yield from (tr for tr in child.iter() if tr.tag == "tr")
 
 
+def _heading_path(stack: list[tuple[int, str]]) -> tuple[str, ...]:
+    return tuple(title for _, title in stack)
+
+
+def _block_element(node: Any, stack: list[tuple[int, str]]) -> Block | None:
+    """The block a block element (:data:`_BLOCK_TAGS`) makes, read whole; a heading also
+    updates the heading ``stack``."""
+    tag = node.tag
+    if tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
+        title = " ".join(node.text(separator=" ", strip=True).split())
+        if not title:
+            return None
+        level = int(tag[1])
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, title))
+        return Block(title, heading_path=_heading_path(stack), kind="heading")
+    if tag == "table":
+        rows = []
+        for tr in _own_rows(node):
+            cells = [
+                " ".join(c.text(separator=" ", strip=True).split())
+                for c in tr.iter()
+                if c.tag in ("th", "td")
+            ]
+            if any(cells):
+                rows.append("| " + " | ".join(cells) + " |")
+        if not rows:
+            return None
+        return Block("\n".join(rows), heading_path=_heading_path(stack), kind="table")
+    if tag == "pre":
+        code = strip_binary(node.text(strip=False)).strip("\n")
+        return Block(code, heading_path=_heading_path(stack), kind="code") if code.strip() else None
+    content = " ".join(strip_binary(node.text(separator=" ", strip=True)).split())
+    if not content:
+        return None
+    return Block("- " + content if tag == "li" else content, heading_path=_heading_path(stack))
+
+
 def html_blocks(text: str, tree: Any = None) -> Iterator[Block]:
-    """Main text of an HTML page: headings (with their path), paragraphs, list items, tables."""
+    """Main text of an HTML page: headings (with their path), paragraphs, list items, tables,
+    code, and the text that sits outside them (in a div, a section, the body), one paragraph
+    per run between block-level elements; each text once, in document order."""
     tree = tree if tree is not None else _html_tree(text)
     root = tree.css_first("main") or tree.css_first("article") or tree.body or tree.root
     if root is None:
         return
     stack: list[tuple[int, str]] = []
-    for node in _outer_blocks(root):
-        tag = node.tag
-        if tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
-            title = " ".join(node.text(separator=" ", strip=True).split())
-            if not title:
-                continue
-            level = int(tag[1])
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, title))
-            yield Block(title, heading_path=tuple(t for _, t in stack), kind="heading")
-        elif tag == "table":
-            rows = []
-            for tr in _own_rows(node):
-                cells = [
-                    " ".join(c.text(separator=" ", strip=True).split())
-                    for c in tr.iter()
-                    if c.tag in ("th", "td")
-                ]
-                if any(cells):
-                    rows.append("| " + " | ".join(cells) + " |")
-            if rows:
-                yield Block("\n".join(rows), heading_path=tuple(t for _, t in stack), kind="table")
-        elif tag == "pre":
-            content = strip_binary(node.text(strip=False)).strip("\n")
-            if content.strip():
-                yield Block(content, heading_path=tuple(t for _, t in stack), kind="code")
-        else:
-            content = " ".join(strip_binary(node.text(separator=" ", strip=True)).split())
-            if content:
-                if tag == "li":
-                    content = "- " + content
-                yield Block(content, heading_path=tuple(t for _, t in stack))
+    loose: list[str] = []  # the text runs of the paragraph being read, stripped
+    size = 0
+
+    def paragraph() -> Iterator[Block]:
+        nonlocal loose, size
+        content = " ".join(strip_binary(" ".join(loose)).split())
+        if content:
+            yield Block(content, heading_path=_heading_path(stack))
+        loose, size = [], 0
+
+    for piece in _html_pieces(root):
+        if isinstance(piece, str):
+            run = piece.strip()
+            if run:
+                loose.append(run)
+                size += len(run) + 1  # and the space that joins it
+                if size > MAX_PARAGRAPH_CHARS:
+                    yield from paragraph()
+            continue
+        yield from paragraph()
+        if piece is not None:
+            block = _block_element(piece, stack)
+            if block is not None:
+                yield block
+    yield from paragraph()
 
 
 # -- PDF ----------------------------------------

@@ -19,7 +19,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from pgrag.errors import ExtractionError
-from pgrag.extract import extract_path, extract_url
+from pgrag.extract import ExtractedDocument, extract_path, extract_url
 
 # -- PDF ------------------------------------------------------------------------------------------
 
@@ -99,6 +99,105 @@ def test_html_main_text_without_navigation_scripts_or_styles(tmp_path: Path) -> 
     assert blocks["Hybrid search fuses BM25 and vectors."].heading_path == ("Search",)
     assert blocks["- metadata"].heading_path == ("Search", "Filters")
     assert blocks["| k | meaning |\n| 60 | RRF constant |"].kind == "table"
+
+
+def html(page: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(text, heading path) of each block of an HTML page, in order."""
+    doc = ExtractedDocument.from_text("page.html", page, source_type="html")
+    return [(b.text, b.heading_path) for b in doc.blocks]
+
+
+def test_text_directly_in_divs_is_extracted_once_in_order() -> None:
+    page = (
+        "<html><body><div><div>Hello world in a div.</div><div>More <b>bold</b> text.</div>"
+        "<div>Before <p>a paragraph in a div</p> after.</div></div><p>para</p></body></html>"
+    )
+    assert [text for text, _ in html(page)] == [
+        "Hello world in a div.",
+        "More bold text.",
+        "Before",
+        "a paragraph in a div",
+        "after.",
+        "para",
+    ]
+
+
+def test_inline_elements_stay_inside_their_paragraph() -> None:
+    page = (
+        "<body><section>Call <code>search()</code> with <em>k</em> set, see "
+        "<a href='/docs'>the docs</a> and <span>the <i>notes</i></span><br>below, "
+        "<custom-box>unknown tags</custom-box> included.</section></body>"
+    )
+    assert [text for text, _ in html(page)] == [
+        "Call search() with k set, see the docs and the notes below, unknown tags included."
+    ]
+
+
+def test_block_level_elements_start_a_new_paragraph_of_loose_text() -> None:
+    page = (
+        "<main>Bare text in main<section>a section</section>between"
+        "<article><div>a div</div>in the article</article><hr>after a rule"
+        "<ul>not in an item<li>an item</li></ul><details><summary>More</summary>hidden "
+        "by default</details></main>"
+    )
+    assert [text for text, _ in html(page)] == [
+        "Bare text in main",
+        "a section",
+        "between",
+        "a div",
+        "in the article",
+        "after a rule",
+        "not in an item",
+        "- an item",
+        "More",
+        "hidden by default",
+    ]
+
+
+def test_loose_text_is_under_the_heading_before_it() -> None:
+    page = (
+        "<body><div>Preamble</div><div><h1>Guide</h1><div>Intro</div></div>"
+        "<div><h2>Install</h2>Run the installer.<div><h3>Linux</h3><span>Use apt.</span></div>"
+        "</div><h2>Search</h2><div>Ask a question.</div></body>"
+    )
+    assert html(page) == [
+        ("Preamble", ()),
+        ("Guide", ("Guide",)),
+        ("Intro", ("Guide",)),
+        ("Install", ("Guide", "Install")),
+        ("Run the installer.", ("Guide", "Install")),
+        ("Linux", ("Guide", "Install", "Linux")),
+        ("Use apt.", ("Guide", "Install", "Linux")),
+        ("Search", ("Guide", "Search")),
+        ("Ask a question.", ("Guide", "Search")),
+    ]
+
+
+def test_quotes_definitions_captions_and_code_in_divs_are_one_block_each() -> None:
+    page = (
+        "<body><div><blockquote>A <b>quoted</b> line<div>and its source</div></blockquote>"
+        "<dl><dt>RRF</dt><dd>Reciprocal <i>rank</i> fusion</dd></dl>"
+        "<figure><img src='x.png'>Figure text<figcaption>The caption</figcaption></figure>"
+        "<pre>select 1;\n  select 2;</pre></div></body>"
+    )
+    doc = ExtractedDocument.from_text("page.html", page, source_type="html")
+    assert [(b.text, b.kind) for b in doc.blocks] == [
+        ("A quoted line and its source", "text"),
+        ("RRF", "text"),
+        ("Reciprocal rank fusion", "text"),
+        ("Figure text", "text"),
+        ("The caption", "text"),
+        ("select 1;\n  select 2;", "code"),
+    ]
+
+
+def test_loose_text_in_boilerplate_scripts_and_outside_main_stays_out() -> None:
+    page = (
+        "<body><div>Outside main</div><main><div>Kept<nav>Menu</nav><script>var x;</script>"
+        "<style>p{}</style><aside>Sidebar</aside><form>Search box</form> too</div>"
+        "<footer>Copyright</footer></main></body>"
+    )
+    assert [text for text, _ in html(page)] == ["Kept too"]
 
 
 def test_non_utf8_text_is_decoded_with_a_fallback_not_dropped(tmp_path: Path) -> None:

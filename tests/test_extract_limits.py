@@ -16,6 +16,7 @@ from plugins.sample_files import HTML
 
 from pgrag.errors import ExtractionError, PgragError
 from pgrag.extract import (
+    MAX_PARAGRAPH_CHARS,
     ExtractedDocument,
     document_from_response,
     extract_path,
@@ -132,6 +133,15 @@ def test_deeply_nested_html_extracts_in_bounded_time(tmp_path: Path, name: str, 
     assert doc.title == name
     if "li" in name:  # flattened below the cap, the text stays: one list item holds it all
         assert len(blocks) == 1 and blocks[0].text.count("x") == 50_000
+    else:  # one paragraph per div down to the cap, where the deeper ones are flattened
+        assert len(blocks) == MAX_HTML_DEPTH and sum(b.text.count("x") for b in blocks) == 200_000
+
+
+def test_loose_html_text_is_cut_into_paragraphs_of_bounded_size() -> None:
+    page = "<div>" + "word <b>bold</b> " * 30_000 + "</div>"
+    blocks = list(ExtractedDocument.from_text("long.html", page, source_type="html").blocks)
+    assert len(blocks) == 3 and all(len(b.text) <= MAX_PARAGRAPH_CHARS + 10 for b in blocks)
+    assert " ".join(b.text for b in blocks) == ("word bold " * 30_000).strip()
 
 
 def test_tags_nested_beyond_the_cap_are_flattened_not_dropped() -> None:
