@@ -209,6 +209,52 @@ def test_resubmitting_a_failed_document_makes_it_pending_without_its_error(
     assert status_of(owner, doc) == ("pending", None)
 
 
+@pytest.mark.parametrize(
+    ("columns", "values", "message"),
+    [
+        ("content", "repeat('x', 1001)", "content must have at most 1000 bytes"),
+        ("content, heading_path", "'x', array[repeat('h', 10000)]", "heading_path must have"),
+        ("content, metadata", "'x', jsonb_build_object('k', repeat('m', 10000))", "metadata must"),
+        ("content, metadata", "'x', '[1]'::jsonb", "metadata must be a JSON object"),
+    ],
+    ids=["content", "heading-path", "metadata-size", "metadata-not-object"],
+)
+def test_a_direct_chunk_write_out_of_bounds_is_refused(
+    db: str, owner: psycopg.Connection[Any], columns: str, values: str, message: str
+) -> None:
+    owner.execute("update pgrag.queue_settings set max_content_bytes = 1000")
+    doc = submit(db, "a.txt")[0]
+    with (
+        pytest.raises(psycopg.errors.InvalidParameterValue, match=message),
+        request(db, "authenticated", claims_for(TENANT)) as conn,
+    ):
+        conn.execute(
+            f"insert into pgrag.chunks (document_id, chunk_index, content_sha256, {columns}) "
+            f"values (%s, 0, 'x', {values})",
+            (doc,),
+        )
+    assert owner.execute("select count(*) from pgrag.chunks").fetchone() == (0,)
+
+
+def test_a_direct_chunk_update_to_oversized_content_is_refused(
+    db: str, owner: psycopg.Connection[Any]
+) -> None:
+    owner.execute("update pgrag.queue_settings set max_content_bytes = 1000")
+    doc = submit(db, "a.txt")[0]
+    with request(db, "authenticated", claims_for(TENANT)) as conn:
+        conn.execute(
+            "insert into pgrag.chunks (document_id, chunk_index, content, content_sha256) "
+            "values (%s, 0, repeat('x', 1000), 'x')",
+            (doc,),
+        )
+    with (
+        pytest.raises(psycopg.errors.InvalidParameterValue, match="content must have at most"),
+        request(db, "authenticated", claims_for(TENANT)) as conn,
+    ):
+        conn.execute("update pgrag.chunks set content = content || 'y'")
+    assert owner.execute("select length(content) from pgrag.chunks").fetchone() == (1000,)
+
+
 def test_a_submitted_document_is_completed_by_the_worker_and_deleted_by_its_tenant(
     db: str, owner: psycopg.Connection[Any], local_embedder: Any
 ) -> None:
