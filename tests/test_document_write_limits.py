@@ -121,6 +121,17 @@ def test_a_direct_update_out_of_bounds_is_refused(
     assert row == ("", "a.txt", {})
 
 
+def test_submit_document_refuses_a_source_uri_over_2048_bytes(
+    db: str, owner: psycopg.Connection[Any]
+) -> None:
+    with (
+        pytest.raises(psycopg.errors.InvalidParameterValue, match="2048 bytes"),
+        request(db, "authenticated", claims_for(TENANT)) as conn,
+    ):
+        conn.execute("select public.submit_document(repeat('é', 1025), 'Some text.')")
+    assert owner.execute("select count(*) from pgrag.documents").fetchone() == (0,)
+
+
 def test_a_direct_write_within_bounds_is_accepted(db: str, owner: psycopg.Connection[Any]) -> None:
     with request(db, "authenticated", claims_for(TENANT)) as conn:
         row = conn.execute(

@@ -207,6 +207,7 @@ begin
             using errcode = '22023';
     end if;
     perform pgrag.check_length('source_uri', pg_catalog.length(submit_document.source_uri), 2048, 'characters');
+    perform pgrag.check_length('source_uri', pg_catalog.octet_length(submit_document.source_uri), 2048, 'bytes');
     perform pgrag.check_length('content', pg_catalog.octet_length(submit_document.content),
                                v_settings.max_content_bytes, 'bytes');
     perform pgrag.check_length('title', pg_catalog.length(submit_document.title), 1000, 'characters');
@@ -270,7 +271,7 @@ begin
 end
 $$;
 comment on function public.submit_document(text, text, text, text, jsonb) is
-'Submits a document for the current tenant (from the JWT claims): inline content (source_type text, markdown or html; at most pgrag.queue_settings.max_content_bytes, 10 MB by default) identified by source_uri, or, without content, an http(s) source_uri the worker fetches (if the operator allowed it: pgrag.fetch_allowlist). Resubmitting a source_uri makes a new version: the worker processes the latest one. Returns (document_id, version, status): status pending, or ready when a previous version stays searchable meanwhile. Limits: source_uri 1-2,048 characters, title 1,000, metadata a JSON object of 10,000 bytes (22023); queued documents per tenant (PR010; concurrent submissions of a tenant are serialised, and the limits hold for direct writes of the table too: trigger queue_check_submission). Runs as the caller (RLS applies); a published document can only be resubmitted with the publishing privilege (42501).';
+'Submits a document for the current tenant (from the JWT claims): inline content (source_type text, markdown or html; at most pgrag.queue_settings.max_content_bytes, 10 MB by default) identified by source_uri, or, without content, an http(s) source_uri the worker fetches (if the operator allowed it: pgrag.fetch_allowlist). Resubmitting a source_uri makes a new version: the worker processes the latest one. Returns (document_id, version, status): status pending, or ready when a previous version stays searchable meanwhile. Limits: source_uri 1-2,048 characters and at most 2,048 bytes, title 1,000, metadata a JSON object of 10,000 bytes (22023); queued documents per tenant (PR010; concurrent submissions of a tenant are serialised, and the limits hold for direct writes of the table too: trigger queue_check_submission). Runs as the caller (RLS applies); a published document can only be resubmitted with the publishing privilege (42501).';
 
 -- Re-made on every migrate (nothing depends on it; 900-row-security.sql grants it again).
 drop view if exists pgrag.queue_status;
