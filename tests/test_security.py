@@ -531,19 +531,23 @@ QUEUE_SUBMITTED_COLUMNS = (
     "title",
     "metadata",
 )
+# Documents: authenticated writes what describes a document, never the loader's and the
+# worker's bookkeeping (status, error, chunk_count, content_sha256, embedding_model, timestamps).
+DOCUMENT_DESCRIBING_COLUMNS = ("tenant_id", "title", "source_type", "source_uri", "metadata")
 
 
 def writable_columns(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> set[str]:
     """Columns authenticated may write: all but identities, generated columns, is_public and
     in_shared_graph (kept by a trigger: only the owner's bulk load leaves the shared graph); of
-    the document queue, see QUEUE_SUBMITTED_COLUMNS."""
+    the document queue, see QUEUE_SUBMITTED_COLUMNS; of documents, DOCUMENT_DESCRIBING_COLUMNS."""
     rows = conn.execute(
         "select c.relname || '.' || a.attname from pg_class c join pg_attribute a "
         "on a.attrelid = c.oid where c.relnamespace = 'pgrag'::regnamespace "
         "and c.relname = any(%s) and a.attnum > 0 and not a.attisdropped "
         "and a.attidentity = '' and a.attgenerated = '' "
-        "and a.attname not in ('is_public', 'in_shared_graph')",
-        (list(tables),),
+        "and a.attname not in ('is_public', 'in_shared_graph') "
+        "and (c.relname <> 'documents' or a.attname = any(%s))",
+        (list(tables), list(DOCUMENT_DESCRIBING_COLUMNS)),
     ).fetchall()
     return {r[0] for r in rows}
 

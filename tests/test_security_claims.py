@@ -359,8 +359,8 @@ def load_hostile_values(db: str, local_embedder: Any) -> None:
     embeddings = local_embedder.embed([c for _, c in contents])
     with request(db, "authenticated", claims_for("acme")) as conn:
         (doc_id,) = conn.execute(
-            "insert into pgrag.documents (title, source_type, source_uri, status, metadata, "
-            "created_at) values (%s, 'text', %s, 'ready', %s, 'infinity') returning id",
+            "insert into pgrag.documents (title, source_type, source_uri, metadata) "
+            "values (%s, 'text', %s, %s) returning id",
             (HOSTILE_TEXT, "odd://" + HOSTILE_TEXT, json.dumps(HOSTILE_METADATA)),
         ).fetchone()
         for i, ((language, content), emb) in enumerate(zip(contents, embeddings, strict=True)):
@@ -381,6 +381,13 @@ def load_hostile_values(db: str, local_embedder: Any) -> None:
                     json.dumps(HOSTILE_METADATA),
                 ),
             )
+    # Its status and timestamps are the loader's and the worker's (not a tenant's to write).
+    with connect(db) as conn:
+        conn.execute(
+            "update pgrag.documents set status = 'ready', created_at = 'infinity' where id = %s",
+            (doc_id,),
+        )
+        conn.commit()
 
 
 def table_rows(dsn: str) -> dict[str, list[str]]:

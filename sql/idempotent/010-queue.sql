@@ -237,13 +237,12 @@ begin
     -- One submission of this tenant at a time until commit: the trigger queue_check_submission
     -- counts the tenant's share of the queue under this lock (PR010 when full).
     perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(v_tenant), 1903520117);
-    -- The document: new ones are pending; a ready one stays ready (searchable with its previous
-    -- version) until the worker swaps the new one in.
-    insert into pgrag.documents as d (tenant_id, title, source_type, source_uri, status)
-    values (v_tenant, coalesce(submit_document.title, ''), v_type, submit_document.source_uri, 'pending')
+    -- The document, new (pending) or locked (changing a published one needs the publishing
+    -- privilege: 42501). A tenant names only the columns it may write (011-document-writes.sql).
+    insert into pgrag.documents as d (tenant_id, title, source_type, source_uri)
+    values (v_tenant, coalesce(submit_document.title, ''), v_type, submit_document.source_uri)
     on conflict (tenant_id, source_uri)
-    do update set status = case when d.status operator(pg_catalog.=) 'ready' then 'ready' else 'pending' end,
-                  error = null
+    do update set source_uri = excluded.source_uri
     returning d.id, d.status into v_document, v_status;
     -- The queue row: a new version of what was submitted (trigger queue_new_version).
     insert into pgrag.document_queue as q (tenant_id, document_id, source_type, content, title, metadata)
@@ -253,6 +252,21 @@ begin
     do update set source_type = excluded.source_type, content = excluded.content,
                   title = excluded.title, metadata = excluded.metadata
     returning q.version into v_version;
+    -- A document in progress or in error is pending again, without the error (a ready one stays
+    -- ready, searchable with its previous version, until the worker swaps the new one in). A
+    -- tenant may not write the status: for it the trigger documents_tenant_writes sets both,
+    -- as for any write of a document with a queued version.
+    if v_status operator(pg_catalog.=) any (array['processing', 'error']) then
+        if pg_catalog.has_column_privilege('pgrag.documents', 'status', 'UPDATE') then
+            update pgrag.documents as d set status = 'pending', error = null
+             where d.tenant_id operator(pg_catalog.=) v_tenant and d.id operator(pg_catalog.=) v_document
+            returning d.status into v_status;
+        else
+            update pgrag.documents as d set source_uri = d.source_uri
+             where d.tenant_id operator(pg_catalog.=) v_tenant and d.id operator(pg_catalog.=) v_document
+            returning d.status into v_status;
+        end if;
+    end if;
     return query select v_document, v_version, v_status;
 end
 $$;

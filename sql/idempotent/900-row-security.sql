@@ -13,7 +13,9 @@
 --   authenticated  reads and writes only the rows of its tenant; INSERT and UPDATE are checked
 --                  (WITH CHECK), so no row can be written into, or moved to, another tenant.
 --                  It writes every column except ids (identity), generated columns,
---                  is_public and in_shared_graph: no borrowed ids, no publishing to anon.
+--                  is_public and in_shared_graph: no borrowed ids, no publishing to anon;
+--                  of documents only what describes one, not its status or other
+--                  bookkeeping.
 --                  Except: its usage
 --                  (token_usage) and the BM25 index (bm25_postings, bm25_lexicon,
 --                  corpus_stats, bm25_backlog: the chunks triggers write them) it only reads,
@@ -103,6 +105,11 @@ begin
         -- the caller), never the state a worker keeps (state, attempts, lease, errors: the
         -- trigger queue_new_version sets them on every submission), and withdraws a document
         -- with delete_documents rather than by deleting its queue row.
+        -- Documents: a tenant writes what describes a document (tenant_id, title, source_type,
+        -- source_uri, metadata; bounded by the trigger documents_tenant_writes,
+        -- 011-document-writes.sql), never the bookkeeping of the loader and the worker
+        -- (status, error, chunk_count, content_sha256, embedding_model, created_at,
+        -- updated_at): UPDATE of status is the bookkeeping privilege that trigger tests.
         -- Three tables a tenant may not write freely: its usage (pgrag.token_usage, written
         -- by pgrag.record_usage for the owner's loaders and commands: a tenant reads it and
         -- can neither lower nor inflate it), its search log (pgrag.search_log: rows are added,
@@ -117,7 +124,10 @@ begin
            and a.attname not in ('is_public', 'in_shared_graph')
            and (t.relname <> 'document_queue'
                 or a.attname = any (array['tenant_id', 'document_id', 'source_type', 'content',
-                                          'title', 'metadata']));
+                                          'title', 'metadata']))
+           and (t.relname <> 'documents'
+                or a.attname = any (array['tenant_id', 'title', 'source_type', 'source_uri',
+                                          'metadata']));
         continue when t.relname = 'chunk_embeddings_next';
         -- The BM25 index (postings, document frequencies, corpus statistics, a bulk load's
         -- backlog): statistics every search reads, across tenants for service_role. Written
