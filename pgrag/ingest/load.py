@@ -142,6 +142,28 @@ class Loader(Worker):
         return superseded
 
 
+def index_bulk_backlog(dsn: str, tenant: str) -> int:
+    """Write the BM25 index of the chunks a bulk load of ``tenant`` left in the backlog
+    (``pgrag.index_bulk_load_backlog``, the first half of ``pgrag.finish_bulk_load``), so
+    keyword search and ``pgrag stats`` see them; how many chunks it indexed. For an
+    interrupted first load: the graph build, the second half, can wait for the next run."""
+    with connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,)).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def bulk_backlog(dsn: str, tenant: str) -> int | None:
+    """Chunks of ``tenant`` a bulk load left without their keyword index (None: unknown)."""
+    try:
+        with connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "select count(*) from pgrag.bm25_backlog where tenant_id = %s", (tenant,)
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row else None
+
+
 def isolate_large_tenant(dsn: str, tenant: str) -> bool:
     """Give ``tenant`` its own HNSW graph once it outgrows the exact path; True if done now.
 
@@ -160,6 +182,8 @@ def isolate_large_tenant(dsn: str, tenant: str) -> bool:
         ).fetchone()
         if not (owner and owner[0]):
             return False
+        # The keyword index first, in its own transaction: an interrupted graph build keeps it.
+        conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,))
         built = conn.execute("select pgrag.finish_bulk_load(%s)", (tenant,)).fetchone()
         if built and built[0] is not None:
             return True

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from pgrag.db import set_request_tenant
+from pgrag.errors import PgragError
 from pgrag.extract import ExtractedDocument
 from pgrag.ingest.lifecycle import FailedSource, Lifecycle
 from pgrag.ingest.options import IngestOptions
@@ -40,6 +41,11 @@ class Doc:
     is_new: bool
     old_shas: set[str]
     n_chunks: int = 0
+    # What became of its chunks (embedded + repeated + reused = n_chunks once it is staged):
+    embedded: int = 0  # embedded for it
+    repeated: int = 0  # the same text as an earlier chunk of its batch: embedded once, for that one
+    reused: int = 0  # its stored embedding of the same text kept (unchanged chunks)
+    failed: str | None = None  # why it failed in the embedding stage (its rows are dropped)
 
 
 @dataclass
@@ -51,6 +57,15 @@ class GroupPlan:
     relabel: list[tuple[int, dict[str, Any], str]] = field(default_factory=list)  # id, meta, uri
     load: list[ExtractedDocument] = field(default_factory=list)
     stored: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # uri -> stored row
+
+
+def one_line_error(exc: BaseException, limit: int = 500) -> str:
+    """``exc`` as a one-line reason: pgrag's own message as written; any other exception (a
+    parser's ValueError, RecursionError, MemoryError...) its type and message."""
+    text = " ".join(str(exc).split())
+    if not isinstance(exc, PgragError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text[:limit]
 
 
 def failure_reason(uri: str, message: str) -> str:
