@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -72,10 +73,10 @@ def pgrag_env(dsn: str) -> dict[str, str]:
 class Run:
     """``pgrag ingest FOLDER --progress`` in a subprocess, its stderr read as it comes."""
 
-    def __init__(self, dsn: str, folder: Path) -> None:
+    def __init__(self, dsn: str, folder: Path, *args: str) -> None:
         pgrag = Path(sys.executable).with_name("pgrag")
         self.proc = subprocess.Popen(
-            [str(pgrag), "ingest", str(folder), "--progress"],
+            [str(pgrag), "ingest", str(folder), "--progress", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -320,3 +321,40 @@ def test_every_interruption_ends_with_the_whole_message_and_no_document_processi
     if "Kept: " in errors[0]:
         kept = int(errors[0].split("Kept: ")[1].split()[0])
         assert kept == sum(s[0] == "ready" for s in state.values())
+
+
+def test_a_long_document_interrupted_keeps_its_embeddings_for_the_next_run(
+    db: str, tmp_path: Path, local_embedder: Any
+) -> None:
+    paragraphs = [
+        f"Paragraph {i} says how gadget {i} is wired to relay {i * 7} in cabinet {i % 9}."
+        for i in range(320)
+    ]
+    path = write(tmp_path, "long.txt", "\n\n".join(paragraphs) + "\n")
+    chunking = ("--chunk-size", "24", "--overlap", "0")
+    run = Run(db, path, *chunking)
+    # Two batches of the document staged (and saved), most of it still to embed.
+    assert run.wait_for(r"ingest: (1[3-9]\d|2[0-4]\d)/\S+ chunks embedded .* 0/1 documents")
+    run.interrupt()
+    status, err = run.end()
+    with connect(db) as conn:
+        (saved,) = conn.execute(
+            "select count(distinct content_sha256) from pgrag.saved_embeddings"
+        ).fetchone() or (0,)
+
+    rerun = CliRunner().invoke(main, ["--dsn", db, "ingest", str(path), "--json", *chunking])
+
+    assert status == 130, err
+    assert saved >= 128
+    summary = json.loads(rerun.stdout)
+    assert summary["documents_new"] == 1 and summary["chunks_written"] == 320
+    assert summary["chunks_reused"] == saved
+    assert summary["chunks_embedded"] == 320 - saved - summary["chunks_repeated"]
+    with connect(db) as conn:
+        left = conn.execute("select count(*) from pgrag.saved_embeddings").fetchone()
+        content, stored = conn.execute(
+            "select content, embedding from pgrag.chunks where chunk_index = 0"
+        ).fetchone() or ("", None)
+    assert left == (0,) and states(db)[str(path)][:1] == ("ready",)
+    [fresh] = local_embedder.embed([content])
+    assert float(fresh @ np.array(stored.to_list())) > 0.999  # the embedding of this text

@@ -450,6 +450,7 @@ TENANT_TABLES = (
     "corpus_stats",
     "documents",
     "query_embeddings",
+    "saved_embeddings",
 )
 # Tenant tables a tenant may not write freely (sql/idempotent/900-row-security.sql): its usage it
 # only reads, its search log it adds to (column by column), reads and deletes, the re-embed

@@ -83,15 +83,26 @@ class Loader(Worker):
         # Decided once, before the first swap: a first load of the tenant by the owner, through
         # pgrag ingest's lifecycle (the worker's swap is pgrag.complete_documents).
         self.bulk = False
+        # pgrag ingest saves the embeddings of documents spanning several batches as it stages
+        # them (pgrag.save_embeddings: the owner's), so an interrupted run keeps them.
+        self.save = False
         if isinstance(lifecycle, IngestLifecycle):
-            row = self.conn.execute("select pgrag.bulk_load_applies(%s)", (tenant,)).fetchone()
+            row = self.conn.execute(
+                "select pgrag.bulk_load_applies(%s), pg_catalog.has_function_privilege("
+                "'pgrag.save_embeddings(regclass, text, bigint[], integer[], integer[])',"
+                " 'execute')",
+                (tenant,),
+            ).fetchone()
             self.bulk = bool(row and row[0])
+            self.save = bool(row and row[1])
 
     def close(self) -> None:
         self.conn.close()
 
-    def _do_stage(self, payload: tuple[Sequence[dict[str, Any]], int, int]) -> None:
-        rows, tokens, requests = payload
+    def _do_stage(
+        self, payload: tuple[Sequence[dict[str, Any]], int, int, dict[int, list[int]]]
+    ) -> None:
+        rows, tokens, requests, saved = payload
         names = [name for name, _ in self.columns]
         copy_sql = sql.SQL("copy {} ({}) from stdin (format binary)").format(
             sql.Identifier("pg_temp", "pgrag_stage"),
@@ -109,6 +120,16 @@ class Loader(Worker):
                 self.tenant,
                 Usage(self.operation, self.provider, self.model, tokens, 0, requests),
             )
+            if saved and self.save:  # a long document's embeddings, kept if the run stops
+                set_request_tenant(self.conn, self.tenant)
+                ids = list(saved)
+                first, last = [saved[i][0] for i in ids], [saved[i][1] for i in ids]
+                call(
+                    self.conn,
+                    "select pgrag.save_embeddings(%s::regclass, %s, %s::int8[], %s::int4[],"
+                    " %s::int4[])",
+                    (STAGE, self.model, ids, first, last),
+                )
 
     def _do_fail(self, payload: tuple[int, str]) -> None:
         doc_id, message = payload

@@ -46,6 +46,7 @@ class Doc:
     repeated: int = 0  # the same text as an earlier chunk of its batch: embedded once, for that one
     reused: int = 0  # its stored embedding of the same text kept (unchanged chunks)
     failed: str | None = None  # why it failed in the embedding stage (its rows are dropped)
+    long: bool = False  # spans several batches: its embeddings are saved as they are staged
 
 
 @dataclass
@@ -95,6 +96,9 @@ class Planner:
         self.options = options
         self.settings = settings
         self.seen: set[str] = set()
+        # The model whose saved embeddings (pgrag.saved_embeddings) a load may reuse; None:
+        # none (the queue's worker, whose swap does not read them, or --force).
+        self.saved_model: str | None = None
 
     def stored_metadata(self, source: ExtractedDocument) -> dict[str, Any]:
         """The metadata a document is stored with: the extractor's, ``--metadata``, settings."""
@@ -152,10 +156,16 @@ class Planner:
         if reuse_ids:
             with self.conn.transaction():
                 set_request_tenant(self.conn, self.tenant)
+                # Its stored chunks' texts, and those saved while an earlier load of it was
+                # under way (the swap takes their embeddings: pgrag.replace_document_chunks).
                 for doc_id, sha in self.conn.execute(
                     "select distinct document_id, content_sha256 from pgrag.chunks "
-                    "where tenant_id = %s and document_id = any(%s) and embedding is not null",
-                    (self.tenant, reuse_ids),
+                    "where tenant_id = %(t)s and document_id = any(%(ids)s) "
+                    "and embedding is not null "
+                    "union select document_id, content_sha256 from pgrag.saved_embeddings "
+                    "where %(model)s::text is not null and tenant_id = %(t)s "
+                    "and document_id = any(%(ids)s) and model = %(model)s",
+                    {"t": self.tenant, "ids": reuse_ids, "model": self.saved_model},
                 ).fetchall():
                     old_shas.setdefault(doc_id, set()).add(sha)
         docs = []

@@ -115,6 +115,8 @@ class IngestRun:
             "language": options.language,
         }
         self.planner = Planner(self.conn, self.tenant, options, self.settings, self.lifecycle)
+        if isinstance(self.lifecycle, IngestLifecycle) and not options.force:
+            self.planner.saved_model = self.embedder.model_name
         self.loader: Loader | None = None
         self.bulk = False  # the loader took the bulk path (pgrag.bulk_load_applies)
         self.embedding: EmbeddingStage | None = None
@@ -486,6 +488,7 @@ class IngestRun:
             doc.n_chunks += 1
             self.estimate.chunked(doc.source.uri, len(chunk.content) - chunk.overlap_chars)
             if len(self.batch) >= BATCH_CHUNKS:
+                doc.long = True  # its embeddings are saved with each batch from now on
                 self._flush()
         self.estimate.read(doc.source.uri)
         self.completed.append(doc)

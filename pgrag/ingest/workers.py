@@ -223,7 +223,13 @@ class EmbeddingStage(Worker):
                 }
             )
         self.progress.chunks_done(len(batch) - len(texts))  # those needing no embedding
-        self.loader.put("stage", (rows, tokens, 1 if texts else 0))
+        # The chunk range of each long document in the batch: its embeddings are saved.
+        saved: dict[int, list[int]] = {}
+        for doc, chunk in batch:
+            if doc.long:
+                span = saved.setdefault(doc.doc_id, [chunk.index, chunk.index])
+                span[0], span[1] = min(span[0], chunk.index), max(span[1], chunk.index)
+        self.loader.put("stage", (rows, tokens, 1 if texts else 0, saved))
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``; the local model works in slices so Ctrl-C stops it within ~1 s."""
