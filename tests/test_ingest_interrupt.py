@@ -345,6 +345,7 @@ def test_a_long_document_interrupted_keeps_its_embeddings_for_the_next_run(
     rerun = CliRunner().invoke(main, ["--dsn", db, "ingest", str(path), "--json", *chunking])
 
     assert status == 130, err
+    assert "the embeddings made so far for the 1 long one(s) among them are kept" in err
     assert saved >= 128
     summary = json.loads(rerun.stdout)
     assert summary["documents_new"] == 1 and summary["chunks_written"] == 320

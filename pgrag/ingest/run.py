@@ -119,6 +119,7 @@ class IngestRun:
             self.planner.saved_model = self.embedder.model_name
         self.loader: Loader | None = None
         self.bulk = False  # the loader took the bulk path (pgrag.bulk_load_applies)
+        self.saving = False  # the loader saves long documents' embeddings (save_embeddings)
         self.embedding: EmbeddingStage | None = None
         self.batch: list[tuple[Doc, Chunk]] = []
         self.completed: list[Doc] = []
@@ -282,8 +283,9 @@ class IngestRun:
                 self._abort(exc)
                 raise
             in_flight = len(self.in_flight)
+            saved = sum(d.long for d in self.in_flight.values()) if self.saving else 0
             self._abort(exc)
-            raise Interrupted(self._interrupted_message(in_flight)) from exc
+            raise Interrupted(self._interrupted_message(in_flight, saved)) from exc
         except BaseException as exc:
             self.aborting = True
             self._abort(exc)
@@ -305,16 +307,22 @@ class IngestRun:
             "finished documents are skipped."
         )
 
-    def _interrupted_message(self, in_flight: int) -> str:
+    def _interrupted_message(self, in_flight: int, saved: int = 0) -> str:
         s = self.summary
         loaded = s.documents_new + s.documents_changed
+        kept = (
+            f"; the embeddings made so far for the {saved} long one(s) among them are kept "
+            "and reused by the next run"
+            if saved
+            else ""
+        )
         return (
             f"interrupted after {time.perf_counter() - self.started:.1f} s. Kept: {loaded} "
             f"document(s) loaded by this run ({s.chunks_written} chunks) and "
             f"{s.documents_unchanged} unchanged, {self._searchable()}; {in_flight} in progress "
             "were rolled back (none is half loaded: new ones are marked error, changed ones keep "
-            "their previous version). Run the same command again to finish: finished documents "
-            "are skipped, the rest are ingested."
+            f"their previous version{kept}). Run the same command again to finish: finished "
+            "documents are skipped, the rest are ingested."
         )
 
     def _searchable(self) -> str:
@@ -417,6 +425,7 @@ class IngestRun:
             )
             loader.start()
             self.loader = loader
+            self.saving = loader.save
             self.embedding = EmbeddingStage(
                 loader,
                 self.embedder,

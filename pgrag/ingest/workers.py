@@ -106,6 +106,14 @@ class Worker(threading.Thread):
                         return
 
 
+class _EmbedderFailed(Exception):
+    """The embedder raised (not one of pgrag's errors) on some text of a batch."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class EmbeddingStage(Worker):
     """Embeds batches (only chunks whose text is new) and forwards them to the loader.
 
@@ -144,10 +152,8 @@ class EmbeddingStage(Worker):
         batch = [(d, c) for d, c in batch if d.failed is None]
         try:
             self._stage(batch)
-        except PgragError:
-            raise
-        except Exception as exc:
-            self._stage(self._without_failing(batch, exc))
+        except _EmbedderFailed as failed:
+            self._stage(self._without_failing(batch, failed.error))
 
     def _without_failing(
         self, batch: list[tuple[Doc, Chunk]], error: Exception
@@ -194,7 +200,12 @@ class EmbeddingStage(Worker):
                 texts.append(chunk.content)
                 kinds.append("embedded")
         before = self.embedder.tokens_used
-        vectors = self._embed(texts) if texts else None
+        try:
+            vectors = self._embed(texts) if texts else None
+        except PgragError:
+            raise
+        except Exception as exc:  # on some text of the batch: find whose (_without_failing)
+            raise _EmbedderFailed(exc) from exc
         tokens = self.embedder.tokens_used - before
         rows: list[dict[str, Any]] = []  # keyed by the staging table's columns
         for (doc, chunk), kind in zip(batch, kinds, strict=True):
