@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from pgrag.cli import main
 from pgrag.db import connect, set_request_tenant
 from pgrag.extract import Block, ExtractedDocument, LazyBlocks
-from pgrag.ingest import IngestOptions, ingest_documents
+from pgrag.ingest import IngestOptions, ingest_documents, sources
 
 TOTAL = 130  # one-chunk documents: two batches of 64 and a bit (the first commits early)
 
@@ -118,12 +118,23 @@ def committed(lines: str) -> str:
 # -- one bad document fails alone ------------------------------------------------------------------
 
 
-def test_a_corrupt_front_matter_fails_its_document_alone(db: str, tmp_path: Path) -> None:
+def test_a_source_whose_reader_raises_any_error_fails_alone(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "docs"
     write(folder, "good1.md", "# Ports\n\nThe widget service listens on port 8443.\n")
     write(folder, "good2.md", "# TLS\n\nRotate the certificate with widgetctl cert rotate.\n")
     bad = write(folder, "bad.md", "---\ndate: 2024-13-45\n---\n# Bad date\n\nSome text.\n")
 
+    # What PyYAML raised for that date before the extractor read dates as text: whatever a
+    # reader raises on one source (not only pgrag's errors) must fail that source alone.
+    def extract(source: str) -> ExtractedDocument:
+        if source.endswith("bad.md"):
+            raise ValueError("month must be in 1..12")
+        return real_extract(source)
+
+    real_extract = sources.extract
+    monkeypatch.setattr(sources, "extract", extract)
     result = CliRunner().invoke(main, ["--dsn", db, "ingest", str(folder)])
 
     assert result.exit_code == 1, result.output
