@@ -4,6 +4,11 @@ On a terminal a rich bar moves with the work (documents done, plus a counter suc
 embedded that moves per batch); in a pipe, a log or CI, one line every ``interval`` seconds
 (env PGRAG_PROGRESS_INTERVAL, default 10) says how far the work is and how long it should
 still take. Safe to update from several threads.
+
+Work measured in chunks as well as documents (``pgrag ingest``) reports chunks: those done
+(embedded, or needing no embedding) of those planned, i.e. chunked so far plus an estimate of
+the rest (``~``) while sources are still being read, and estimates the time left from the
+chunk rate, so one large document shows movement and a sane estimate rather than "0/1".
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ class Progress:
         self.unit = unit
         self.done = 0.0
         self.counters: dict[str, int] = {}
+        self.chunks = 0  # chunks done (embedded, or needing no embedding)
+        self.chunks_planned = 0  # chunks known so far (chunked)
+        self.chunks_estimate: int | None = None  # all the run's chunks, estimated
+        self.chunks_started: float | None = None  # when the first chunk was done
         self.interval = (
             interval
             if interval is not None
@@ -106,6 +115,50 @@ class Progress:
             self.counters[name] = self.counters.get(name, 0) + n
             self._show(None)
 
+    def plan_chunks(self, n: int, estimate: int | None = None) -> None:
+        """``n`` more chunks to do; ``estimate``: all the run's chunks, when one can be made."""
+        with self.lock:
+            self.chunks_planned += n
+            self.chunks_estimate = estimate
+            self._show(None)
+
+    def forget_chunks(self, planned: int, done: int) -> None:
+        """A failed document's chunks: ``planned`` of them, ``done`` already counted."""
+        with self.lock:
+            self.chunks_planned -= planned
+            self.chunks -= done
+            self._show(None)
+
+    def chunks_done(self, n: int) -> None:
+        """``n`` more chunks done."""
+        if n <= 0:
+            return
+        with self.lock:
+            if self.chunks_started is None:
+                self.chunks_started = time.monotonic()
+            self.chunks += n
+            self._show(None)
+
+    def _chunk_total(self) -> tuple[int, bool]:
+        """Chunks to do in all, and whether that is an estimate."""
+        estimate = self.chunks_estimate
+        if estimate is not None and estimate > self.chunks_planned:
+            return estimate, True
+        return max(self.chunks_planned, self.chunks), False
+
+    def _chunks_left(self, now: float) -> float | None:
+        """Seconds left at the chunk rate so far (None before any chunk was done)."""
+        total, _ = self._chunk_total()
+        if self.chunks_started is None or not self.chunks or not total:
+            return None
+        rate = self.chunks / max(now - self.chunks_started, 1e-3)
+        return max(total - self.chunks, 0) / rate
+
+    def _chunk_text(self) -> str:
+        total, estimated = self._chunk_total()
+        percent = f" ({100 * self.chunks / total:.0f} %)" if total else ""
+        return f"{self.chunks}/{'~' if estimated else ''}{total} chunks embedded{percent}"
+
     def _counters(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         return ", ".join(
@@ -115,6 +168,14 @@ class Progress:
     def _show(self, description: str | None) -> None:
         if self.bar is not None:
             text = self._counters()
+            if self.chunks_planned:  # the bar moves with chunks; documents beside it
+                total, estimated = self._chunk_total()
+                where = f"{int(self.done)}/{self.total} {self.unit}" if self.total else ""
+                text = ", ".join(t for t in (where, "~" if estimated else "", text) if t)
+                if description:
+                    text = f"{text}  {description}" if text else description
+                self.bar.update(self.task, completed=self.chunks, total=total, description=text)
+                return
             if description:
                 text = f"{text}  {description}" if text else description
             self.bar.update(self.task, completed=self.done, description=text)
@@ -131,10 +192,13 @@ class Progress:
             where = f"{done}/{self.total} {self.unit} ({100 * self.done / self.total:.0f} %)"
         else:
             where = f"{done} {self.unit}"
-        parts = [where]
+        parts = [self._chunk_text(), where] if self.chunks_planned else [where]
         if self.counters:
             parts.append(self._counters())
         parts.append(f"elapsed {_clock(elapsed)}")
-        if self.total and self.done > 0:
+        left = self._chunks_left(now) if self.chunks_planned else None
+        if left is not None:
+            parts.append(f"about {_clock(left)} left")
+        elif self.total and self.done > 0 and not self.chunks_planned:
             parts.append(f"about {_clock(elapsed * (self.total - self.done) / self.done)} left")
         print(f"{self.label}: {', '.join(parts)}", file=sys.stderr, flush=True)

@@ -451,10 +451,11 @@ TENANT_TABLES = (
 BM25_TABLES = ("bm25_backlog", "bm25_lexicon", "bm25_postings", "corpus_stats")
 # Tenant tables a tenant may not write freely (sql/idempotent/900-row-security.sql): its usage it
 # only reads, its search log it adds to (column by column), reads and deletes, the re-embed
-# queue is the owner's and service_role's alone.
+# queue and the saved embeddings of a long document being loaded are the owner's and
+# service_role's alone.
 READ_ONLY_TENANT_TABLES = ("token_usage",)
 APPEND_ONLY_TENANT_TABLES = ("search_log",)
-OWNER_TENANT_TABLES = ("chunk_embeddings_next",)
+OWNER_TENANT_TABLES = ("chunk_embeddings_next", "saved_embeddings")
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); delete_documents for the writing roles only.
 PGRAG_FUNCTIONS = (

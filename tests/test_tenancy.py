@@ -123,7 +123,8 @@ def test_authenticated_reads_only_its_tenant_in_every_table(two_tenants: Loaded)
     usage_and_search_log_rows(db)
     with connect(db) as admin:
         # A queued resubmission per tenant: the document queue holds rows of both tenants too;
-        # so does the BM25 backlog (a bulk load's unindexed chunks; an id no chunk has).
+        # so do the BM25 backlog (a bulk load's unindexed chunks; an id no chunk has) and the
+        # saved embeddings (of a long document being loaded).
         for tenant in TENANTS:
             admin.execute(
                 "insert into pgrag.document_queue (tenant_id, document_id, source_type, content) "
@@ -132,6 +133,11 @@ def test_authenticated_reads_only_its_tenant_in_every_table(two_tenants: Loaded)
             )
             admin.execute(
                 "insert into pgrag.bm25_backlog (tenant_id, chunk_id) values (%s, -1)", (tenant,)
+            )
+            admin.execute(
+                "insert into pgrag.saved_embeddings (tenant_id, document_id, content_sha256,"
+                " model, embedding) values (%s, -1, 'x', 'm', '[1]')",
+                (tenant,),
             )
         admin.commit()
         everything = {t: tenants_in(admin, t) for t in tenant_tables(db, "authenticated")}

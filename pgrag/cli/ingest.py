@@ -162,9 +162,15 @@ def print_summary(s: IngestSummary) -> None:
         f"{s.documents_unchanged} unchanged, {s.documents_failed} failed"
         + (f", {s.documents_removed} removed" if s.documents_removed else "")
     )
+    # written = embedded + reused + repeated: each chunk written is exactly one of them
+    repeated = (
+        f", {s.chunks_repeated} repeated (the same text as another chunk, embedded once)"
+        if s.chunks_repeated
+        else ""
+    )
     click.echo(
         f"chunks:    {s.chunks_written} written, {s.chunks_embedded} embedded, "
-        f"{s.chunks_reused} reused"
+        f"{s.chunks_reused} reused{repeated}"
     )
     if s.tenant_isolated:
         click.echo(

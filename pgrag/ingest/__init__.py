@@ -22,14 +22,17 @@ Every state change of a document is a SQL function, called through the run's lif
 queue's worker, :mod:`pgrag.worker`, runs the same pipeline with the queue's functions).
 ``sources`` opens files, folders and URLs for a run (``ingest_paths``); ``options`` holds what
 a caller chooses and gets back. Progress (:mod:`pgrag.progress`) counts documents as their swap
-commits and chunks as they are embedded. Ctrl-C stops a run within about a second (the local
-model embeds a batch in slices and checks between them) and raises
-:class:`~pgrag.errors.Interrupted`, saying what was kept.
+commits and chunks embedded of chunks planned. Ctrl-C sets the run's cancel event, checked
+between chunks and between the slices the local model embeds, so a run stops within about a
+second, never half way through a commit, and raises :class:`~pgrag.errors.Interrupted`,
+saying what was kept (an interrupted first load writes its keyword index first).
 
 A run killed at any point leaves committed documents whole, new in-flight ones ``processing``
 with no chunks and refreshed ones ``ready`` with their previous chunks; their stored hash is
 the previous one (or none), so the next run picks them up again. Staged rows live in a
-temporary table that dies with the connection.
+temporary table that dies with the connection; the embeddings of a document spanning several
+batches are also saved with each batch (``pgrag.save_embeddings``), so the next run reuses them
+rather than embedding the document again from its start.
 """
 
 from pgrag.extract import Block, ExtractedDocument

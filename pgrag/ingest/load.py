@@ -83,15 +83,26 @@ class Loader(Worker):
         # Decided once, before the first swap: a first load of the tenant by the owner, through
         # pgrag ingest's lifecycle (the worker's swap is pgrag.complete_documents).
         self.bulk = False
+        # pgrag ingest saves the embeddings of documents spanning several batches as it stages
+        # them (pgrag.save_embeddings: the owner's), so an interrupted run keeps them.
+        self.save = False
         if isinstance(lifecycle, IngestLifecycle):
-            row = self.conn.execute("select pgrag.bulk_load_applies(%s)", (tenant,)).fetchone()
+            row = self.conn.execute(
+                "select pgrag.bulk_load_applies(%s), pg_catalog.has_function_privilege("
+                "'pgrag.save_embeddings(regclass, text, bigint[], integer[], integer[])',"
+                " 'execute')",
+                (tenant,),
+            ).fetchone()
             self.bulk = bool(row and row[0])
+            self.save = bool(row and row[1])
 
     def close(self) -> None:
         self.conn.close()
 
-    def _do_stage(self, payload: tuple[Sequence[dict[str, Any]], int, int]) -> None:
-        rows, tokens, requests = payload
+    def _do_stage(
+        self, payload: tuple[Sequence[dict[str, Any]], int, int, dict[int, list[int]]]
+    ) -> None:
+        rows, tokens, requests, saved = payload
         names = [name for name, _ in self.columns]
         copy_sql = sql.SQL("copy {} ({}) from stdin (format binary)").format(
             sql.Identifier("pg_temp", "pgrag_stage"),
@@ -109,6 +120,16 @@ class Loader(Worker):
                 self.tenant,
                 Usage(self.operation, self.provider, self.model, tokens, 0, requests),
             )
+            if saved and self.save:  # a long document's embeddings, kept if the run stops
+                set_request_tenant(self.conn, self.tenant)
+                ids = list(saved)
+                first, last = [saved[i][0] for i in ids], [saved[i][1] for i in ids]
+                call(
+                    self.conn,
+                    "select pgrag.save_embeddings(%s::regclass, %s, %s::int8[], %s::int4[],"
+                    " %s::int4[])",
+                    (STAGE, self.model, ids, first, last),
+                )
 
     def _do_fail(self, payload: tuple[int, str]) -> None:
         doc_id, message = payload
@@ -142,6 +163,28 @@ class Loader(Worker):
         return superseded
 
 
+def index_bulk_backlog(dsn: str, tenant: str) -> int:
+    """Write the BM25 index of the chunks a bulk load of ``tenant`` left in the backlog
+    (``pgrag.index_bulk_load_backlog``, the first half of ``pgrag.finish_bulk_load``), so
+    keyword search and ``pgrag stats`` see them; how many chunks it indexed. For an
+    interrupted first load: the graph build, the second half, can wait for the next run."""
+    with connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,)).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def bulk_backlog(dsn: str, tenant: str) -> int | None:
+    """Chunks of ``tenant`` a bulk load left without their keyword index (None: unknown)."""
+    try:
+        with connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "select count(*) from pgrag.bm25_backlog where tenant_id = %s", (tenant,)
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row else None
+
+
 def isolate_large_tenant(dsn: str, tenant: str) -> bool:
     """Give ``tenant`` its own HNSW graph once it outgrows the exact path; True if done now.
 
@@ -160,6 +203,8 @@ def isolate_large_tenant(dsn: str, tenant: str) -> bool:
         ).fetchone()
         if not (owner and owner[0]):
             return False
+        # The keyword index first, in its own transaction: an interrupted graph build keeps it.
+        conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,))
         built = conn.execute("select pgrag.finish_bulk_load(%s)", (tenant,)).fetchone()
         if built and built[0] is not None:
             return True

@@ -37,9 +37,14 @@ class IngestSummary:
     documents_removed: int = 0
     tenant_isolated: bool = False
     bulk_load: bool = False
+    # Every chunk written is one of: embedded (its text embedded for it), repeated (the same
+    # text as an earlier chunk of its batch, embedded once for both) or reused (the stored
+    # embedding of the same text in the same document kept): written = embedded + repeated +
+    # reused. Chunks of documents that failed or were rolled back are in none of them.
     chunks_written: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0
+    chunks_repeated: int = 0
     seconds: float = 0.0
     failures: list[tuple[str, str]] = field(default_factory=list)
 

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from pgrag.db import set_request_tenant
+from pgrag.errors import PgragError
 from pgrag.extract import ExtractedDocument
 from pgrag.ingest.lifecycle import FailedSource, Lifecycle
 from pgrag.ingest.options import IngestOptions
@@ -40,6 +41,12 @@ class Doc:
     is_new: bool
     old_shas: set[str]
     n_chunks: int = 0
+    # What became of its chunks (embedded + repeated + reused = n_chunks once it is staged):
+    embedded: int = 0  # embedded for it
+    repeated: int = 0  # the same text as an earlier chunk of its batch: embedded once, for that one
+    reused: int = 0  # its stored embedding of the same text kept (unchanged chunks)
+    failed: str | None = None  # why it failed in the embedding stage (its rows are dropped)
+    long: bool = False  # spans several batches: its embeddings are saved as they are staged
 
 
 @dataclass
@@ -51,6 +58,15 @@ class GroupPlan:
     relabel: list[tuple[int, dict[str, Any], str]] = field(default_factory=list)  # id, meta, uri
     load: list[ExtractedDocument] = field(default_factory=list)
     stored: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # uri -> stored row
+
+
+def one_line_error(exc: BaseException, limit: int = 500) -> str:
+    """``exc`` as a one-line reason: pgrag's own message as written; any other exception (a
+    parser's ValueError, RecursionError, MemoryError...) its type and message."""
+    text = " ".join(str(exc).split())
+    if not isinstance(exc, PgragError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text[:limit]
 
 
 def failure_reason(uri: str, message: str) -> str:
@@ -80,6 +96,9 @@ class Planner:
         self.options = options
         self.settings = settings
         self.seen: set[str] = set()
+        # The model whose saved embeddings (pgrag.saved_embeddings) a load may reuse; None:
+        # none (the queue's worker, whose swap does not read them, or --force).
+        self.saved_model: str | None = None
 
     def stored_metadata(self, source: ExtractedDocument) -> dict[str, Any]:
         """The metadata a document is stored with: the extractor's, ``--metadata``, settings."""
@@ -137,10 +156,16 @@ class Planner:
         if reuse_ids:
             with self.conn.transaction():
                 set_request_tenant(self.conn, self.tenant)
+                # Its stored chunks' texts, and those saved while an earlier load of it was
+                # under way (the swap takes their embeddings: pgrag.replace_document_chunks).
                 for doc_id, sha in self.conn.execute(
                     "select distinct document_id, content_sha256 from pgrag.chunks "
-                    "where tenant_id = %s and document_id = any(%s) and embedding is not null",
-                    (self.tenant, reuse_ids),
+                    "where tenant_id = %(t)s and document_id = any(%(ids)s) "
+                    "and embedding is not null "
+                    "union select document_id, content_sha256 from pgrag.saved_embeddings "
+                    "where %(model)s::text is not null and tenant_id = %(t)s "
+                    "and document_id = any(%(ids)s) and model = %(model)s",
+                    {"t": self.tenant, "ids": reuse_ids, "model": self.saved_model},
                 ).fetchall():
                     old_shas.setdefault(doc_id, set()).add(sha)
         docs = []

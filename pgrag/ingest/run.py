@@ -14,9 +14,10 @@ the queue's for ``pgrag worker``, which also passes its own progress and a ``can
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,15 +35,16 @@ from pgrag.errors import (
 )
 from pgrag.extract import ExtractedDocument
 from pgrag.ingest.lifecycle import FailedSource, IngestLifecycle, Lifecycle
-from pgrag.ingest.load import Loader, isolate_large_tenant
+from pgrag.ingest.load import Loader, bulk_backlog, index_bulk_backlog, isolate_large_tenant
 from pgrag.ingest.options import IngestOptions, IngestSummary
-from pgrag.ingest.plan import LISTED_TWICE, Doc, Planner, failure_reason
+from pgrag.ingest.plan import LISTED_TWICE, Doc, Planner, failure_reason, one_line_error
 from pgrag.ingest.workers import EmbeddingStage
 from pgrag.progress import Progress, ProgressMode
 from pgrag.usage import Operation
 
 GROUP_DOCS = 64  # documents looked up together
 BATCH_CHUNKS = 64  # chunks embedded, COPYed and committed together (progress moves per batch)
+FORCE_AFTER = 2.0  # seconds after a Ctrl-C the run has not acted on, when a second one raises
 
 
 class IngestRun:
@@ -61,13 +63,22 @@ class IngestRun:
         lifecycle: Lifecycle | None = None,
         cancel: threading.Event | None = None,
         operation: Operation = "ingest",
+        source_bytes: dict[str, int] | None = None,
     ) -> None:
         self.dsn = dsn
+        self.estimate = ChunkEstimate(source_bytes or {})
         self.tenant = tenant
         self.options = replace(options)  # --switch-model turns force on for this run only
         self.summary = IngestSummary()
         self.lifecycle: Lifecycle = lifecycle or IngestLifecycle()
-        self.cancel = cancel
+        # Set by a cancel from outside (pgrag worker), or by Ctrl-C (``interrupted``): the run
+        # checks it between chunks, and its stages between slices and puts.
+        self.own_cancel = cancel is None
+        self.cancel = cancel or threading.Event()
+        self.interrupted = False  # Ctrl-C (SIGINT) asked the run to stop
+        self.interrupted_at = 0.0
+        self.aborting = False  # the run is stopping: a Ctrl-C changes nothing
+        self.finishing = False  # in the final database work: a Ctrl-C cancels the statement
         self.operation = operation  # whose embedding tokens (pgrag.record_usage)
         self.conn = connect(dsn, autocommit=True)
         try:
@@ -104,11 +115,16 @@ class IngestRun:
             "language": options.language,
         }
         self.planner = Planner(self.conn, self.tenant, options, self.settings, self.lifecycle)
+        if isinstance(self.lifecycle, IngestLifecycle) and not options.force:
+            self.planner.saved_model = self.embedder.model_name
         self.loader: Loader | None = None
+        self.bulk = False  # the loader took the bulk path (pgrag.bulk_load_applies)
+        self.saving = False  # the loader saves long documents' embeddings (save_embeddings)
         self.embedding: EmbeddingStage | None = None
         self.batch: list[tuple[Doc, Chunk]] = []
         self.completed: list[Doc] = []
         self.in_flight: dict[int, Doc] = {}
+        self.lock = threading.Lock()  # the summary, updated by this thread and the stages'
         self.own_progress = not isinstance(progress, Progress)
         if isinstance(progress, Progress):
             self.progress = progress
@@ -189,7 +205,58 @@ class IngestRun:
 
     def ingest(self, items: Iterable[ExtractedDocument | FailedSource]) -> IngestSummary:
         """Ingest ``items`` (``GROUP_DOCS`` at a time) and return the run's summary."""
-        started = self.started
+        with self._sigint_stops_the_run():
+            try:
+                self._load(items)
+            finally:
+                self.conn.close()
+            self.finishing = True
+            try:
+                self.summary.tenant_isolated = isolate_large_tenant(self.dsn, self.tenant)
+            except KeyboardInterrupt as exc:
+                self.finishing, self.aborting = False, True
+                raise Interrupted(self._finish_interrupted_message()) from exc
+            self.finishing = False
+        self.summary.seconds = time.perf_counter() - self.started
+        return self.summary
+
+    @contextlib.contextmanager
+    def _sigint_stops_the_run(self) -> Iterator[None]:
+        """Ctrl-C sets the run's cancel event rather than raising wherever the main thread is
+        (mid-commit, inside the progress bar's or a queue's lock): the run stops at its next
+        check, within about a second, and always with the whole message. While the run is
+        finishing (database work at the end, or after an interruption), Ctrl-C raises, which
+        cancels the running statement; while the run is stopping, it changes nothing. A second
+        Ctrl-C more than ``FORCE_AFTER`` seconds after a first one the run has not acted on (the
+        main thread waits on the database, say) raises at once. Only in the main thread, over
+        Python's default handler."""
+        if (
+            not self.own_cancel
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        ):
+            yield
+            return
+
+        def stop(signum: int, frame: object) -> None:
+            if self.finishing:
+                raise KeyboardInterrupt
+            if self.aborting:
+                return
+            now = time.monotonic()
+            if self.interrupted and now - self.interrupted_at > FORCE_AFTER:
+                raise KeyboardInterrupt
+            if not self.interrupted:
+                self.interrupted, self.interrupted_at = True, now
+            self.cancel.set()
+
+        previous = signal.signal(signal.SIGINT, stop)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _load(self, items: Iterable[ExtractedDocument | FailedSource]) -> None:
         shown = self.progress if self.own_progress else contextlib.nullcontext()
         try:
             with shown:
@@ -203,38 +270,108 @@ class IngestRun:
                 if group:
                     self._group(group)
                 self._flush()
-            if self.embedding is not None and self.loader is not None:
-                embedding, self.embedding = self.embedding, None
-                embedding.finish()  # everything embedded and handed to the loader
-                loader, self.loader = self.loader, None
-                loader.finish()  # everything committed
-                self.summary.bulk_load = loader.bulk
-        except KeyboardInterrupt as exc:
+                if self.embedding is not None and self.loader is not None:
+                    embedding, self.embedding = self.embedding, None
+                    embedding.finish()  # everything embedded and handed to the loader
+                    loader, self.loader = self.loader, None
+                    loader.finish()  # everything committed
+                    self.bulk = self.summary.bulk_load = loader.bulk
+        except (KeyboardInterrupt, Cancelled) as exc:
+            self.aborting = True
+            if isinstance(exc, Cancelled) and not self.interrupted:
+                self._abort(exc)
+                raise
             in_flight = len(self.in_flight)
+            saved = sum(d.long for d in self.in_flight.values()) if self.saving else 0
             self._abort(exc)
-            raise Interrupted(self._interrupted_message(in_flight)) from exc
-        except Cancelled as exc:
-            self._abort(exc)
-            raise
+            raise Interrupted(self._interrupted_message(in_flight, saved)) from exc
         except BaseException as exc:
+            self.aborting = True
             self._abort(exc)
             raise
-        finally:
-            self.conn.close()
-        self.summary.tenant_isolated = isolate_large_tenant(self.dsn, self.tenant)
-        self.summary.seconds = time.perf_counter() - started
-        return self.summary
 
-    def _interrupted_message(self, in_flight: int) -> str:
+    def late_interrupt_message(self) -> str:
+        """The message for a Ctrl-C that reached the caller of :meth:`ingest` outside the
+        run's own handling: as the run started (nothing read yet) or just after it ended."""
+        if not self.planner.seen:
+            return (
+                "interrupted before any document was read: nothing was written. Run the same "
+                "command again to ingest."
+            )
+        s = self.summary
+        return (
+            f"interrupted as the run ended: every document was processed "
+            f"({s.documents_new + s.documents_changed} loaded, {s.documents_unchanged} "
+            f"unchanged, {s.documents_failed} failed). Run the same command again to check: "
+            "finished documents are skipped."
+        )
+
+    def _interrupted_message(self, in_flight: int, saved: int = 0) -> str:
         s = self.summary
         loaded = s.documents_new + s.documents_changed
+        kept = (
+            f"; the embeddings made so far for the {saved} long one(s) among them are kept "
+            "and reused by the next run"
+            if saved
+            else ""
+        )
         return (
             f"interrupted after {time.perf_counter() - self.started:.1f} s. Kept: {loaded} "
             f"document(s) loaded by this run ({s.chunks_written} chunks) and "
-            f"{s.documents_unchanged} unchanged, all searchable; {in_flight} in progress were "
-            "rolled back (none is half loaded: new ones are marked error, changed ones keep "
-            "their previous version). Run the same command again to finish: finished documents "
-            "are skipped, the rest are ingested."
+            f"{s.documents_unchanged} unchanged, {self._searchable()}; {in_flight} in progress "
+            "were rolled back (none is half loaded: new ones are marked error, changed ones keep "
+            f"their previous version{kept}). Run the same command again to finish: finished "
+            "documents are skipped, the rest are ingested."
+        )
+
+    def _searchable(self) -> str:
+        """What searches find of the documents kept, after an interrupted bulk load: its
+        chunks' keyword index is written now (``pgrag.index_bulk_load_backlog``; the tenant's
+        graph can wait, vector search scans rows outside every graph exactly). A second Ctrl-C
+        skips it, and the message says so."""
+        if not self.bulk or not (self.summary.documents_new + self.summary.documents_changed):
+            return "all searchable"
+        self.finishing = True
+        try:
+            index_bulk_backlog(self.dsn, self.tenant)
+        except KeyboardInterrupt:
+            return self._keyword_pending()
+        except Exception as exc:  # the database went away: say what is true
+            return self._keyword_pending(f" ({one_line_error(exc)})")
+        finally:
+            self.finishing = False
+        return "all searchable"
+
+    def _keyword_pending(self, why: str = "") -> str:
+        return (
+            "searchable by vector search, but not yet by keyword search nor counted by pgrag "
+            f"stats: their keyword index was not written{why}. The next pgrag ingest of tenant "
+            f"{self.tenant!r} writes it (or: select pgrag.finish_bulk_load('{self.tenant}'))"
+        )
+
+    def _finish_interrupted_message(self) -> str:
+        s = self.summary
+        loaded = s.documents_new + s.documents_changed
+        pending = bulk_backlog(self.dsn, self.tenant) if self.bulk else 0
+        if pending:
+            what = self._keyword_pending()
+        else:
+            what = (
+                "all searchable; the tenant's own vector index may not be built yet (vector "
+                "search scans its rows exactly meanwhile, with the same results): the next "
+                "pgrag ingest of the tenant builds it"
+            )
+            if pending is None:
+                what = (
+                    "all searchable by vector search; if the next pgrag ingest of the tenant "
+                    "is not run, keyword search may miss this first load's chunks (select "
+                    f"pgrag.finish_bulk_load('{self.tenant}') finishes it)"
+                )
+        return (
+            f"interrupted while finishing, after {time.perf_counter() - self.started:.1f} s. "
+            f"Every document was processed: {loaded} loaded by this run ({s.chunks_written} "
+            f"chunks), {s.documents_unchanged} unchanged, {s.documents_failed} failed; {what}. "
+            "Run the same command again to finish: finished documents are skipped."
         )
 
     def _abort(self, exc: BaseException) -> None:
@@ -243,6 +380,8 @@ class IngestRun:
         On Ctrl-C the loader (database work, short) is waited for; the embedding thread only
         briefly: it is cancelled and stops after its current slice, writing nothing more."""
         interrupted = isinstance(exc, (KeyboardInterrupt, Cancelled))
+        if self.loader is not None:
+            self.bulk = self.summary.bulk_load = self.loader.bulk
         for worker in (self.embedding, self.loader):
             if worker is not None:
                 worker.stop(cancel=True)
@@ -252,7 +391,7 @@ class IngestRun:
                 with contextlib.suppress(Exception):
                     worker.close()
         self.embedding = self.loader = None
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt) or self.interrupted:
             message = "interrupted (Ctrl-C)"
         else:
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -285,6 +424,7 @@ class IngestRun:
             )
             loader.start()
             self.loader = loader
+            self.saving = loader.save
             self.embedding = EmbeddingStage(
                 loader,
                 self.embedder,
@@ -293,6 +433,7 @@ class IngestRun:
                 self.progress,
                 self.planner.stored_metadata,
                 self.cancel,
+                self._failed_in_embedding,
             )
             self.embedding.start()
         return self.embedding
@@ -300,6 +441,8 @@ class IngestRun:
     def _group(self, group: list[ExtractedDocument | FailedSource]) -> None:
         """Plan a group of sources (:mod:`pgrag.ingest.plan`) and chunk those to load."""
         plan = self.planner.plan(group)
+        loading = {id(source) for source in plan.load}
+        self.estimate.skip([g.uri for g in group if id(g) not in loading])
         for failed in plan.failed:
             self._fail_new(failed)
         if plan.unchanged:
@@ -314,8 +457,10 @@ class IngestRun:
             self.planner.relabel(plan.relabel)
         if not plan.load:
             return
-        for doc in self.planner.start_loading(plan):
+        docs = self.planner.start_loading(plan)
+        for doc in docs:
             self.in_flight[doc.doc_id] = doc
+        for doc in docs:
             self._document(doc)
 
     def _fail_new(self, failed: FailedSource) -> None:
@@ -329,32 +474,61 @@ class IngestRun:
             self.planner.record_failure(replace(failed, reason=reason))
 
     def _document(self, doc: Doc) -> None:
-        """Chunk one document into the current batch (flushing full batches as it goes)."""
-        try:
-            for chunk in self.chunker.chunks(doc.source.blocks):
-                self._check_cancel()
-                self.batch.append((doc, chunk))
-                doc.n_chunks += 1
-                if len(self.batch) >= BATCH_CHUNKS:
-                    self._flush()
-            if doc.n_chunks == 0:
-                raise ExtractionError(doc.source.empty_message)
-        except ExtractionError as exc:
-            self._fail(doc, str(exc))
-            return
+        """Chunk one document into the current batch (flushing full batches as it goes).
+
+        Anything its content makes the reader, parser or chunker raise (not only pgrag's
+        errors: a ValueError from a YAML date, a RecursionError, a MemoryError...) fails this
+        document alone, with a one-line reason; the run goes on. Errors of the run's own
+        stages (the embedder, the database), raised by a flush, stop the run."""
+        chunks = iter(self.chunker.chunks(doc.source.blocks))
+        while True:
+            self._check_cancel()
+            try:
+                chunk = next(chunks, None)
+                if chunk is None and doc.n_chunks == 0:
+                    raise ExtractionError(doc.source.empty_message)
+            except Exception as exc:  # this document's content: it fails alone
+                self._fail(doc, one_line_error(exc))
+                return
+            if chunk is None:
+                break
+            self.batch.append((doc, chunk))
+            doc.n_chunks += 1
+            self.estimate.chunked(doc.source.uri, len(chunk.content) - chunk.overlap_chars)
+            if len(self.batch) >= BATCH_CHUNKS:
+                doc.long = True  # its embeddings are saved with each batch from now on
+                self._flush()
+        self.estimate.read(doc.source.uri)
         self.completed.append(doc)
 
     def _fail(self, doc: Doc, message: str) -> None:
-        reason = failure_reason(doc.source.uri, message)
+        """``doc`` failed while being chunked: its rows are dropped, the run goes on."""
+        self.estimate.read(doc.source.uri)
+        if doc.failed is not None:  # the embedding stage failed it already
+            return
+        doc.failed = reason = failure_reason(doc.source.uri, message)
+        staged = len(self.batch)
         self.batch = [(d, c) for d, c in self.batch if d is not doc]
-        self.summary.documents_failed += 1
-        self.summary.failures.append((doc.source.uri, reason))
-        self.in_flight.pop(doc.doc_id, None)
+        self.progress.forget_chunks(
+            doc.n_chunks - (staged - len(self.batch)), doc.embedded + doc.repeated + doc.reused
+        )
         self._ensure_workers().put("fail", (doc.doc_id, reason))
+        self._count_failure(doc, reason)
+
+    def _failed_in_embedding(self, doc: Doc, reason: str) -> None:
+        """Called by the embedding stage: ``doc`` failed there (its rows are dropped)."""
+        self.progress.forget_chunks(doc.n_chunks, doc.embedded + doc.repeated + doc.reused)
+        self._count_failure(doc, failure_reason(doc.source.uri, reason))
+
+    def _count_failure(self, doc: Doc, reason: str) -> None:
+        with self.lock:
+            self.summary.documents_failed += 1
+            self.summary.failures.append((doc.source.uri, reason))
+            self.in_flight.pop(doc.doc_id, None)
         self.progress.advance(1, doc.source.uri[-60:])
 
     def _check_cancel(self) -> None:
-        if self.cancel is not None and self.cancel.is_set():
+        if self.cancel.is_set():
             raise Cancelled("cancelled: the worker is stopping")
 
     def _committed(self, done: list[Doc], superseded: set[int]) -> None:
@@ -362,15 +536,18 @@ class IngestRun:
         the lifecycle did not swap in, because a newer version was submitted meanwhile)."""
         summary = self.summary
         for d in done:
-            self.in_flight.pop(d.doc_id, None)
-            if d.doc_id in superseded:
-                self.progress.advance(1, d.source.uri[-60:])
-                continue
-            if d.is_new:
-                summary.documents_new += 1
-            else:
-                summary.documents_changed += 1
-            summary.chunks_written += d.n_chunks
+            with self.lock:
+                self.in_flight.pop(d.doc_id, None)
+                if d.doc_id not in superseded:
+                    if d.is_new:
+                        summary.documents_new += 1
+                    else:
+                        summary.documents_changed += 1
+                    # Each chunk written is one of: embedded, repeated, reused.
+                    summary.chunks_written += d.n_chunks
+                    summary.chunks_embedded += d.embedded
+                    summary.chunks_repeated += d.repeated
+                    summary.chunks_reused += d.reused
             self.progress.advance(1, d.source.uri[-60:])
 
     def _flush(self) -> None:
@@ -378,10 +555,55 @@ class IngestRun:
         batch, self.batch = self.batch, []
         embedder = self._ensure_workers()
         if batch:
+            self.progress.plan_chunks(len(batch), self.estimate.total())
             embedder.put("stage", batch)
         if self.completed:
             done, self.completed = self.completed, []
             embedder.put("commit", done)
+
+
+class ChunkEstimate:
+    """The run's chunks, estimated from its sources' sizes as they are read.
+
+    ``source_bytes`` gives the size of each source (files: their size on disk). Chunks made so
+    far per byte read so far (a document's bytes read: its whole size once chunked, else the
+    new text of its chunks so far) times the bytes still to read, plus the chunks made: the
+    run's chunks. None while nothing is known (no sizes, or nothing read yet).
+    """
+
+    def __init__(self, source_bytes: dict[str, int]) -> None:
+        self.sizes = source_bytes
+        self.left = sum(source_bytes.values())  # bytes of the sources still to load
+        self.read_bytes = 0  # of sources chunked to the end
+        self.current: tuple[str, int] | None = None  # (uri, chars chunked) of the one being read
+        self.chunks = 0
+
+    def skip(self, uris: Iterable[str]) -> None:
+        """Sources that will not be chunked (unchanged, relabelled, failed to open)."""
+        self.left -= sum(self.sizes.get(u, 0) for u in uris)
+
+    def chunked(self, uri: str, chars: int) -> None:
+        self.chunks += 1
+        done = self.current[1] if self.current and self.current[0] == uri else 0
+        self.current = (uri, done + max(chars, 0))
+
+    def read(self, uri: str) -> None:
+        """``uri`` is chunked to its end (or failed)."""
+        size = self.sizes.get(uri, 0)
+        self.read_bytes += size
+        self.left -= size
+        self.current = None
+
+    def total(self) -> int | None:
+        if not self.sizes:
+            return None
+        reading = 0
+        if self.current is not None:
+            reading = min(self.current[1], self.sizes.get(self.current[0], 0))
+        read = self.read_bytes + reading
+        if read <= 0 or self.chunks == 0:
+            return None
+        return self.chunks + round(max(self.left - reading, 0) * self.chunks / read)
 
 
 def ingest_documents(

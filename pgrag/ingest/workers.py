@@ -22,7 +22,7 @@ from pgrag.errors import Cancelled, PgragError
 from pgrag.extract import ExtractedDocument
 from pgrag.ingest.lifecycle import SwapRow
 from pgrag.ingest.options import IngestOptions, IngestSummary
-from pgrag.ingest.plan import Doc
+from pgrag.ingest.plan import Doc, one_line_error
 from pgrag.progress import Progress
 
 QUEUE_DEPTH = 2  # batches between the embedding thread and the loading thread
@@ -106,6 +106,14 @@ class Worker(threading.Thread):
                         return
 
 
+class _EmbedderFailed(Exception):
+    """The embedder raised (not one of pgrag's errors) on some text of a batch."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class EmbeddingStage(Worker):
     """Embeds batches (only chunks whose text is new) and forwards them to the loader.
 
@@ -122,8 +130,10 @@ class EmbeddingStage(Worker):
         progress: Progress,
         stored_metadata: Callable[[ExtractedDocument], dict[str, Any]],
         abort: threading.Event | None = None,
+        on_fail: Callable[[Doc, str], None] | None = None,
     ) -> None:
         super().__init__("pgrag-embedding", abort)
+        self.on_fail = on_fail
         self.loader = loader
         self.embedder = embedder
         self.options = options
@@ -135,26 +145,79 @@ class EmbeddingStage(Worker):
         self.loader.put("fail", payload)
 
     def _do_stage(self, batch: list[tuple[Doc, Chunk]]) -> None:
+        """Embed a batch and hand it to the loader. An error the embedder raises on one
+        document's text (not pgrag's own errors, e.g. of the backend, which stop the run)
+        fails that document alone: each document of the batch is then embedded by itself to
+        find which."""
+        batch = [(d, c) for d, c in batch if d.failed is None]
+        try:
+            self._stage(batch)
+        except _EmbedderFailed as failed:
+            self._stage(self._without_failing(batch, failed.error))
+
+    def _without_failing(
+        self, batch: list[tuple[Doc, Chunk]], error: Exception
+    ) -> list[tuple[Doc, Chunk]]:
+        """``batch`` without the documents whose texts the embedder fails on alone (each
+        failed through ``on_fail``); ``error`` again when none does."""
+        texts: dict[int, list[str]] = {}
+        docs: dict[int, Doc] = {}
+        for doc, chunk in batch:
+            docs[doc.doc_id] = doc
+            if self.options.force or chunk.sha256 not in doc.old_shas:
+                texts.setdefault(doc.doc_id, []).append(chunk.content)
+        failed = False
+        for doc_id, doc_texts in texts.items():
+            try:
+                self.embedder.embed(doc_texts)
+            except PgragError:
+                raise
+            except Exception as exc:
+                failed = True
+                self._fail(docs[doc_id], one_line_error(exc))
+        if not failed:
+            raise error
+        return [(d, c) for d, c in batch if d.failed is None]
+
+    def _fail(self, doc: Doc, reason: str) -> None:
+        doc.failed = reason
+        self.loader.put("fail", (doc.doc_id, reason))
+        if self.on_fail is not None:
+            self.on_fail(doc, reason)
+
+    def _stage(self, batch: list[tuple[Doc, Chunk]]) -> None:
         force = self.options.force
-        summary = self.summary
         need: dict[str, int] = {}  # text -> row in the embedding matrix
         texts: list[str] = []
+        kinds: list[str] = []  # per chunk: embedded, repeated or reused
         for doc, chunk in batch:
-            fresh = force or chunk.sha256 not in doc.old_shas
-            if fresh and chunk.content not in need:
+            if not force and chunk.sha256 in doc.old_shas:
+                kinds.append("reused")
+            elif chunk.content in need:
+                kinds.append("repeated")
+            else:
                 need[chunk.content] = len(texts)
                 texts.append(chunk.content)
+                kinds.append("embedded")
         before = self.embedder.tokens_used
-        vectors = self._embed(texts) if texts else None
+        try:
+            vectors = self._embed(texts) if texts else None
+        except PgragError:
+            raise
+        except Exception as exc:  # on some text of the batch: find whose (_without_failing)
+            raise _EmbedderFailed(exc) from exc
         tokens = self.embedder.tokens_used - before
         rows: list[dict[str, Any]] = []  # keyed by the staging table's columns
-        for doc, chunk in batch:
-            pos = need.get(chunk.content)
-            if vectors is None or pos is None or (not force and chunk.sha256 in doc.old_shas):
+        for (doc, chunk), kind in zip(batch, kinds, strict=True):
+            if kind == "reused" or vectors is None:
                 vector = None
-                summary.chunks_reused += 1
+                doc.reused += 1
             else:
-                vector = vectors[pos]
+                vector = vectors[need[chunk.content]]
+                if kind == "embedded":
+                    doc.embedded += 1
+                else:
+                    doc.repeated += 1
             rows.append(
                 {
                     "document_id": doc.doc_id,
@@ -170,7 +233,14 @@ class EmbeddingStage(Worker):
                     "metadata": chunk.metadata,
                 }
             )
-        self.loader.put("stage", (rows, tokens, 1 if texts else 0))
+        self.progress.chunks_done(len(batch) - len(texts))  # those needing no embedding
+        # The chunk range of each long document in the batch: its embeddings are saved.
+        saved: dict[int, list[int]] = {}
+        for doc, chunk in batch:
+            if doc.long:
+                span = saved.setdefault(doc.doc_id, [chunk.index, chunk.index])
+                span[0], span[1] = min(span[0], chunk.index), max(span[1], chunk.index)
+        self.loader.put("stage", (rows, tokens, 1 if texts else 0, saved))
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``; the local model works in slices so Ctrl-C stops it within ~1 s."""
@@ -179,11 +249,10 @@ class EmbeddingStage(Worker):
         parts = []
         for start in range(0, len(texts), step):
             if self.cancelled or (self.abort is not None and self.abort.is_set()):
-                raise PgragError("ingest cancelled")
+                raise Cancelled("ingest cancelled")
             part = texts[start : start + step]
             parts.append(embedder.embed(part))
-            self.summary.chunks_embedded += len(part)
-            self.progress.count("chunks embedded", len(part))
+            self.progress.chunks_done(len(part))
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def _do_commit(self, done: list[Doc]) -> None:
@@ -197,5 +266,8 @@ class EmbeddingStage(Worker):
                 d.n_chunks,
             )
             for d in done
+            if d.failed is None
         ]
-        self.loader.put("commit", (rows, done))
+        done = [d for d in done if d.failed is None]
+        if done:
+            self.loader.put("commit", (rows, done))

@@ -3,7 +3,8 @@
 -- Contract. Provides: pgrag.create_stage (the one definition of the staging table's columns),
 --   the loader's transitions pgrag.begin_documents (-> processing), pgrag.relabel_documents,
 --   pgrag.fail_documents / fail_sources / abort_documents (-> error),
---   pgrag.replace_document_chunks (-> ready: the atomic swap), pgrag.record_embedding_model;
+--   pgrag.replace_document_chunks (-> ready: the atomic swap), pgrag.record_embedding_model,
+--   pgrag.save_embeddings (a long document's embeddings kept while it loads);
 --   all for the worker roles (the owner and service_role: pgrag ingest and pgrag worker, through
 --   pgrag/ingest/lifecycle.py); pgrag.delete_documents (authenticated and service_role).
 --   Relies on: the BM25 triggers (002-bm25-maintenance.sql) and the publishing triggers
@@ -213,6 +214,40 @@ $$;
 comment on function pgrag.record_embedding_model(text, text) is
 'Records provider and model as the database''s embedding model when none is recorded yet (the first load); raises PR002 when another one is recorded.';
 
+-- A long document (several batches) is swapped in by one transaction at its end: what was
+-- embedded for it is saved durably with each batch, so an interrupted load loses none of it.
+create or replace function pgrag.save_embeddings(
+    stage regclass,
+    embedding_model text,
+    document_ids bigint[],
+    first_chunks integer[],
+    last_chunks integer[]
+)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_tenant text := pgrag.loader_tenant('pgrag.save_embeddings');
+begin
+    -- The staged rows of each document from first_chunks to last_chunks (chunk_index), those
+    -- with an embedding: one statement per batch, whatever its size.
+    execute pg_catalog.format(
+        'insert into pgrag.saved_embeddings (tenant_id, document_id, content_sha256, model, embedding) '
+        'select $1, s.document_id, s.content_sha256, $2, s.embedding from %s as s '
+        'join rows from (pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5)) as r (id, lo, hi) '
+        'on s.document_id operator(pg_catalog.=) r.id and s.chunk_index operator(pg_catalog.>=) r.lo '
+        'and s.chunk_index operator(pg_catalog.<=) r.hi '
+        'where s.embedding is not null '
+        'on conflict (tenant_id, document_id, content_sha256, model) do nothing', stage)
+    using v_tenant, embedding_model, document_ids, first_chunks, last_chunks;
+end
+$$;
+comment on function pgrag.save_embeddings(regclass, text, bigint[], integer[], integer[]) is
+'Saves in pgrag.saved_embeddings, for the request''s tenant, the embeddings (by content_sha256, with embedding_model) of the rows of a staging table (pgrag.create_stage''s) of document_ids[i] with chunk_index from first_chunks[i] to last_chunks[i]: a loader calls it with each batch of a document spanning several, so a load interrupted before the document''s swap keeps them; pgrag.replace_document_chunks reuses and deletes them.';
+
 create or replace function pgrag.replace_document_chunks(
     stage regclass,
     tenant text,
@@ -266,6 +301,17 @@ begin
         'and o.content_sha256 operator(pg_catalog.=) s.content_sha256 and o.embedding is not null',
         stage)
     using document_ids, tenant;
+    -- ... or the one saved for it while an earlier load of the document was under way
+    -- (pgrag.save_embeddings), with this model; those saved rows are done with.
+    execute pg_catalog.format(
+        'update %s as s set embedding = o.embedding from pgrag.saved_embeddings as o '
+        'where s.embedding is null and s.document_id operator(pg_catalog.=) any ($1) '
+        'and o.tenant_id operator(pg_catalog.=) $2 and o.document_id operator(pg_catalog.=) s.document_id '
+        'and o.content_sha256 operator(pg_catalog.=) s.content_sha256 and o.model operator(pg_catalog.=) $3',
+        stage)
+    using document_ids, tenant, embedding_model;
+    delete from pgrag.saved_embeddings as o
+    where o.tenant_id = tenant and o.document_id = any (document_ids);
     execute pg_catalog.format(
         'select pg_catalog.count(*) from %s where document_id operator(pg_catalog.=) any ($1) '
         'and embedding is null', stage)
@@ -309,7 +355,7 @@ begin
 end
 $$;
 comment on function pgrag.replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
-'Loader transition to ready: atomic swap of documents'' chunks from a staging table (pgrag.create_stage''s, filled by COPY; each of its columns pgrag.chunks also has is copied): locks the documents, reuses stored embeddings of unchanged chunk texts, replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse, PR002 when embedding_model is not the model pgrag.embedding_config records.';
+'Loader transition to ready: atomic swap of documents'' chunks from a staging table (pgrag.create_stage''s, filled by COPY; each of its columns pgrag.chunks also has is copied): locks the documents, reuses stored embeddings of unchanged chunk texts (of the document''s chunks, or saved for it by pgrag.save_embeddings with this model, which it then deletes), replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse, PR002 when embedding_model is not the model pgrag.embedding_config records.';
 
 -- Removal: documents and their chunks, in one statement each, inside the caller's transaction.
 -- Deleting chunks fires the BM25 triggers (002-bm25-maintenance.sql), so postings, document
@@ -381,6 +427,7 @@ begin
         return;
     end if;
     delete from pgrag.chunks as c where c.tenant_id = v_tenant and c.document_id = any (v_ids);
+    delete from pgrag.saved_embeddings as o where o.tenant_id = v_tenant and o.document_id = any (v_ids);
     delete from pgrag.documents as d where d.tenant_id = v_tenant and d.id = any (v_ids);
 end
 $$;

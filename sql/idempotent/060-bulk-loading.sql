@@ -4,7 +4,8 @@
 --   pgrag.bulk_replace_document_chunks (the swap of 004-loading.sql, with the chunks it writes
 --   kept out of the shared graph and listed in pgrag.bm25_backlog rather than indexed for BM25)
 --   and pgrag.finish_bulk_load (writes their BM25 index in one pass, then builds the tenant's
---   own graph over them, or puts a small load's rows into the shared graph); the trigger
+--   own graph over them, or puts a small load's rows into the shared graph; its first half,
+--   the BM25 pass, is pgrag.index_bulk_load_backlog, which an interrupted load runs alone); the trigger
 --   chunks_in_shared_graph and its function, which keep chunks.in_shared_graph
 --   (incremental/012-bulk-loading.sql). Relies on: pgrag.replace_document_chunks
 --   (004-loading.sql), pgrag.bm25_write_sql and the backlog the BM25 triggers keep
@@ -93,16 +94,15 @@ $$;
 comment on function pgrag.bulk_replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
 'pgrag.replace_document_chunks (same arguments, same checks and errors) for a tenant''s large load: the chunks it writes stay out of the shared HNSW graph (chunks.in_shared_graph false) and out of the BM25 index (listed in pgrag.bm25_backlog), so neither is maintained row by row; pgrag.finish_bulk_load then indexes them for BM25 in one pass and builds the tenant''s own graph over them. Until then the tenant''s keyword search does not see them and its vector search scans its rows exactly (same results). Owner of pgrag.chunks only (42501 otherwise); 22023 for a blank tenant.';
 
-create or replace function pgrag.finish_bulk_load(tenant text)
-returns regclass
+create or replace function pgrag.index_bulk_load_backlog(tenant text)
+returns bigint
 language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_index regclass;
-    v_rows bigint;
+    v_rows bigint := 0;
 begin
     if tenant is null or tenant operator(pg_catalog.~) '^[[:space:]]*$' then
         raise exception 'tenant must be a non-blank tenant id'
@@ -127,7 +127,27 @@ begin
         using 1, (pg_catalog.pg_backend_pid() % 16) * 8, pg_catalog.pg_backend_pid() % 16,
               array[tenant];
         delete from pgrag.bm25_backlog as b where b.tenant_id = tenant;
+        get diagnostics v_rows = row_count;
     end if;
+    return v_rows;
+end
+$$;
+comment on function pgrag.index_bulk_load_backlog(text) is
+'The first half of pgrag.finish_bulk_load: writes the BM25 index (postings, document frequencies, corpus statistics) of the chunks a bulk load of tenant listed in pgrag.bm25_backlog, in one pass (pgrag.chunks locked against writes meanwhile; work_mem raised to maintenance_work_mem, at most 1 GB, for its sort), and returns how many chunks it indexed (0: none was waiting). Keyword search and pgrag.tenant_stats see those chunks once it commits. pgrag ingest calls it alone when a first load is interrupted (the graph build can wait: vector search scans rows outside every graph exactly). Owner of pgrag.chunks only (no API role may execute it: 42501).';
+
+create or replace function pgrag.finish_bulk_load(tenant text)
+returns regclass
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_index regclass;
+    v_rows bigint;
+begin
+    -- The BM25 index of the load's chunks first (22023 for a blank tenant).
+    perform pgrag.index_bulk_load_backlog(tenant);
     v_index := pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(tenant)));
     -- Nothing more to do: a graph of its own already holds every row, or every row is in the
     -- shared one.

@@ -128,7 +128,10 @@ begin
            and (t.relname <> 'documents'
                 or a.attname = any (array['tenant_id', 'title', 'source_type', 'source_uri',
                                           'metadata']));
-        continue when t.relname = 'chunk_embeddings_next';
+        -- The saved embeddings of a long document being loaded (pgrag.save_embeddings, for
+        -- pgrag ingest as the owner): no API role writes or reads them, so they bound nothing
+        -- a tenant could grow.
+        continue when t.relname in ('chunk_embeddings_next', 'saved_embeddings');
         -- The BM25 index (postings, document frequencies, corpus statistics, a bulk load's
         -- backlog): statistics every search reads, across tenants for service_role. Written
         -- only by the chunks triggers, as the owner (002-bm25-maintenance.sql): no API role
