@@ -122,7 +122,7 @@ def test_ingest_metadata_option_tags_documents_and_search_filters_on_it(
 def test_ingest_metadata_must_be_a_json_object(db: str, docs: Path) -> None:
     result = invoke(db, "ingest", str(docs), "--metadata", '["ops"]')
     assert result.exit_code == 2
-    assert result.output.startswith("Error: --metadata takes a JSON object")
+    assert "Invalid value for '--metadata': takes a JSON object" in result.output
 
 
 def test_readme_metadata_example_works_as_written(db: str, local_embedder: Any) -> None:
