@@ -431,4 +431,3 @@ class DocumentSandbox:
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.wait()
-
