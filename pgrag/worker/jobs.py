@@ -5,8 +5,10 @@ ingest pipeline (:class:`~pgrag.ingest.run.IngestRun`) with a :class:`QueueLifec
 pipeline plans, chunks, embeds and stages exactly as ``pgrag ingest`` does, and every state
 change goes to the queue's SQL functions (``complete_documents``, ``skip_documents``,
 ``fail_attempts``), which act only on documents this worker still holds at the version it
-claimed. Whatever a run leaves without an outcome (it was cancelled, or failed as a whole) is
-settled by the worker afterwards: released when stopping, else a failed attempt to retry.
+claimed. Each job reaches the pipeline already extracted and chunked by the slot's sandbox
+(:func:`prepare_job`, :class:`PreparedChunker`), or as a failed source with its reason.
+Whatever a run leaves without an outcome (it was cancelled, or failed as a whole) is settled by
+the worker afterwards: released when stopping, else a failed attempt to retry.
 """
 
 from __future__ import annotations

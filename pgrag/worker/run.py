@@ -12,11 +12,19 @@ the slots:
   longer than the lease is not taken away, while a killed worker's documents return to the
   queue once their lease runs out.
 
-Failures: a document that cannot be read fails for good (``error`` with the reason); a batch
-that fails as a whole (the embedding endpoint, the database) is a failed attempt for each of its
-documents, retried by the queue after a growing delay, up to ``queue_settings.max_attempts``.
-A lost database connection is reconnected with backoff. A configuration error (model or
-dimension mismatch, pgrag not installed) releases the batch and stops the worker.
+Documents are extracted and chunked in a child process per slot, under a time and a memory
+limit (:mod:`pgrag.worker.sandbox`); only embedding and loading happen here.
+
+Failures: a document fails alone. One that cannot be read, or is over a limit, fails for good
+(``error`` with the reason); any other exception while fetching or extracting it is a failed
+attempt of that document (retried, up to ``queue_settings.max_attempts``). A batch that fails as
+a whole because of the environment (the embedding endpoint, the database connection) is a failed
+attempt for each of its documents, retried by the queue after a growing delay; for any other
+reason its documents are run again one by one, so that only the one at fault fails. What a
+tenant reads of such a failure names no endpoint or server path (:func:`tenant_reason`); the
+operator's log line has the details. A lost database connection is reconnected with backoff. A
+configuration error (model or dimension mismatch, pgrag not installed, no extraction process)
+releases the batch and stops the worker.
 
 Stopping: :meth:`QueueWorker.stop` (SIGTERM or SIGINT in the CLI) stops claiming at once; the
 current batches get ``stop_timeout`` seconds to finish, then are cancelled and what they had not

@@ -277,6 +277,14 @@ def _address_space() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _peak_address_space() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _serve(conn: Connection) -> None:
     """The child's loop: ("init", spec, limits) once, then ("prepare", source) per document."""
     import resource
@@ -317,8 +325,13 @@ def _serve(conn: Connection) -> None:
             result: Prepared | Failure = prepare(source, chunker)
         except BaseException as exc:  # one document's problem, whatever it is
             result = failure_for(exc, source.uri, limits)
+            # A library that could not allocate may say so in its own words.
+            if _peak_address_space() > baseline + budget * 9 // 10:
+                result = Failure(memory_reason(limits), False)
         del message, source
-        recycle = _address_space() > baseline + budget // 2
+        # A fresh child for the next document once this one has used half the budget (the
+        # peak counts: a child that came near the limit starts the next document afresh).
+        recycle = _peak_address_space() > baseline + budget // 2
         try:
             conn.send(("done", result, recycle))
         except MemoryError:
@@ -354,11 +367,16 @@ class DocumentSandbox:
     def start(self) -> Connection:
         """Start the child now (else at the first document); its connection."""
         mine, theirs = socket.socketpair()
+        # The child imports the very pgrag this process runs (wherever it was imported from).
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.environ.get("PYTHONPATH")
         env = {
             **os.environ,
+            "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}",
             "TOKENIZERS_PARALLELISM": "false",  # no thread pool: one document, one thread
             "OMP_NUM_THREADS": "1",
             "MALLOC_ARENA_MAX": "2",
+            "RUST_BACKTRACE": "0",  # the tokenizer's out-of-memory abort: one line
         }
         try:
             proc = subprocess.Popen(
