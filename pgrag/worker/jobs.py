@@ -266,7 +266,11 @@ class PreparedChunker:
 
 
 def prepare_job(
-    job: Job, rules: list[FetchRule], limits: FetchLimits, sandbox: DocumentSandbox
+    job: Job,
+    rules: list[FetchRule],
+    limits: FetchLimits,
+    sandbox: DocumentSandbox,
+    cancel: threading.Event | None = None,
 ) -> ExtractedDocument | FailedSource:
     """``job`` fetched (a URL, if allowed), then extracted and chunked by the sandbox; or why
     not, as a failed source (never raises for a document)."""
@@ -290,7 +294,7 @@ def prepare_job(
     except Exception as exc:  # anything else a fetch raised is this document's attempt
         detail = scrub(f"{type(exc).__name__}: {exc}", uri)
         return FailedSource(uri, job.source_type, f"could not be fetched ({detail})", True)
-    result = sandbox.prepare(source)
+    result = sandbox.prepare(source, cancel)
     if isinstance(result, Failure):
         return FailedSource(uri, job.source_type, result.reason, result.retryable)
     return ExtractedDocument(
@@ -305,10 +309,14 @@ def prepare_job(
 
 
 def job_sources(
-    jobs: Sequence[Job], rules: list[FetchRule], limits: FetchLimits, sandbox: DocumentSandbox
+    jobs: Sequence[Job],
+    rules: list[FetchRule],
+    limits: FetchLimits,
+    sandbox: DocumentSandbox,
+    cancel: threading.Event | None = None,
 ) -> Iterator[ExtractedDocument | FailedSource]:
     """Each job as a document to plan (prepared once per claim: see :func:`prepare_job`)."""
     for job in jobs:
         if job.prepared is None:
-            job.prepared = prepare_job(job, rules, limits, sandbox)
+            job.prepared = prepare_job(job, rules, limits, sandbox, cancel)
         yield job.prepared

@@ -382,7 +382,8 @@ class QueueWorker:
             )
             # Documents arrive extracted and chunked by the sandbox (pgrag.worker.sandbox).
             run.chunker = cast(Any, PreparedChunker())
-            result = run.ingest(job_sources(jobs, rules, self.options.fetch, sandbox))
+            sources = job_sources(jobs, rules, self.options.fetch, sandbox, self.cancel)
+            result = run.ingest(sources)
             with self.summary.lock:
                 self.summary.chunks_written += result.chunks_written
                 self.summary.chunks_embedded += result.chunks_embedded

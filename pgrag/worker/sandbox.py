@@ -30,6 +30,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -37,7 +39,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from pgrag.chunking import Chunk
-from pgrag.errors import ConfigError, ExtractionError
+from pgrag.errors import Cancelled, ConfigError, ExtractionError
 
 DEFAULT_DOCUMENT_TIMEOUT = 120.0  # seconds: PGRAG_DOCUMENT_TIMEOUT
 DEFAULT_DOCUMENT_MEMORY_MB = 1024  # MiB: PGRAG_DOCUMENT_MEMORY
@@ -342,7 +344,14 @@ def _serve(conn: Connection) -> None:
 
 def main() -> None:
     """The child's entry point (``CHILD``; its argument: the socket to the worker)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker stops it (Ctrl-C is the worker's)
+    # The worker stops it: a Ctrl-C or a SIGTERM sent to the whole process group is the
+    # worker's to handle, and the child dies with the thread of the worker that started it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
     sock = socket.socket(fileno=int(sys.argv[1]))
     conn = Connection(sock.detach())
     try:
@@ -410,18 +419,28 @@ class DocumentSandbox:
             "its Python must import pgrag, with the model's tokenizer installed)"
         )
 
-    def prepare(self, source: DocumentSource) -> Prepared | Failure:
+    def prepare(
+        self, source: DocumentSource, cancel: threading.Event | None = None
+    ) -> Prepared | Failure:
         """``source`` extracted and chunked in the child, or why not (never raises for a
-        document; :class:`SandboxUnavailable` when no child can start)."""
+        document; :class:`SandboxUnavailable` when no child can start, :class:`Cancelled`
+        when ``cancel`` is set meanwhile: the child is killed)."""
         conn = self._conn if self._conn is not None else self.start()
         try:
             conn.send(("prepare", source))
-            if not conn.poll(self.limits.timeout):
-                self.close(kill=True)
-                return Failure(time_reason(self.limits), False)
+            deadline = time.monotonic() + self.limits.timeout
+            while not conn.poll(min(0.2, max(0.0, deadline - time.monotonic()))):
+                if cancel is not None and cancel.is_set():
+                    self.close(kill=True)
+                    raise Cancelled("cancelled: the worker is stopping")
+                if time.monotonic() >= deadline:
+                    self.close(kill=True)
+                    return Failure(time_reason(self.limits), False)
             _, result, recycle = conn.recv()
         except (OSError, EOFError):  # the child died: over its memory limit, or a crash
             code = self.close()
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled: the worker is stopping") from None
             if code is not None and code < 0:
                 return Failure(memory_reason(self.limits), False)
             return Failure(
