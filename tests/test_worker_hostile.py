@@ -195,6 +195,23 @@ def test_a_fetched_page_in_an_unusual_charset_fails_alone(
     assert summary.documents_done >= 1
 
 
+def test_a_document_the_database_refuses_does_not_fail_its_batch_mates(
+    db: str, authenticator: str, local_embedder: LocalEmbedder
+) -> None:
+    # YAML reads .nan as a float, which JSON (and so jsonb) cannot hold: the batch's swap
+    # fails, and its documents are run again one by one.
+    nan = ("kb/nan.md", "---\nscore: .nan\n---\n# NaN\n\nText.\n", "markdown")
+    submit_as(db, "acme", [nan, *GOOD])
+
+    summary = run_once(db, local_embedder)
+
+    docs = documents_by_uri(db, "acme")
+    assert all(docs[uri]["status"] == "ready" for uri, _, _ in GOOD)
+    assert (docs["kb/nan.md"]["queue_state"], docs["kb/nan.md"]["attempts"]) == ("queued", 1)
+    assert docs["kb/nan.md"]["last_error"].startswith("could not be stored (")
+    assert (summary.documents_done, summary.documents_retrying) == (2, 1)
+
+
 # -- 2. bounded time and memory per document -------------------------------------------------------
 
 
