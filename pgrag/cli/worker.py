@@ -14,6 +14,11 @@ from pgrag.ingest import IngestOptions
 from pgrag.progress import Progress, progress_mode
 from pgrag.worker import FetchLimits, QueueWorker, WorkerOptions, WorkerSummary
 from pgrag.worker.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT
+from pgrag.worker.sandbox import (
+    DEFAULT_DOCUMENT_MEMORY_MB,
+    DEFAULT_DOCUMENT_TIMEOUT,
+    DocumentLimits,
+)
 
 
 @click.command()
@@ -90,6 +95,24 @@ from pgrag.worker.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT
     show_default=True,
     help="Largest response body fetched for a submitted URL (env PGRAG_FETCH_MAX_BYTES).",
 )
+@click.option(
+    "--document-timeout",
+    type=click.FloatRange(0.1, 86400),
+    default=DEFAULT_DOCUMENT_TIMEOUT,
+    envvar="PGRAG_DOCUMENT_TIMEOUT",
+    show_default=True,
+    help="Seconds one document's extraction and chunking may take; over it, the document ends "
+    "in error (env PGRAG_DOCUMENT_TIMEOUT).",
+)
+@click.option(
+    "--document-memory",
+    type=click.IntRange(16, 1 << 20),
+    default=DEFAULT_DOCUMENT_MEMORY_MB,
+    envvar="PGRAG_DOCUMENT_MEMORY",
+    show_default=True,
+    help="MiB of memory one document's extraction and chunking may use; over it, the document "
+    "ends in error (env PGRAG_DOCUMENT_MEMORY).",
+)
 @progress_option
 @json_option
 @pass_state
@@ -107,6 +130,8 @@ def worker(
     language: str,
     fetch_timeout: float,
     fetch_max_bytes: int,
+    document_timeout: float,
+    document_memory: int,
     progress: bool | None,
     as_json: bool,
 ) -> None:
@@ -118,6 +143,8 @@ def worker(
     Wakes on LISTEN pgrag_queue (polls as a fallback); claims with FOR UPDATE SKIP LOCKED,
     so any number of workers share a queue. Failed attempts are retried after a growing delay
     up to pgrag.queue_settings.max_attempts, then the document ends in error with the reason.
+    Each document is extracted and chunked in a child process under --document-timeout and
+    --document-memory: a document over a limit ends in error, the worker goes on.
     SIGTERM/SIGINT: stop claiming, finish or release the current batch. --once exits when
     nothing is due, with exit status 1 when a document failed for good.
     """
@@ -132,6 +159,7 @@ def worker(
             chunker=chunker, chunk_size=chunk_size, overlap=overlap, language=language
         ),
         fetch=FetchLimits(timeout=fetch_timeout, max_bytes=fetch_max_bytes),
+        document=DocumentLimits(timeout=document_timeout, memory_mb=document_memory),
     )
     mode = progress_mode(progress if progress is not None else (False if as_json else None))
     shown = Progress("worker", None, mode)

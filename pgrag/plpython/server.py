@@ -45,15 +45,14 @@ INVALID_ARGUMENT = "22023"
 DOCS = 'docs/install.md, "Text search inside the database"'
 
 
-def server_python() -> str:
-    """The interpreter PL/Python embeds, as a command (e.g. ``/usr/bin/python3.11``)."""
-    return f"{sys.base_prefix}/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
-
-
 def _missing(plpy: Plpy, what: str) -> NoReturn:
+    """PR303. A tenant reads it: it says what to do and who does it, never where the server's
+    files are (the operator finds the interpreter with pgrag status, docs/install.md)."""
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     plpy.error(
-        f"{what.rstrip('.')} (PostgreSQL's Python {sys.version.split()[0]}, {server_python()})",
-        hint=f"install pgrag's server requirements for {server_python()} ({DOCS})",
+        f"{what.rstrip('.')} (PostgreSQL's Python {sys.version.split()[0]})",
+        hint=f"ask the database operator to install pgrag's server requirements for "
+        f"PostgreSQL's Python {version} ({DOCS}); meanwhile embed queries on the client",
         sqlstate=MODEL_MISSING,
     )
 

@@ -6,5 +6,14 @@ chunked, embedded and swapped in by the ingest pipeline (:mod:`.jobs`), by ``pgr
 from pgrag.worker.fetch import FetchLimits, FetchRule
 from pgrag.worker.jobs import Job, WorkerSummary
 from pgrag.worker.run import QueueWorker, WorkerOptions
+from pgrag.worker.sandbox import DocumentLimits
 
-__all__ = ["FetchLimits", "FetchRule", "Job", "QueueWorker", "WorkerOptions", "WorkerSummary"]
+__all__ = [
+    "DocumentLimits",
+    "FetchLimits",
+    "FetchRule",
+    "Job",
+    "QueueWorker",
+    "WorkerOptions",
+    "WorkerSummary",
+]

@@ -8,7 +8,10 @@ reserved or otherwise non-global address is refused unless the matching prefix s
 ``allow_private_addresses``. The checked address is the one connected to (the host is not
 resolved twice, so a DNS answer that changes in between cannot redirect the connection), and
 HTTPS verifies the certificate against the host name. ``file://`` and every scheme but http and
-https are never fetched. Size and time are bounded (:class:`FetchLimits`).
+https are never fetched. Size and time are bounded (:class:`FetchLimits`): the time limit
+covers the whole exchange (connecting, TLS, headers, body, redirects), enforced by a watchdog
+that shuts the socket down at the deadline, so a server sending a byte at a time cannot stretch
+it.
 
 Refusals raise :class:`~pgrag.errors.FetchRefused` (the document ends in ``error`` with the
 reason, no retry); failures a later attempt may fix (timeouts, refused connections, HTTP 429
@@ -17,14 +20,17 @@ and 5xx) raise :class:`~pgrag.errors.FetchFailed` with ``retryable`` set.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import ipaddress
 import posixpath
 import re
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,27 +172,78 @@ def _resolve(host: str, port: int, url: str, rule: FetchRule) -> list[str]:
     return addresses
 
 
+class _Watchdog:
+    """Shuts down the socket of the current connection when the fetch's deadline passes (a
+    read blocked on a slow server then ends at once)."""
+
+    def __init__(self, deadline: float) -> None:
+        self.fired = False
+        self._socket: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socket = sock
+            if self.fired:
+                self._shutdown(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            if self._socket is not None:
+                self._shutdown(self._socket)
+
+    @staticmethod
+    def _shutdown(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 class _PinnedHTTPConnection(http.client.HTTPConnection):
     """An HTTP connection to an address checked beforehand (never resolved again)."""
 
-    def __init__(self, host: str, port: int, address: str, timeout: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        address: str,
+        timeout: float,
+        watch: Callable[[socket.socket], None],
+    ) -> None:
         super().__init__(host, port, timeout=timeout)
         self._address = address
+        self._watch = watch
 
     def connect(self) -> None:
         self.sock = socket.create_connection((self._address, self.port), self.timeout)
+        self._watch(self.sock)
 
 
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
     """HTTPS to a checked address; the certificate is verified for the host name."""
 
-    def __init__(self, host: str, port: int, address: str, timeout: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        address: str,
+        timeout: float,
+        watch: Callable[[socket.socket], None],
+    ) -> None:
         self._tls = ssl.create_default_context()
         super().__init__(host, port, timeout=timeout, context=self._tls)
         self._address = address
+        self._watch = watch
 
     def connect(self) -> None:
         sock = socket.create_connection((self._address, self.port), self.timeout)
+        self._watch(sock)  # the handshake is inside the deadline too
         self.sock = self._tls.wrap_socket(sock, server_hostname=self.host)
 
 
@@ -194,6 +251,22 @@ def fetch(url: str, rules: list[FetchRule], limits: FetchLimits | None = None) -
     """GET ``url`` if allowed, following redirects (each one allowed and checked again)."""
     limits = limits or FetchLimits()
     deadline = time.monotonic() + limits.timeout
+    watchdog = _Watchdog(deadline)
+    try:
+        return _fetch(url, rules, limits, deadline, watchdog)
+    except FetchFailed:
+        raise
+    except (OSError, http.client.HTTPException) as exc:
+        if watchdog.fired:
+            raise FetchFailed(f"{url}: timed out after {limits.timeout:g} s", True) from exc
+        raise FetchFailed(f"{url}: cannot fetch ({exc})", True) from exc
+    finally:
+        watchdog.cancel()
+
+
+def _fetch(
+    url: str, rules: list[FetchRule], limits: FetchLimits, deadline: float, watchdog: _Watchdog
+) -> Fetched:
     current = url
     for _ in range(limits.max_redirects + 1):
         normalised = normalise_url(current)
@@ -209,7 +282,9 @@ def fetch(url: str, rules: list[FetchRule], limits: FetchLimits | None = None) -
         port = parts.port or (443 if parts.scheme == "https" else 80)
         addresses = _resolve(host, port, url, rule)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
-        response, connection = _request(parts.scheme, host, port, addresses, target, url, deadline)
+        response, connection = _request(
+            parts.scheme, host, port, addresses, target, url, deadline, watchdog
+        )
         try:
             if response.status in (301, 302, 303, 307, 308):
                 location = response.getheader("Location")
@@ -222,7 +297,7 @@ def fetch(url: str, rules: list[FetchRule], limits: FetchLimits | None = None) -
                     f"{url}: HTTP {response.status} {response.reason}",
                     response.status in RETRYABLE_STATUS,
                 )
-            data = _read(response, url, limits, deadline)
+            data = _read(response, url, limits, deadline, watchdog)
             content_type = response.headers.get_content_type() or ""
             if response.getheader("Content-Type") is None:
                 content_type = ""
@@ -240,6 +315,7 @@ def _request(
     target: str,
     url: str,
     deadline: float,
+    watchdog: _Watchdog,
 ) -> tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
     """Send the GET to the first checked address that accepts a connection."""
     last: Exception | None = None
@@ -248,7 +324,7 @@ def _request(
         if left <= 0:
             break
         cls = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
-        connection = cls(host.strip("[]"), port, address, left)
+        connection = cls(host.strip("[]"), port, address, left, watchdog.watch)
         try:
             connection.request(
                 "GET",
@@ -262,13 +338,19 @@ def _request(
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
             last = exc
-    if last is None or isinstance(last, TimeoutError):
+            if watchdog.fired:
+                break
+    if last is None or isinstance(last, TimeoutError) or watchdog.fired:
         raise FetchFailed(f"{url}: timed out", True) from last
     raise FetchFailed(f"{url}: cannot fetch ({last})", True) from last
 
 
 def _read(
-    response: http.client.HTTPResponse, url: str, limits: FetchLimits, deadline: float
+    response: http.client.HTTPResponse,
+    url: str,
+    limits: FetchLimits,
+    deadline: float,
+    watchdog: _Watchdog,
 ) -> bytes:
     """The body, at most ``limits.max_bytes``, before the deadline."""
     too_large = f"{url}: larger than {limits.max_bytes} bytes (the worker's limit)"
@@ -283,13 +365,15 @@ def _read(
                 raise FetchFailed(f"{url}: timed out after {limits.timeout:g} s", True)
             part = response.read1(65536)
             if not part:
+                if watchdog.fired:  # the watchdog ended the read: not the body's end
+                    raise FetchFailed(f"{url}: timed out after {limits.timeout:g} s", True)
                 break
             size += len(part)
             if size > limits.max_bytes:
                 raise FetchRefused(too_large)
             parts.append(part)
     except (OSError, http.client.HTTPException) as exc:
-        timed_out = isinstance(exc, TimeoutError)
+        timed_out = isinstance(exc, TimeoutError) or watchdog.fired
         raise FetchFailed(
             f"{url}: {'timed out' if timed_out else f'connection failed ({exc})'}", True
         ) from exc

@@ -5,25 +5,29 @@ ingest pipeline (:class:`~pgrag.ingest.run.IngestRun`) with a :class:`QueueLifec
 pipeline plans, chunks, embeds and stages exactly as ``pgrag ingest`` does, and every state
 change goes to the queue's SQL functions (``complete_documents``, ``skip_documents``,
 ``fail_attempts``), which act only on documents this worker still holds at the version it
-claimed. Whatever a run leaves without an outcome (it was cancelled, or failed as a whole) is
-settled by the worker afterwards: released when stopping, else a failed attempt to retry.
+claimed. Each job reaches the pipeline already extracted and chunked by the slot's sandbox
+(:func:`prepare_job`, :class:`PreparedChunker`), or as a failed source with its reason.
+Whatever a run leaves without an outcome (it was cancelled, or failed as a whole) is settled by
+the worker afterwards: released when stopping, else a failed attempt to retry.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgrag.chunking import Chunk
 from pgrag.db import set_request_tenant
-from pgrag.errors import ExtractionError, FetchFailed
-from pgrag.extract import ExtractedDocument, document_from_response
+from pgrag.errors import FetchFailed
+from pgrag.extract import Block, ExtractedDocument
 from pgrag.ingest.lifecycle import STAGE, FailedSource, SwapRow, call, swap_arrays
 from pgrag.worker.fetch import FetchLimits, FetchRule, fetch
+from pgrag.worker.sandbox import DocumentSandbox, DocumentSource, Failure, scrub
 
 # What a job ended as in this worker (None: not settled yet).
 DONE, UNCHANGED, SUPERSEDED, RETRY, FAILED, RELEASED = (
@@ -52,6 +56,8 @@ class Job:
     outcome: str | None = None
     reason: str | None = None
     retry_at: Any = None
+    # What the sandbox made of it (kept: a batch that fails is retried document by document).
+    prepared: ExtractedDocument | FailedSource | None = None
 
 
 @dataclass
@@ -241,33 +247,76 @@ class QueueLifecycle:
         return None  # the worker settles what the run left (release or retry)
 
 
+class PreparedBlocks:
+    """The chunks the sandbox made of a document, where the pipeline expects its blocks."""
+
+    def __init__(self, chunks: list[Chunk]) -> None:
+        self.chunks = chunks
+
+    def __iter__(self) -> Iterator[Block]:
+        return iter(())
+
+
+class PreparedChunker:
+    """The run's chunker for prepared documents: their chunks as the sandbox cut them."""
+
+    def chunks(self, blocks: Iterable[Block]) -> Iterator[Chunk]:
+        assert isinstance(blocks, PreparedBlocks)
+        return iter(blocks.chunks)
+
+
+def prepare_job(
+    job: Job,
+    rules: list[FetchRule],
+    limits: FetchLimits,
+    sandbox: DocumentSandbox,
+    cancel: threading.Event | None = None,
+) -> ExtractedDocument | FailedSource:
+    """``job`` fetched (a URL, if allowed), then extracted and chunked by the sandbox; or why
+    not, as a failed source (never raises for a document)."""
+    uri = job.source_uri
+    try:
+        if job.content is not None:
+            source = DocumentSource(uri, job.source_type, job.title, job.metadata, job.content)
+        else:
+            got = fetch(uri, rules, limits)
+            source = DocumentSource(
+                uri,
+                job.source_type,
+                job.title,
+                job.metadata,
+                data=got.data,
+                content_type=got.content_type,
+                charset=got.charset,
+            )
+    except FetchFailed as exc:
+        return FailedSource(uri, job.source_type, str(exc), exc.retryable)
+    except Exception as exc:  # anything else a fetch raised is this document's attempt
+        detail = scrub(f"{type(exc).__name__}: {exc}", uri)
+        return FailedSource(uri, job.source_type, f"could not be fetched ({detail})", True)
+    result = sandbox.prepare(source, cancel)
+    if isinstance(result, Failure):
+        return FailedSource(uri, job.source_type, result.reason, result.retryable)
+    return ExtractedDocument(
+        uri=result.uri,
+        title=result.title,
+        source_type=result.source_type,
+        blocks=PreparedBlocks(result.chunks),
+        metadata=result.metadata,
+        content_sha256=result.content_sha256,
+        empty_message=result.empty_message,
+    )
+
+
 def job_sources(
-    jobs: Sequence[Job], rules: list[FetchRule], limits: FetchLimits
+    jobs: Sequence[Job],
+    rules: list[FetchRule],
+    limits: FetchLimits,
+    sandbox: DocumentSandbox,
+    cancel: threading.Event | None = None,
 ) -> Iterator[ExtractedDocument | FailedSource]:
-    """Each job as a document to plan: inline content parsed, URLs fetched (if allowed)."""
+    """Each job as a document to plan (prepared once per claim: see :func:`prepare_job`)."""
     for job in jobs:
-        try:
-            if job.content is not None:
-                doc = ExtractedDocument.from_text(
-                    job.source_uri,
-                    job.content,
-                    title=job.title or "",
-                    metadata=job.metadata,
-                    source_type=job.source_type,
-                )
-            else:
-                got = fetch(job.source_uri, rules, limits)
-                doc = document_from_response(
-                    job.source_uri, got.data, got.content_type, got.charset
-                )
-                doc.title = job.title or doc.title
-                doc.metadata.update(job.metadata)
-        except FetchFailed as exc:
-            yield FailedSource(job.source_uri, job.source_type, str(exc), exc.retryable)
-            continue
-        except ExtractionError as exc:
-            yield FailedSource(job.source_uri, job.source_type, str(exc))
-            continue
-        if not doc.title:  # no title given or found: the last part of the uri, as for files
-            doc.title = job.source_uri.rstrip("/").rsplit("/", 1)[-1] or job.source_uri
-        yield doc
+        if job.prepared is None:
+            job.prepared = prepare_job(job, rules, limits, sandbox, cancel)
+        yield job.prepared

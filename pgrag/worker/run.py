@@ -12,11 +12,19 @@ the slots:
   longer than the lease is not taken away, while a killed worker's documents return to the
   queue once their lease runs out.
 
-Failures: a document that cannot be read fails for good (``error`` with the reason); a batch
-that fails as a whole (the embedding endpoint, the database) is a failed attempt for each of its
-documents, retried by the queue after a growing delay, up to ``queue_settings.max_attempts``.
-A lost database connection is reconnected with backoff. A configuration error (model or
-dimension mismatch, pgrag not installed) releases the batch and stops the worker.
+Documents are extracted and chunked in a child process per slot, under a time and a memory
+limit (:mod:`pgrag.worker.sandbox`); only embedding and loading happen here.
+
+Failures: a document fails alone. One that cannot be read, or is over a limit, fails for good
+(``error`` with the reason); any other exception while fetching or extracting it is a failed
+attempt of that document (retried, up to ``queue_settings.max_attempts``). A batch that fails as
+a whole because of the environment (the embedding endpoint, the database connection) is a failed
+attempt for each of its documents, retried by the queue after a growing delay; for any other
+reason its documents are run again one by one, so that only the one at fault fails. What a
+tenant reads of such a failure names no endpoint or server path (:func:`tenant_reason`); the
+operator's log line has the details. A lost database connection is reconnected with backoff. A
+configuration error (model or dimension mismatch, pgrag not installed, no extraction process)
+releases the batch and stops the worker.
 
 Stopping: :meth:`QueueWorker.stop` (SIGTERM or SIGINT in the CLI) stops claiming at once; the
 current batches get ``stop_timeout`` seconds to finish, then are cancelled and what they had not
@@ -36,7 +44,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -47,6 +55,7 @@ from pgrag.errors import (
     ConfigError,
     DatabaseUnreachable,
     EmbeddingConfigError,
+    EmbeddingError,
     MissingExtra,
     NotInstalled,
     PgragError,
@@ -63,6 +72,7 @@ from pgrag.worker.jobs import (
     SUPERSEDED,
     UNCHANGED,
     Job,
+    PreparedChunker,
     QueueLifecycle,
     WorkerSummary,
     claim,
@@ -70,6 +80,7 @@ from pgrag.worker.jobs import (
     job_sources,
     release,
 )
+from pgrag.worker.sandbox import ChunkSpec, DocumentLimits, DocumentSandbox, scrub, tokenizer_spec
 
 CHANNEL = "pgrag_queue"
 # Errors no retry fixes: the worker stops (after giving its batch back).
@@ -88,6 +99,7 @@ class WorkerOptions:
     once: bool = False
     ingest: IngestOptions = field(default_factory=IngestOptions)
     fetch: FetchLimits = field(default_factory=FetchLimits)
+    document: DocumentLimits = field(default_factory=DocumentLimits)
 
 
 def new_worker_id() -> str:
@@ -133,6 +145,7 @@ class QueueWorker:
         self._busy_lock = threading.Lock()
         self._embedder = embedder
         self._timer: threading.Timer | None = None
+        self._sandboxes: list[DocumentSandbox] = []
 
     # -- control ---------------------------------------------------------------------------------
 
@@ -176,6 +189,8 @@ class QueueWorker:
                 self._timer.cancel()
             with contextlib.suppress(Exception), connect(self.dsn, autocommit=True) as conn:
                 release(conn, self.worker_id)  # anything left (normally nothing)
+            for sandbox in self._sandboxes:
+                sandbox.close(kill=True)
             restore()
         self.summary.seconds = time.perf_counter() - started
         if self.fatal is not None:
@@ -221,7 +236,21 @@ class QueueWorker:
                 self._embedder = embedder_for_database(conn)
         # The checks every batch's run makes (model and dimension, language, chunk size), once
         # now: a worker that cannot work says so at start, not at its first document.
-        IngestRun(self.dsn, "-", self._embedder, self.options.ingest, False, None).conn.close()
+        run = IngestRun(self.dsn, "-", self._embedder, self.options.ingest, False, None)
+        run.conn.close()
+        spec = ChunkSpec(
+            run.options.chunker,
+            run.chunk_size,
+            run.overlap,
+            run.options.language,
+            run.embedder.max_tokens,
+            tokenizer_spec(run.embedder),
+        )
+        # One extraction process per slot; the first starts now (its environment is checked).
+        self._sandboxes = [
+            DocumentSandbox(spec, self.options.document) for _ in range(self.options.concurrency)
+        ]
+        self._sandboxes[0].start()
         # Load a local model now, not while holding the leases of a first batch.
         if isinstance(self._embedder, LocalEmbedder):
             self._embedder.load()
@@ -253,7 +282,7 @@ class QueueWorker:
         while not self.stopping.is_set():
             try:
                 with self._connection() as conn:
-                    self._claim_loop(conn, wake)
+                    self._claim_loop(conn, wake, self._sandboxes[index])
                 return
             except DatabaseUnreachable:
                 return  # stopping while the database is away
@@ -266,7 +295,9 @@ class QueueWorker:
                 self.cancel.set()
                 return
 
-    def _claim_loop(self, conn: psycopg.Connection[Any], wake: threading.Event) -> None:
+    def _claim_loop(
+        self, conn: psycopg.Connection[Any], wake: threading.Event, sandbox: DocumentSandbox
+    ) -> None:
         while not self.stopping.is_set():
             wake.clear()
             jobs = claim(conn, self.worker_id, self.options.batch, self.options.lease)
@@ -281,7 +312,7 @@ class QueueWorker:
             with self._busy_lock:
                 self._busy += 1
             try:
-                self._process(jobs)
+                self._process(jobs, sandbox)
             finally:
                 with self._busy_lock:
                     self._busy -= 1
@@ -295,7 +326,7 @@ class QueueWorker:
 
     # -- one batch -------------------------------------------------------------------------------
 
-    def _process(self, jobs: list[Job]) -> None:
+    def _process(self, jobs: list[Job], sandbox: DocumentSandbox) -> None:
         """Run each tenant's jobs through the pipeline, then settle what is left."""
         by_tenant: dict[str, list[Job]] = {}
         for job in jobs:
@@ -303,13 +334,38 @@ class QueueWorker:
         for tenant, tenant_jobs in by_tenant.items():
             if self.cancel.is_set():
                 self._settle(tenant_jobs, None)  # released
-            else:
-                self._run_tenant(tenant, tenant_jobs)
+                continue
+            error = self._run_tenant(tenant, tenant_jobs, sandbox)
+            left = [j for j in tenant_jobs if j.outcome is None]
+            if error is None or len(left) < 2 or self._whole_batch(error):
+                self._settle(tenant_jobs, error)
+                continue
+            # One document's data may have failed the batch: each alone, so that the others
+            # complete and only that one fails.
+            self.say(
+                f"a batch of {tenant} failed ({one_line(str(error))}): "
+                f"retrying its {len(left)} document(s) one by one"
+            )
+            self._settle([j for j in tenant_jobs if j.outcome is not None], None)
+            for job in left:
+                if self.cancel.is_set():
+                    self._settle([job], None)  # released
+                else:
+                    self._settle([job], self._run_tenant(tenant, [job], sandbox))
 
-    def _run_tenant(self, tenant: str, jobs: list[Job]) -> None:
+    @staticmethod
+    def _whole_batch(error: BaseException) -> bool:
+        """Whether ``error`` is the environment's (every document of the batch would fail
+        alike: stopping, the embedding service, the database connection)."""
+        environment = (EmbeddingError, DatabaseUnreachable, psycopg.OperationalError)
+        return isinstance(error, (Cancelled, *FATAL, *environment))
+
+    def _run_tenant(
+        self, tenant: str, jobs: list[Job], sandbox: DocumentSandbox
+    ) -> BaseException | None:
+        """Ingest ``jobs`` of ``tenant``; the error that stopped the run, if any."""
         embedder = self._embedder
         assert embedder is not None
-        error: BaseException | None = None
         try:
             with connect(self.dsn, autocommit=True) as conn:
                 rules = load_allowlist(conn)
@@ -324,27 +380,30 @@ class QueueWorker:
                 cancel=self.cancel,
                 operation="worker",
             )
-            result = run.ingest(job_sources(jobs, rules, self.options.fetch))
+            # Documents arrive extracted and chunked by the sandbox (pgrag.worker.sandbox).
+            run.chunker = cast(Any, PreparedChunker())
+            sources = job_sources(jobs, rules, self.options.fetch, sandbox, self.cancel)
+            result = run.ingest(sources)
             with self.summary.lock:
                 self.summary.chunks_written += result.chunks_written
                 self.summary.chunks_embedded += result.chunks_embedded
                 self.summary.chunks_reused += result.chunks_reused
-        except Cancelled:
-            pass  # settled below: released
+        except Cancelled as exc:
+            return exc  # settled: released
         except FATAL as exc:
-            error = exc
             self.fatal = self.fatal or exc
             self.stop()
             self.cancel.set()
-        except (PgragError, psycopg.Error, OSError) as exc:
-            error = exc
-        self._settle(jobs, error)
+            return exc
+        except Exception as exc:  # a failed attempt for what the run left (never fatal)
+            return exc
+        return None
 
     def _settle(self, jobs: list[Job], error: BaseException | None) -> None:
         """Record outcomes; give back (stopping, fatal) or fail (retry later) what the run left."""
         left = [j for j in jobs if j.outcome is None]
         if left:
-            if error is None or isinstance(error, FATAL) or self.cancel.is_set():
+            if error is None or isinstance(error, (Cancelled, *FATAL)) or self.cancel.is_set():
                 self._release(left)
             else:
                 self._fail_left(left, error)
@@ -364,7 +423,8 @@ class QueueWorker:
             job.outcome = RELEASED
 
     def _fail_left(self, jobs: list[Job], error: BaseException) -> None:
-        message = one_line(str(error)) or type(error).__name__
+        message = tenant_reason(error)
+        self.say(f"{len(jobs)} document(s) failed an attempt: {one_line(str(error)) or message}")
         by_tenant: dict[str, list[Job]] = {}
         for job in jobs:
             by_tenant.setdefault(job.tenant, []).append(job)
@@ -456,3 +516,17 @@ class QueueWorker:
                     "select pgrag.renew_leases(%s, make_interval(secs => %s))",
                     (self.worker_id, self.options.lease),
                 )
+
+
+def tenant_reason(error: BaseException) -> str:
+    """What a tenant reads of a failure of a whole run (its document's stored error): what
+    happens next, not where (the worker's log has the details for the operator)."""
+    if isinstance(error, EmbeddingError):
+        return "the embedding service failed; the document is retried automatically"
+    if isinstance(error, (DatabaseUnreachable, psycopg.OperationalError)):
+        return "the database connection was lost; the document is retried automatically"
+    if isinstance(error, psycopg.Error):
+        detail = scrub(error.diag.message_primary or type(error).__name__)
+        return f"could not be stored ({detail}); fix the document and submit it again"
+    detail = scrub(f"{type(error).__name__}: {error}")
+    return f"could not be processed ({detail}); the document is retried automatically"
