@@ -25,7 +25,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pgrag.errors import ExtractionError
@@ -801,6 +801,13 @@ def decode_bytes(data: bytes) -> tuple[str, str]:
             return data.decode("latin-1"), "latin-1"
 
 
+def title_from_name(name: str) -> str:
+    """The title of a document that has none, from its file name or URI path: the last part
+    without its extension, ``_`` and ``-`` as spaces (``kb/printer-setup.md``: "printer setup")."""
+    stem = PurePosixPath(name.rstrip("/")).stem
+    return stem.replace("_", " ").replace("-", " ").strip()
+
+
 def extract_path(path: str | Path, source_type: str | None = None) -> ExtractedDocument:
     """Open a local file as a document; raise :class:`ExtractionError` for unusable input."""
     p = Path(path)
@@ -811,7 +818,7 @@ def extract_path(path: str | Path, source_type: str | None = None) -> ExtractedD
     if p.stat().st_size == 0:
         raise ExtractionError(f"{uri}: empty file")
     sha, utf8, head = _scan_file(p)
-    stem_title = p.stem.replace("_", " ").replace("-", " ").strip()
+    stem_title = title_from_name(p.name)
     metadata: dict[str, Any] = {"file_name": p.name, "size_bytes": p.stat().st_size}
     if source_type == "pdf":
         doc = _open_pdf(uri, path=str(p))

@@ -35,7 +35,6 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import PurePosixPath
 from typing import Any
 
 from pgrag.chunking import Chunk
@@ -143,17 +142,17 @@ def inferred_type(uri: str, source_type: str) -> str:
 
 
 def stem_title(uri: str) -> str:
-    """The title of a document without one, as ``pgrag ingest`` names a file: the last part of
-    the path without its extension, ``_`` and ``-`` as spaces."""
-    path = urllib.parse.urlsplit(uri).path.rstrip("/") or uri.rstrip("/")
-    stem = PurePosixPath(path).stem.replace("_", " ").replace("-", " ").strip()
-    return stem or uri
+    """The title of a document without one, as ``pgrag ingest`` names a file."""
+    from pgrag.extract import title_from_name
+
+    path = urllib.parse.urlsplit(uri).path or uri
+    return title_from_name(path) or uri
 
 
 def extract_source(source: DocumentSource) -> Any:
     """``source`` as an :class:`~pgrag.extract.ExtractedDocument` (the worker's reading of a
     submission: the same title, type and metadata rules as ``pgrag ingest``)."""
-    from pgrag.extract import ExtractedDocument, _html_tree, document_from_response, html_title
+    from pgrag.extract import ExtractedDocument, document_from_response
 
     if source.content is not None:
         kind = inferred_type(source.uri, source.source_type)
@@ -164,8 +163,6 @@ def extract_source(source: DocumentSource) -> Any:
             metadata=source.metadata,
             source_type=kind,
         )
-        if kind == "html" and not source.title:  # the page's <title>, as for an HTML file
-            doc.title = html_title(_html_tree(source.content)) or doc.title
     else:
         doc = document_from_response(
             source.uri, source.data or b"", source.content_type, source.charset

@@ -63,9 +63,9 @@ except ImportError as exc:
     import sys
     plpy.error(
         "pgrag is not importable by PostgreSQL's Python %s (%s)" % (sys.version.split()[0], exc),
-        hint="install pgrag for %s/bin/python%d.%d and put its site-packages on the server's "
-        "PYTHONPATH (docs/install.md, \"Text search inside the database\")"
-        % (sys.base_prefix, sys.version_info[0], sys.version_info[1]),
+        hint="ask the database operator to install pgrag for the server's Python %d.%d and put "
+        "its site-packages on the server's PYTHONPATH (docs/install.md, \"Text search inside "
+        "the database\")" % (sys.version_info[0], sys.version_info[1]),
         sqlstate="PR302",
     )
 return server.compute_query_embedding(plpy, GD, query_text)
@@ -94,9 +94,9 @@ except ImportError as exc:
     import sys
     plpy.error(
         "pgrag is not importable by PostgreSQL's Python %s (%s)" % (sys.version.split()[0], exc),
-        hint="install pgrag for %s/bin/python%d.%d and put its site-packages on the server's "
-        "PYTHONPATH (docs/install.md, \"Text search inside the database\")"
-        % (sys.base_prefix, sys.version_info[0], sys.version_info[1]),
+        hint="ask the database operator to install pgrag for the server's Python %d.%d and put "
+        "its site-packages on the server's PYTHONPATH (docs/install.md, \"Text search inside "
+        "the database\")" % (sys.version_info[0], sys.version_info[1]),
         sqlstate="PR302",
     )
 return server.chunk_text(plpy, GD, document_text, source_type, chunker, chunk_size, overlap)
