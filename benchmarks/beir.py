@@ -35,17 +35,17 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from common import database_url
+from common import SCIFACT, database_url
 
 from pgrag import eval as ev
 from pgrag.db import connect
 from pgrag.search import query_embedder
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact"
+DEFAULT_DATA = SCIFACT
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "beir.json"
 
-# Reference figures on SciFact test measured on this machine (../shared/GUIDE.md, issue 4).
+# Reference figures on SciFact test measured on this machine (the project guide).
 REFERENCE = {
     "bm25s (k1 1.5, b 0.75, English stemming + stop words)": 0.686,
     "all-MiniLM-L6-v2 exact": 0.645,

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from common import latency_summary  # noqa: E402
+from common import SCIFACT, latency_summary  # noqa: E402
 
 from pgrag.citus import migrate_citus  # noqa: E402
 from pgrag.db import connect, set_request_tenant  # noqa: E402
@@ -56,7 +56,7 @@ from pgrag.migrator import Migrator  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-DATA = ROOT.parent / "shared" / "data" / "scifact"
+DATA = SCIFACT
 RESULTS = ROOT / "benchmarks" / "results" / "citus.json"
 AUTHENTICATOR = "pgrag_bench_authenticator"
 TENANT_CANDIDATES = ("acme", "globex", "initech", "umbrella", "hooli", "wonka", "stark")

@@ -16,7 +16,7 @@ that, as a subprocess, on the sample corpus (``samples/``) in a database of the 
 
     PGRAG_HOME=/tmp/pgrag-cli-bench .venv/bin/python benchmarks/cli.py
 
-Writes benchmarks/results/cli.json. Goal (issue 11): hybrid search from a cold process
+Writes benchmarks/results/cli.json. Goal: hybrid search from a cold process
 p50 <= 1.5 s on this machine.
 """
 

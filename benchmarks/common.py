@@ -6,6 +6,7 @@ use; a throwaway server is ``pgrag.testing.server``.
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 from collections.abc import Iterable
@@ -17,6 +18,10 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
+# The evaluation data and vendored sources (data/scifact/, vendor/): PGRAG_SHARED_DIR, else a
+# folder named shared beside the clone (as the tests find it).
+SHARED = Path(os.environ.get("PGRAG_SHARED_DIR") or ROOT.parent / "shared")
+SCIFACT = SHARED / "data" / "scifact"
 
 
 def database_url(dsn: str | None) -> str:

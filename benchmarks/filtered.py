@@ -52,13 +52,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import psycopg
-from common import admin_url, percentile
+from common import SCIFACT, admin_url, percentile
 
 from pgrag.db import connect, set_request_tenant
 from pgrag.testing import dsn_for, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact"
+DEFAULT_DATA = SCIFACT
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "filtered.json"
 DIMS = 384
 GOAL_RECALL = 0.95

@@ -39,7 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
-from common import admin_url
+from common import SCIFACT, admin_url
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -52,7 +52,7 @@ from pgrag.ingest import ingest_documents
 from pgrag.testing import drop_database, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
+DEFAULT_DATA = SCIFACT / "corpus.jsonl"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "ingest.json"
 GOALS = {"overhead_pct_max": 10.0, "copy_chunks_per_s_min": 20_000}
 

@@ -55,7 +55,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common import latency_summary  # noqa: E402
+from common import SCIFACT, latency_summary  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
 from pgrag.testing import drop_database, fresh_database, server  # noqa: E402
@@ -63,8 +63,7 @@ from pgrag.testing import drop_database, fresh_database, server  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# ../shared beside the clone; PGRAG_SHARED_DIR overrides it (as for the tests).
-DATA = Path(os.environ.get("PGRAG_SHARED_DIR") or ROOT.parent / "shared") / "data" / "scifact"
+DATA = SCIFACT
 CACHE = Path(os.environ.get("PGRAG_BENCH_CACHE", Path(tempfile.gettempdir()) / "pgrag-bench"))
 RESULTS = ROOT / "benchmarks" / "results" / "latency.json"
 VECTOR_RESULTS = ROOT / "benchmarks" / "results" / "latency-vector.json"

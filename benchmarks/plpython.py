@@ -41,7 +41,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from common import latency_summary
+from common import SCIFACT, latency_summary
 from psycopg.conninfo import make_conninfo
 
 from pgrag.db import connect, set_request_tenant
@@ -52,7 +52,7 @@ from pgrag.migrator import Migrator
 from pgrag.testing import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact"
+DEFAULT_DATA = SCIFACT
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "plpython.json"
 TENANT = "scifact"
 

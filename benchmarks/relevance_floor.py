@@ -33,7 +33,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from common import database_url
+from common import SCIFACT, database_url
 
 from pgrag import eval as ev
 from pgrag.db import connect
@@ -42,7 +42,7 @@ from pgrag.ingest import ingest_documents
 from pgrag.search import ContextOptions, SearchOptions, build_context, query_embedder, search
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scifact"
+DEFAULT_DATA = SCIFACT
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "relevance_floor.json"
 SAMPLES_TENANT = "floor-samples"
 
