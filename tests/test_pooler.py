@@ -1,4 +1,4 @@
-"""Tenants stay apart through a real PgBouncer in transaction pooling mode (issue 10, section 8).
+"""Tenants stay apart through a real PgBouncer in transaction pooling mode.
 
 PgBouncer (Debian package ``pgbouncer``) runs on a free loopback port in front of the test
 cluster, with one server connection per database and user, so every client's transactions take

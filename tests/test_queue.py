@@ -523,7 +523,7 @@ def test_no_python_code_writes_documents_or_the_queue_but_through_sql_functions(
         for path in (ROOT / "pgrag").rglob("*.py")
         if writes.search(path.read_text())
     }
-    # --switch-model's "every document pending" is the model switch (issue 13 section 3, made
+    # --switch-model's "every document pending" is the model switch (made
     # a SQL function by the re-embedding work); nothing else.
     assert offenders <= {"pgrag/ingest/run.py"}
     run = (ROOT / "pgrag" / "ingest" / "run.py").read_text()

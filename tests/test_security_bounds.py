@@ -7,7 +7,7 @@ own documentation, ingested with the real chunker and model into two tenants (ac
 documents and a private one; globex: two private ones). Private chunks carry a marker word, so
 a leak shows up in any text a function returns.
 
-Checked: each defect named in issue 10 section 1 now fails fast with SQLSTATE 22023 naming the
+Checked: each defect once found in the argument checks now fails fast with SQLSTATE 22023 naming the
 argument, or is clamped as docs/security.md ("Argument limits") says; windows are read from rows
 that exist; and a property-based test throws random and hostile values at every argument of
 every function anon or authenticated may EXECUTE (enumerated from the catalog), asserting only
@@ -301,7 +301,7 @@ def assert_refused(
             assert seconds < 0.5, (role, seconds)
 
 
-# -- one test per defect of issue 10, section 1 ----------------------------------------------------
+# -- one test per defect once found in the argument checks ----------------------------------
 
 
 def test_chunk_windows_with_a_huge_window_is_refused(corpus: Corpus) -> None:

@@ -1,5 +1,5 @@
 """Tenant claims, the one way Python acts as a tenant, and stored values that must survive
-pg_dump / pg_restore (issue 10, sections 6 and 8).
+pg_dump / pg_restore.
 
 Client-side checks replay PostgREST per request (``test_tenancy.request``: a LOGIN NOINHERIT
 authenticator, ``SET LOCAL ROLE``, transaction-local ``request.jwt.claims``). The restore test

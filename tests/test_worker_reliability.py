@@ -1,4 +1,4 @@
-"""The queue under failure (issue 13, section 5): workers killed with SIGKILL, four workers on
+"""The queue under failure: workers killed with SIGKILL, four workers on
 one queue, an embedding endpoint failing in bursts, the database restarted under a worker.
 
 Each test compares with what a clean run stores, or with the submitted texts themselves (the

@@ -2,7 +2,7 @@
 -- Contract. Provides: pgrag.tenant_stats (pgrag stats reads it; the owner's, like every
 --   operator function). Relies on: pgrag.documents, pgrag.corpus_stats, pgrag.search_log,
 --   pgrag.usage_costs (031-usage.sql); reads the view pgrag.queue_status when it exists (the
---   document queue, issue 13), by name and defensively, so this file does not depend on it.
+--   document queue), by name and defensively, so this file does not depend on it.
 
 create or replace function pgrag.tenant_stats(tenant text default null, since date default null)
 returns table (
