@@ -202,3 +202,20 @@ def test_a_graph_an_earlier_version_made_is_walked_until_isolate_tenants_builds_
     rows, indexes = graph_plans(conn, SECRET, q)
     assert indexes == [index] and [r[0] for r in rows] == expected
     assert [(w, v) for w, v in catalog_as(db, "anon") if "secret" in v] == []
+
+
+def test_an_application_query_stating_the_key_walks_the_tenants_graph(
+    conn: psycopg.Connection[Any], tenants: np.random.Generator
+) -> None:
+    # docs/scaling.md: a query of the application's own reaches the graph through the key.
+    conn.execute("select pgrag.isolate_tenant(%s)", (SECRET,))
+    index = conn.execute("select pgrag.tenant_index_name(%s)", (SECRET,)).fetchone()[0]
+    conn.execute("set enable_sort = off")
+    q = unit(tenants.normal(0, 1, DIMS))
+    (plan,) = conn.execute(
+        "explain (format json) select id from pgrag.chunks where tenant_id = %s"
+        " and hashtextextended(tenant_id, 0) = hashtextextended(%s, 0) and embedding is not null"
+        " order by embedding <=> %s limit 10",
+        (SECRET, SECRET, q),
+    ).fetchone()
+    assert index in json.dumps(plan)
