@@ -132,9 +132,9 @@ begin
     -- force_generic_plan): planning them at every call cost more than running them. The exact
     -- scan needs a custom plan (only the conditions that hold for this caller), planned at every
     -- call with the values, and says so locally (the function's setting restores it on exit).
-    -- The walk of a tenant's own graph needs the tenant's key as a constant (its index's predicate):
-    -- it runs in the tenant's walk function (pgrag.make_own_graph_walk), whose plan is kept, or
-    -- through EXECUTE, planned at the call. On Citus, sql/citus/002-function-settings.sql sets
+    -- The walk of a tenant's own graph needs the tenant's key as a constant (its index's
+    -- predicate): it runs in the tenant's walk function (pgrag.make_own_graph_walk), whose plan
+    -- is kept, or through EXECUTE, planned at the call. On Citus, sql/citus/002-function-settings.sql sets
     -- force_custom_plan instead (a generic plan with the tenant as a parameter would go to
     -- every shard); v_plans holds the function's setting.
     -- Argument checks. Each is a call of a function with its own search_path (a few
@@ -319,8 +319,8 @@ begin
                     pg_catalog.format('pgrag.%I', v_walk)), 'EXECUTE'), false);
             end if;
             if v_own_walk then
-                -- Its plan, with the tenant written in, is kept for the session; EXECUTE plans
-                -- only this call.
+                -- Its plan, with the tenant's key written in, is kept for the session; EXECUTE
+                -- plans only this call.
                 return query execute pg_catalog.format(
                     'select w.tenant_id, w.chunk_id, w.distance from pgrag.%I($1, $2, $3, $4, $5) as w',
                     v_walk)
