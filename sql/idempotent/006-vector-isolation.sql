@@ -110,9 +110,11 @@ parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
     -- (deparsed as ((hashtextextended(tenant_id, ...) = '<key>'::bigint) AND ...))
-    select pg_catalog.strpos(p.pred, 'hashtextextended(tenant_id, ') operator(pg_catalog.>) 0
-           and pg_catalog.strpos(p.pred, pg_catalog.format(') = %L::bigint',
-                                                           pg_catalog.hashtextextended(tenant, 0))) operator(pg_catalog.>) 0
+    -- (an index of that name made otherwise, without a predicate, counts as made by id)
+    select coalesce(pg_catalog.strpos(p.pred, 'hashtextextended(tenant_id, ') operator(pg_catalog.>) 0
+                    and pg_catalog.strpos(p.pred, pg_catalog.format(') = %L::bigint',
+                                                                    pg_catalog.hashtextextended(tenant, 0))) operator(pg_catalog.>) 0,
+                    false)
     from pg_catalog.pg_index as i,
          pg_catalog.pg_get_expr(i.indpred, i.indrelid) as p(pred)
     where i.indexrelid operator(pg_catalog.=)
