@@ -122,7 +122,9 @@ def assert_switched_schema(dsn: str) -> None:
             in graphs["chunks_embedding_hnsw"]
         )
         assert "(is_public AND (embedding IS NOT NULL))" in graphs["chunks_public_embedding_hnsw"]
-        assert "((tenant_id = 'acme'::text) AND (embedding IS NOT NULL))" in graphs[acme]
+        key = conn.execute("select hashtextextended('acme', 0)").fetchone()[0]
+        assert f"= '{key}'::bigint) AND (embedding IS NOT NULL))" in graphs[acme]
+        assert conn.execute("select pgrag.own_graph_keyed('acme')").fetchone() == (True,)
         # authenticated still writes the column (its column privileges moved with it)
         assert conn.execute(
             "select has_column_privilege('authenticated', 'pgrag.chunks', 'embedding', 'UPDATE')"

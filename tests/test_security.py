@@ -476,7 +476,7 @@ PGRAG_FUNCTIONS = (
     "mmr_order",
     "normalize_query(text)",
     "own_graph_walk_name(text)",
-    "own_graph_walk_sql(text)",
+    "own_graph_walk_sql(text,boolean)",
     "propagate_request_claims()",
     "query_cache_key(text)",
     "searchable",
@@ -755,9 +755,10 @@ def test_no_catalog_name_or_comment_names_an_isolated_tenant(two_tenants: Loaded
         ).fetchall()
         assert any(n.startswith("chunks_embedding_hnsw_t_") for n, _ in names)
         assert [(n, c) for n, c in names if "acme" in n or "acme" in (c or "")] == []
-        # What remains (documented): the index's predicate and the walk's body name the tenant,
-        # which the planner needs as a constant.
+        # The index's predicate names the tenant by its key, a constant the planner needs (the
+        # other catalog columns: tests/test_catalog_tenant_ids.py).
         (indexdef,) = conn.execute(
             "select indexdef from pg_indexes where indexname like 'chunks_embedding_hnsw_t_%'"
         ).fetchone()  # type: ignore[misc]
-        assert "'acme'" in indexdef
+        assert "hashtextextended(tenant_id" in indexdef
+        assert "acme" not in indexdef

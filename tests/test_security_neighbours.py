@@ -389,7 +389,9 @@ def test_isolate_tenants_gives_every_tenant_above_the_threshold_its_own_graph_on
         "select pg_get_expr(indpred, indrelid) from pg_index where indexrelid = %s::regclass",
         (f"pgrag.{name}",),
     ).fetchone()[0]
-    assert "'big'" in predicate
+    # (the tenant's key, not its id: docs/security.md, "Catalog metadata an API role can read")
+    key = conn.execute("select hashtextextended('big', 0)").fetchone()[0]
+    assert f"hashtextextended(tenant_id, (0)::bigint) = '{key}'::bigint" in predicate
     assert conn.execute("select pgrag.share_tenant('big')").fetchone() == (True,)
     assert conn.execute("select to_regclass(%s)", (f"pgrag.{name}",)).fetchone() == (None,)
 

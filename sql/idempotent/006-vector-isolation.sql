@@ -1,14 +1,25 @@
 -- Tenant isolation in the vector index: a tenant's own HNSW graph.
 -- Contract. Provides: pgrag.tenant_index_name (the name of a tenant's partial HNSW index, read by
 --   the vector arm), pgrag.own_graph_walk_name and pgrag.own_graph_walk_sql (the walk of a
---   tenant's own graph, run by the vector arm), pgrag.make_own_graph_walk, pgrag.isolate_tenant,
---   pgrag.share_tenant and pgrag.isolate_tenants (the owner of pgrag.chunks runs them: pgrag
---   ingest, or an operator). Relies on: pgrag.chunks, pgrag.documents and pgrag.corpus_stats (for
---   tenant sizes).
+--   tenant's own graph, run by the vector arm), pgrag.own_graph_keyed, pgrag.make_own_graph_walk,
+--   pgrag.isolate_tenant, pgrag.share_tenant and pgrag.isolate_tenants (the owner of pgrag.chunks
+--   runs them: pgrag ingest, or an operator). Relies on: pgrag.chunks, pgrag.documents and
+--   pgrag.corpus_stats (for tenant sizes). The tenant's key, pg_catalog.hashtextextended(tenant_id,
+--   0), is written the same way in the general walk of 007-candidates.sql.
 --
 -- Tenant isolation in the vector index (docs/security.md): a tenant above
 -- pgrag.exact_search_max_rows searches the HNSW graph of every chunk unless it has a graph of
 -- its own, a partial HNSW index over its chunks made by pgrag.isolate_tenant.
+--
+-- The catalog, which every role reads (docs/security.md, "Catalog metadata an API role can
+-- read"), shows the index's predicate and the body of its walk function: both name the tenant by
+-- its key, pg_catalog.hashtextextended(tenant_id, 0), a 64-bit hash (built in, immutable: hash
+-- partitioning relies on it staying the same), never by its id. The planner uses a partial index
+-- for a query that states its predicate's condition, so the walks state the key as a constant;
+-- they also filter on the tenant id (a parameter or a literal outside the catalog), so two
+-- tenants whose keys collide share a graph but never each other's rows. Graphs made by earlier
+-- versions name the tenant in their predicate (tenant_id = '<id>'): they keep working (their walk
+-- names the tenant too) until pgrag.isolate_tenants builds them again by key.
 
 create or replace function pgrag.tenant_index_name(tenant text)
 returns text
@@ -25,15 +36,15 @@ comment on function pgrag.tenant_index_name(text) is
 'Name (in schema pgrag) of the partial HNSW index pgrag.isolate_tenant makes for a tenant.';
 
 -- The walk of a tenant's own graph, as the vector arm runs it for a tenant's search without
--- filters (pgrag.vector_candidates, its fast path). The index's predicate names the tenant as a
--- constant, and the planner uses a partial index only where the query names the same constant:
--- a plan of this walk with the tenant as a parameter cannot walk the tenant's graph. Planned at
--- every call, the walk costs the planner about 3 us per index on pgrag.chunks (one per isolated
--- tenant: 3 ms with a thousand, docs/benchmarks.md). So each isolated tenant has a function of
--- its own whose body is this statement with its tenant written in (pgrag.make_own_graph_walk):
--- its plan is made once per session and kept. The arm calls it through EXECUTE, which plans
--- only that call. Where the function does not exist (Citus, below; an index made by hand) the
--- arm runs this statement itself through EXECUTE, planned at each call.
+-- filters (pgrag.vector_candidates, its fast path). The planner uses a partial index only where
+-- the query states the condition of its predicate with the same constant: a plan of this walk
+-- with the tenant's key as a parameter cannot walk the tenant's graph. Planned at every call, the
+-- walk costs the planner about 3 us per index on pgrag.chunks (one per isolated tenant: 3 ms with
+-- a thousand, docs/benchmarks.md). So each isolated tenant has a function of its own whose body
+-- is this statement with its key written in (pgrag.make_own_graph_walk): its plan is made once
+-- per session and kept. The arm calls it through EXECUTE, which plans only that call. Where the
+-- function does not exist (Citus, below; an index made by hand) the arm runs this statement
+-- itself through EXECUTE, planned at each call.
 create or replace function pgrag.own_graph_walk_name(tenant text)
 returns text
 language sql
@@ -47,7 +58,9 @@ $$;
 comment on function pgrag.own_graph_walk_name(text) is
 'Name (in schema pgrag) of the function holding the walk of a tenant''s own HNSW graph (pgrag.make_own_graph_walk).';
 
-create or replace function pgrag.own_graph_walk_sql(tenant text)
+-- (the form before the tenant's key: its body named the tenant)
+drop function if exists pgrag.own_graph_walk_sql(text);
+create or replace function pgrag.own_graph_walk_sql(tenant text, name_tenant boolean)
 returns text
 language sql
 immutable
@@ -56,14 +69,18 @@ parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
     -- $1 the query embedding, $2 how many rows to walk, $3 match_count, $4 whether the tenant
-    -- has a document not ready (then the documents the walk reached are probed).
+    -- has a document not ready (then the documents the walk reached are probed), $5 the tenant.
+    -- The key, a constant, matches the predicate of the graph (pgrag.isolate_tenant); the tenant
+    -- id ($5, or with name_tenant the literal, which also matches the predicate of a graph made
+    -- by an earlier version) keeps a tenant whose key collides out.
     select pg_catalog.format($q$
         with w as materialized (
             select c.tenant_id, c.id as chunk_id, c.document_id,
                    c.embedding operator(@extschema:vector@.<=>) $1 as distance
             from pgrag.chunks as c
             where c.embedding is not null
-              and c.tenant_id operator(pg_catalog.=) %1$L
+              and pg_catalog.hashtextextended(c.tenant_id, 0) operator(pg_catalog.=) %1$L::pg_catalog.int8
+              and c.tenant_id operator(pg_catalog.=) %2$s
             order by c.embedding operator(@extschema:vector@.<=>) $1
             limit $2
         )
@@ -73,14 +90,38 @@ as $$
           and not ($4 and exists (
                        select 1
                        from pgrag.documents as d
-                       where d.tenant_id operator(pg_catalog.=) %1$L
+                       where d.tenant_id operator(pg_catalog.=) %2$s
                          and d.id operator(pg_catalog.=) any (array(select w.document_id from w))
                          and d.status operator(pg_catalog.<>) 'ready'))
         order by w.distance, w.chunk_id
-        limit $3$q$, tenant)
+        limit $3$q$,
+        pg_catalog.hashtextextended(tenant, 0),
+        case when name_tenant then pg_catalog.quote_literal(tenant) else '$5' end)
 $$;
-comment on function pgrag.own_graph_walk_sql(text) is
-'The statement walking a tenant''s own HNSW graph with the tenant written in (parameters: query embedding, rows to walk, match_count, whether any of its documents is not ready): match_count rows, or none when the walk came back short or reached a document not ready. Run by pgrag.vector_candidates, through the tenant''s walk function when it has one.';
+comment on function pgrag.own_graph_walk_sql(text, boolean) is
+'The statement walking a tenant''s own HNSW graph with the tenant''s key written in, and its id as well when name_tenant (parameters: query embedding, rows to walk, match_count, whether any of its documents is not ready, the tenant): match_count rows, or none when the walk came back short or reached a document not ready. Run by pgrag.vector_candidates, through the tenant''s walk function when it has one.';
+
+create or replace function pgrag.own_graph_keyed(tenant text)
+returns boolean
+language sql
+stable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    -- (deparsed as ((hashtextextended(tenant_id, ...) = '<key>'::bigint) AND ...))
+    -- (an index of that name made otherwise, without a predicate, counts as made by id)
+    select coalesce(pg_catalog.strpos(p.pred, 'hashtextextended(tenant_id, ') operator(pg_catalog.>) 0
+                    and pg_catalog.strpos(p.pred, pg_catalog.format(') = %L::bigint',
+                                                                    pg_catalog.hashtextextended(tenant, 0))) operator(pg_catalog.>) 0,
+                    false)
+    from pg_catalog.pg_index as i,
+         pg_catalog.pg_get_expr(i.indpred, i.indrelid) as p(pred)
+    where i.indexrelid operator(pg_catalog.=)
+          pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(tenant)))
+$$;
+comment on function pgrag.own_graph_keyed(text) is
+'Whether the tenant''s own HNSW graph (pgrag.isolate_tenant) names the tenant by its key in its predicate, as this version makes it: false for a graph made by an earlier version (its predicate names the tenant id), null when the tenant has none.';
 
 create or replace function pgrag.make_own_graph_walk(tenant text)
 returns void
@@ -93,18 +134,24 @@ declare
     v_name text := pgrag.own_graph_walk_name(tenant);
     v_signature text;
 begin
+    -- (the form before the tenant's key, without the tenant as a parameter)
+    execute pg_catalog.format(
+        'drop function if exists pgrag.%I(@extschema:vector@.vector, integer, integer, boolean)', v_name);
     -- Not on Citus: there the search functions plan every statement with its values
     -- (sql/citus/002-function-settings.sql), so the arm runs the statement itself.
     if exists (select 1 from pg_catalog.pg_extension as e where e.extname = 'citus') then
         return;
     end if;
-    -- A generic plan, made at the first call of a session: the tenant is a constant of the body.
+    -- A generic plan, made at the first call of a session: the tenant's key is a constant of
+    -- the body. A graph made by an earlier version gets the walk naming the tenant its predicate
+    -- needs (the predicate already shows it; pgrag.isolate_tenants builds the graph again).
     execute pg_catalog.format($f$
         create or replace function pgrag.%I(
             query_embedding @extschema:vector@.vector,
             walk_count integer,
             match_count integer,
-            any_not_ready boolean)
+            any_not_ready boolean,
+            tenant text)
         returns table (tenant_id text, chunk_id bigint, distance double precision)
         language plpgsql
         stable
@@ -115,8 +162,9 @@ begin
         as %L$f$,
         v_name,
         pg_catalog.concat_ws(E'\n', '#variable_conflict use_column', 'begin', 'return query',
-                             pgrag.own_graph_walk_sql(tenant) operator(pg_catalog.||) ';', 'end'));
-    v_signature := pg_catalog.format('pgrag.%I(@extschema:vector@.vector, integer, integer, boolean)', v_name);
+                             pgrag.own_graph_walk_sql(tenant, not coalesce(pgrag.own_graph_keyed(tenant), true))
+                             operator(pg_catalog.||) ';', 'end'));
+    v_signature := pg_catalog.format('pgrag.%I(@extschema:vector@.vector, integer, integer, boolean, text)', v_name);
     -- (The comment names no tenant: comments are readable by every role, docs/security.md.)
     execute pg_catalog.format('comment on function %s is %L', v_signature,
         'Walk of the HNSW graph of one tenant alone (pgrag.own_graph_walk_sql), called by pgrag.vector_candidates; made by pgrag.isolate_tenant, dropped by pgrag.share_tenant.');
@@ -129,7 +177,7 @@ begin
 end
 $$;
 comment on function pgrag.make_own_graph_walk(text) is
-'Creates (or replaces) the function holding the walk of the tenant''s own HNSW graph, pgrag.own_graph_walk_name(tenant): the vector arm calls it so that the walk is planned once per session rather than at every call. Not on Citus. Run by pgrag.isolate_tenant and on every migrate for the tenants that have a graph.';
+'Creates (or replaces) the function holding the walk of the tenant''s own HNSW graph, pgrag.own_graph_walk_name(tenant): the vector arm calls it so that the walk is planned once per session rather than at every call. Its body names the tenant by its key (by its id too for a graph an earlier version made). Not on Citus. Run by pgrag.isolate_tenant and on every migrate for the tenants that have a graph.';
 
 create or replace function pgrag.isolate_tenant(tenant text)
 returns regclass
@@ -140,6 +188,9 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_name text;
+    v_keyed boolean;
+    v_build text;
+    v_options text[];
     v_old_mem text := pg_catalog.current_setting('maintenance_work_mem');
 begin
     if tenant is null or pg_catalog.btrim(tenant) = '' then
@@ -147,7 +198,14 @@ begin
             using errcode = '22023';
     end if;
     v_name := pgrag.tenant_index_name(tenant);
-    if pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', v_name)) is null then
+    -- null: no graph; false: a graph made by an earlier version, whose predicate names the
+    -- tenant id (it is built again by key beside the old one, which searches walk meanwhile,
+    -- then replaces it, with its storage parameters).
+    v_keyed := pgrag.own_graph_keyed(tenant);
+    if not coalesce(v_keyed, false) then
+        v_build := case when v_keyed is null then v_name else v_name operator(pg_catalog.||) '_keyed' end;
+        v_options := (select c.reloptions from pg_catalog.pg_class as c
+                      where c.oid = pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', v_name)));
         -- A limit high enough for pgvector to build the whole graph in memory: never below the
         -- session's, at most 1 GB; per row twice its vector's size and 2 kB (an element takes
         -- about 2.7 kB at 384 dimensions, allocator rounding included; the limit is not
@@ -158,13 +216,23 @@ begin
             pg_catalog.pg_size_bytes(v_old_mem),
             pgrag.tenant_chunk_count(tenant) * ((select e.dims from pgrag.embedding_config as e) * 8 + 2048)),
             1073741824) / 1024)::text || 'kB', true);
-        -- The tenant as a literal in the predicate: a query naming the same literal (as
-        -- vector_candidates does) is proven to match this index by the planner.
+        -- The tenant's key as a constant in the predicate (the catalog shows it to every role,
+        -- the id it must not): a query stating the same constant (the walks of the vector arm)
+        -- is proven to match this index by the planner.
         execute pg_catalog.format(
             'create index %I on pgrag.chunks using hnsw '
-            '(embedding @extschema:vector@.vector_cosine_ops) '
-            'where tenant_id operator(pg_catalog.=) %L and embedding is not null',
-            v_name, tenant);
+            '(embedding @extschema:vector@.vector_cosine_ops)%s '
+            'where pg_catalog.hashtextextended(tenant_id, 0) operator(pg_catalog.=) %L::pg_catalog.int8 '
+            'and embedding is not null',
+            v_build,
+            case when v_options is null then ''
+                 else ' with (' operator(pg_catalog.||) pg_catalog.array_to_string(v_options, ', ')
+                      operator(pg_catalog.||) ')' end,
+            pg_catalog.hashtextextended(tenant, 0));
+        if v_keyed is not null then
+            execute pg_catalog.format('drop index pgrag.%I', v_name);
+            execute pg_catalog.format('alter index pgrag.%I rename to %I', v_build, v_name);
+        end if;
         execute pg_catalog.format('comment on index pgrag.%I is %L', v_name,
             'HNSW graph of the chunks of one tenant alone (pgrag.isolate_tenant).');
         perform pg_catalog.set_config('maintenance_work_mem', v_old_mem, true);
@@ -174,7 +242,7 @@ begin
 end
 $$;
 comment on function pgrag.isolate_tenant(text) is
-'Gives a tenant an HNSW graph of its own chunks (a partial index on pgrag.chunks, and the function walking it, pgrag.make_own_graph_walk; no-op when they exist; built with maintenance_work_mem raised for the graph to fit, at most 1 GB) and returns it: its vector searches no longer walk the graph shared with other tenants, so other tenants'' rows can change neither their results nor their speed. Run by the owner of pgrag.chunks; blocks writes to pgrag.chunks while the index builds.';
+'Gives a tenant an HNSW graph of its own chunks (a partial index on pgrag.chunks whose predicate names the tenant by its key, pg_catalog.hashtextextended(tenant_id, 0), and the function walking it, pgrag.make_own_graph_walk; no-op when they exist; built with maintenance_work_mem raised for the graph to fit, at most 1 GB) and returns it: its vector searches no longer walk the graph shared with other tenants, so other tenants'' rows can change neither their results nor their speed. A graph made by an earlier version (its predicate names the tenant id) is built again by key and replaces it. Run by the owner of pgrag.chunks; blocks writes to pgrag.chunks while the index builds.';
 
 create or replace function pgrag.share_tenant(tenant text)
 returns boolean
@@ -187,6 +255,10 @@ declare
     v_index regclass := pg_catalog.to_regclass(
         pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(tenant)));
 begin
+    execute pg_catalog.format(
+        'drop function if exists pgrag.%I(@extschema:vector@.vector, integer, integer, boolean, text)',
+        pgrag.own_graph_walk_name(tenant));
+    -- (the form before the tenant's key)
     execute pg_catalog.format(
         'drop function if exists pgrag.%I(@extschema:vector@.vector, integer, integer, boolean)',
         pgrag.own_graph_walk_name(tenant));
@@ -228,11 +300,12 @@ begin
         from pgrag.corpus_stats as s
         where tenants is null or s.tenant_id operator(pg_catalog.=) any (tenants)
         group by s.tenant_id
+        -- (and those with a graph made by an earlier version: it is built again by key)
         having pg_catalog.sum(s.chunk_count) > v_min
+            or pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(s.tenant_id))) is not null
         order by s.tenant_id
     loop
-        continue when pg_catalog.to_regclass(
-            pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(r.tenant_id))) is not null;
+        continue when coalesce(pgrag.own_graph_keyed(r.tenant_id), false);
         tenant_id := r.tenant_id;
         index_name := pgrag.isolate_tenant(r.tenant_id);
         chunk_count := r.n;
@@ -241,13 +314,17 @@ begin
 end
 $$;
 comment on function pgrag.isolate_tenants(bigint, text[]) is
-'Isolates (pgrag.isolate_tenant) every tenant (or every one of tenants, when given) with more than min_rows chunks (default pgrag.exact_search_max_rows, 2000) that has no graph of its own yet; returns those it isolated. pgrag ingest runs it for its tenant after loading when it owns pgrag.chunks; for other loaders, the operator runs it after loads (e.g. from cron).';
+'Isolates (pgrag.isolate_tenant) every tenant (or every one of tenants, when given) with more than min_rows chunks (default pgrag.exact_search_max_rows, 2000) that has no graph of its own yet, and builds again by key every graph an earlier version made (its predicate names the tenant id); returns those it built. pgrag ingest runs it for its tenant after loading when it owns pgrag.chunks; for other loaders, the operator runs it after loads (e.g. from cron).';
 
 -- The walk functions of tenants that have a graph, made again on every migrate: tenants isolated
--- before the functions existed get theirs, and every body is this release's statement.
+-- before the functions existed get theirs, and every body is this release's statement. Graphs
+-- made by earlier versions name the tenant id in their predicate: building them again by key
+-- would cost a migrate an HNSW build per isolated tenant, so they keep a walk naming the tenant
+-- (as fast) and the migrate says how to build them again (docs/scaling.md).
 do $$
 declare
     r record;
+    v_old bigint := 0;
 begin
     for r in
         select t.tenant_id
@@ -261,6 +338,13 @@ begin
         execute pg_catalog.format('comment on index pgrag.%I is %L',
             pgrag.tenant_index_name(r.tenant_id),
             'HNSW graph of the chunks of one tenant alone (pgrag.isolate_tenant).');
+        if not pgrag.own_graph_keyed(r.tenant_id) then
+            v_old := v_old operator(pg_catalog.+) 1;
+        end if;
     end loop;
+    if v_old > 0 then
+        raise notice 'pgrag: % isolated tenants'' graphs name their tenant id in their predicate, which every role can read; select * from pgrag.isolate_tenants() builds them again by key',
+            v_old;
+    end if;
 end
 $$;

@@ -132,9 +132,9 @@ begin
     -- force_generic_plan): planning them at every call cost more than running them. The exact
     -- scan needs a custom plan (only the conditions that hold for this caller), planned at every
     -- call with the values, and says so locally (the function's setting restores it on exit).
-    -- The walk of a tenant's own graph needs the tenant as a constant (its index's predicate):
-    -- it runs in the tenant's walk function (pgrag.make_own_graph_walk), whose plan is kept, or
-    -- through EXECUTE, planned at the call. On Citus, sql/citus/002-function-settings.sql sets
+    -- The walk of a tenant's own graph needs the tenant's key as a constant (its index's
+    -- predicate): it runs in the tenant's walk function (pgrag.make_own_graph_walk), whose plan
+    -- is kept, or through EXECUTE, planned at the call. On Citus, sql/citus/002-function-settings.sql sets
     -- force_custom_plan instead (a generic plan with the tenant as a parameter would go to
     -- every shard); v_plans holds the function's setting.
     -- Argument checks. Each is a call of a function with its own search_path (a few
@@ -319,17 +319,18 @@ begin
                     pg_catalog.format('pgrag.%I', v_walk)), 'EXECUTE'), false);
             end if;
             if v_own_walk then
-                -- Its plan, with the tenant written in, is kept for the session; EXECUTE plans
-                -- only this call.
+                -- Its plan, with the tenant's key written in, is kept for the session; EXECUTE
+                -- plans only this call.
                 return query execute pg_catalog.format(
-                    'select w.tenant_id, w.chunk_id, w.distance from pgrag.%I($1, $2, $3, $4) as w',
+                    'select w.tenant_id, w.chunk_id, w.distance from pgrag.%I($1, $2, $3, $4, $5) as w',
                     v_walk)
-                using query_embedding, v_fetch, v_k, v_unready;
+                using query_embedding, v_fetch, v_k, v_unready, v_tenant;
             elsif v_own_index then
-                -- The same statement planned at this call, with the tenant written in (Citus,
-                -- or a graph without its function).
-                return query execute pgrag.own_graph_walk_sql(v_tenant)
-                using query_embedding, v_fetch, v_k, v_unready;
+                -- The same statement planned at this call, with the tenant's key and id written
+                -- in (Citus, or a graph without its function): it walks a graph whose predicate
+                -- names either (one made by an earlier version names the id).
+                return query execute pgrag.own_graph_walk_sql(v_tenant, true)
+                using query_embedding, v_fetch, v_k, v_unready, v_tenant;
             else
                 -- The shared graph's predicate holds no variable: a generic plan walks it too.
                 return query
@@ -367,10 +368,13 @@ begin
             end if;
         end if;
         -- Each walk's condition matches the predicate of the partial index to walk: the
-        -- tenant's own (the tenant as a literal, so the planner can prove it), the public one,
-        -- or the shared one (in_shared_graph).
+        -- tenant's own (its key and id as literals, so the planner can prove the predicate
+        -- of a graph by key, pgrag.isolate_tenant, or of one an earlier version made by id),
+        -- the public one, or the shared one (in_shared_graph).
         v_walks := array[case when v_own_index
-                              then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L', v_tenant)
+                              then pg_catalog.format('pg_catalog.hashtextextended(c.tenant_id, 0) operator(pg_catalog.=) %L::pg_catalog.int8 '
+                                                     'and c.tenant_id operator(pg_catalog.=) %L',
+                                                     pg_catalog.hashtextextended(v_tenant, 0), v_tenant)
                               when v_tenant is not null
                               then pg_catalog.format('c.tenant_id operator(pg_catalog.=) %L and c.in_shared_graph', v_tenant)
                               when v_public then 'c.is_public'
@@ -387,9 +391,10 @@ begin
             while v_other is not null loop
                 v_walks := v_walks operator(pg_catalog.||) pg_catalog.format(
                     case when pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(v_other))) is not null
-                         then 'c.tenant_id operator(pg_catalog.=) %L'
-                         else 'c.tenant_id operator(pg_catalog.=) %L and not c.in_shared_graph' end,
-                    v_other);
+                         then 'pg_catalog.hashtextextended(c.tenant_id, 0) operator(pg_catalog.=) %2$L::pg_catalog.int8 '
+                              'and c.tenant_id operator(pg_catalog.=) %1$L'
+                         else 'c.tenant_id operator(pg_catalog.=) %1$L and not c.in_shared_graph' end,
+                    v_other, pg_catalog.hashtextextended(v_other, 0));
                 v_other := (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
                             where not c.in_shared_graph and c.tenant_id > v_other);
             end loop;

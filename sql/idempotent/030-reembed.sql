@@ -328,8 +328,8 @@ begin
             select 'chunks_public_embedding_hnsw', 'is_public and embedding_next is not null'
             union all
             select pgrag.tenant_index_name(t.tenant_id),
-                   pg_catalog.format('tenant_id operator(pg_catalog.=) %L and embedding_next is not null',
-                                     t.tenant_id)
+                   pg_catalog.format('pg_catalog.hashtextextended(tenant_id, 0) operator(pg_catalog.=) %L::pg_catalog.int8 and embedding_next is not null',
+                                     pg_catalog.hashtextextended(t.tenant_id, 0))
             from (select s.tenant_id from pgrag.corpus_stats as s
                   union
                   select d.tenant_id from pgrag.documents as d) as t
