@@ -1,11 +1,12 @@
 """How a server's number of isolated tenants costs each search: one run, several counts.
 
 ``pgrag.isolate_tenant`` gives a tenant an HNSW graph of its own, a partial index on
-``pgrag.chunks`` (``WHERE hashtextextended(tenant_id, 0) = <the tenant's key>``); ``pgrag ingest`` gives one to every tenant
-above ``pgrag.exact_search_max_rows`` (2,000 chunks by default). The planner considers every
-index of a table whenever it plans a query on it, and some statements of a search are planned at
-every call (a tenant's walk of its own graph, whose index's predicate names the tenant's
-key as a constant; the keyword arm's; the windows'), so each isolated tenant adds a little to every such
+``pgrag.chunks`` (``WHERE hashtextextended(tenant_id, 0) = <the tenant's key>``); ``pgrag
+ingest`` gives one to every tenant above ``pgrag.exact_search_max_rows`` (2,000 chunks by
+default). The planner considers every index of a table whenever it plans a query on it, and
+some statements of a search are planned at every call (a tenant's walk of its own graph, whose
+index's predicate names the tenant's key as a constant; the keyword arm's; the windows'), so
+each isolated tenant adds a little to every such
 search. This measures how much, for each function a client calls.
 
 Tenant ``t0`` holds ``--size`` chunks of ``benchmarks/latency.py``'s synthetic SciFact corpus
