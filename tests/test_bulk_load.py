@@ -187,7 +187,9 @@ def test_finishing_a_large_bulk_load_builds_the_tenants_own_graph(bulk_loaded: s
 
     assert built is not None and built[0].startswith("pgrag.chunks_embedding_hnsw_t_")
     assert again == (None,)
-    assert own is not None and "WHERE ((tenant_id = 'bulk'::text)" in own[0]
+    assert own is not None and "WHERE ((hashtextextended(tenant_id, (0)::bigint) = '" in own[0]
+    with connect(db) as conn:
+        assert conn.execute("select pgrag.own_graph_keyed('bulk')").fetchone() == (True,)
     assert graph_rows(db, "bulk") == {False: ABSTRACTS}
 
 

@@ -451,11 +451,12 @@ TENANT_TABLES = (
 BM25_TABLES = ("bm25_backlog", "bm25_lexicon", "bm25_postings", "corpus_stats")
 # Tenant tables a tenant may not write freely (sql/idempotent/900-row-security.sql): its usage it
 # only reads, its search log it adds to (column by column), reads and deletes, the re-embed
-# queue and the saved embeddings of a long document being loaded are the owner's and
-# service_role's alone.
+# queue is the owner's and service_role's alone; the saved embeddings of a long document being
+# loaded a tenant reads and deletes (its loads reuse and drop them), never adds to.
 READ_ONLY_TENANT_TABLES = ("token_usage",)
+READ_DELETE_TENANT_TABLES = ("saved_embeddings",)
 APPEND_ONLY_TENANT_TABLES = ("search_log",)
-OWNER_TENANT_TABLES = ("chunk_embeddings_next", "saved_embeddings")
+OWNER_TENANT_TABLES = ("chunk_embeddings_next",)
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); delete_documents for the writing roles only.
 PGRAG_FUNCTIONS = (
@@ -558,11 +559,17 @@ def expected_grants(
 ) -> set[tuple[str, str, str]]:
     out: set[tuple[str, str, str]] = set()
     out |= {("schema pgrag", role, "USAGE") for role in API_ROLES}
-    every = (*tables, *READ_ONLY_TENANT_TABLES, *APPEND_ONLY_TENANT_TABLES, *OWNER_TENANT_TABLES)
+    every = (
+        *tables,
+        *READ_ONLY_TENANT_TABLES,
+        *READ_DELETE_TENANT_TABLES,
+        *APPEND_ONLY_TENANT_TABLES,
+        *OWNER_TENANT_TABLES,
+    )
     for table in every:
         for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
             out.add((f"table pgrag.{table}", "service_role", priv))
-    for table in (*tables, *APPEND_ONLY_TENANT_TABLES):
+    for table in (*tables, *APPEND_ONLY_TENANT_TABLES, *READ_DELETE_TENANT_TABLES):
         out |= {(f"table pgrag.{table}", "authenticated", p) for p in ("SELECT", "DELETE")}
     out |= {(f"table pgrag.{t}", "authenticated", "SELECT") for t in READ_ONLY_TENANT_TABLES}
     out |= {(f"table pgrag.{t}", r, "SELECT") for t in BM25_TABLES for r in API_ROLES}

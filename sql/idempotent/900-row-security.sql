@@ -128,10 +128,7 @@ begin
            and (t.relname <> 'documents'
                 or a.attname = any (array['tenant_id', 'title', 'source_type', 'source_uri',
                                           'metadata']));
-        -- The saved embeddings of a long document being loaded (pgrag.save_embeddings, for
-        -- pgrag ingest as the owner): no API role writes or reads them, so they bound nothing
-        -- a tenant could grow.
-        continue when t.relname in ('chunk_embeddings_next', 'saved_embeddings');
+        continue when t.relname = 'chunk_embeddings_next';
         -- The BM25 index (postings, document frequencies, corpus statistics, a bulk load's
         -- backlog): statistics every search reads, across tenants for service_role. Written
         -- only by the chunks triggers, as the owner (002-bm25-maintenance.sql): no API role
@@ -140,6 +137,11 @@ begin
             execute pg_catalog.format('revoke insert, update, delete on pgrag.%I from service_role',
                                       t.relname);
             execute pg_catalog.format('grant select on pgrag.%I to authenticated', t.relname);
+        elsif t.relname = 'saved_embeddings' then
+            -- The saved embeddings of a long document being loaded (pgrag.save_embeddings, the
+            -- owner's): a tenant's loads read and delete its own (replace_document_chunks,
+            -- delete_documents run as the caller) but never add any, so it cannot grow them.
+            execute pg_catalog.format('grant select, delete on pgrag.%I to authenticated', t.relname);
         elsif t.relname = 'token_usage' then
             execute pg_catalog.format('grant select on pgrag.%I to authenticated', t.relname);
         elsif t.relname = 'search_log' then
@@ -159,8 +161,9 @@ begin
         -- anon: public documents, and rows that belong to a public document. SELECT is granted
         -- on every tenant table so that search functions run for anon without a permission
         -- error; a table without an anon policy (postings, statistics) shows anon no rows.
-        -- (Not the document queue: submissions are no one's public content yet.)
-        continue when t.relname = 'document_queue';
+        -- (Not the document queue: submissions are no one's public content yet; nor the saved
+        -- embeddings of a document being loaded, which no search reads.)
+        continue when t.relname in ('document_queue', 'saved_embeddings');
         execute pg_catalog.format('grant select on pgrag.%I to anon', t.relname);
         anon_cond := case
             when t.relname = 'documents' then '(is_public)'
