@@ -342,7 +342,7 @@ begin
             v_old := v_old operator(pg_catalog.+) 1;
         end if;
     end loop;
-    if v_old > 0 then
+    if v_old operator(pg_catalog.>) 0 then
         raise notice 'pgrag: % isolated tenants'' graphs name their tenant id in their predicate, which every role can read; select * from pgrag.isolate_tenants() builds them again by key',
             v_old;
     end if;
