@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from plugins.pgservers import ServerUnavailable, Steps, apt_install
 from plugins.tenancy import (
     AUTHENTICATOR,
     Loaded,
@@ -39,28 +40,22 @@ def _find_pgbouncer() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def pgbouncer_bin(request: pytest.FixtureRequest) -> str:
+def pgbouncer_bin(server_steps: Steps) -> str:
+    """Debian's PgBouncer: installed when missing, as the other servers' packages are (root
+    only, ``--no-upgrade``, never when that would upgrade anything, not with
+    PGRAG_TEST_NO_INSTALL); otherwise the pooler tests skip with the reason."""
     found = _find_pgbouncer()
     if found:
         return found
-    reason = ""
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "pgbouncer"]
-        done = subprocess.run(install, env=env, capture_output=True, text=True)
-        if done.returncode != 0:  # stale package lists: refresh once
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True)
-            done = subprocess.run(install, env=env, capture_output=True, text=True)
-        found = _find_pgbouncer()
-        if found:
-            return found
-        reason = f"apt-get install pgbouncer failed: {done.stderr.strip()[-300:]}"
-    else:
-        reason = "pgbouncer is not installed and the tests do not run as root to install it"
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"SKIPPING pooler tests: {reason}", yellow=True)
-    pytest.skip(reason)
+    try:
+        apt_install(("pgbouncer",), server_steps)
+    except ServerUnavailable as exc:
+        server_steps.say(f"SKIPPING pooler tests: {exc}")
+        pytest.skip(f"PgBouncer: {exc}")
+    found = _find_pgbouncer()
+    if not found:
+        pytest.skip("PgBouncer: installed, but no pgbouncer binary was found")
+    return found
 
 
 def _free_port() -> int:
