@@ -487,11 +487,13 @@ PGRAG_FUNCTIONS = (
     "vector_candidates",
     "windows",
 )
-# Writers: the chunks triggers' helper, delete_documents, the query-embedding cache's writers,
-# and chunk_text (chunking, for the roles that write documents). (bm25_apply and bm25_write_sql
-# are the owner's: the BM25 trigger function runs as the owner.)
+# Writers: the chunks triggers' helper, the documents' field check, delete_documents, the
+# query-embedding cache's writers, and chunk_text (chunking, for the roles that write
+# documents). (bm25_apply and bm25_write_sql are the owner's: the BM25 trigger function runs as
+# the owner.)
 WRITER_FUNCTIONS = (
     "check_chunk_arguments",
+    "check_document_fields",
     "chunk_text",
     "delete_documents",
     "prune_query_cache",

@@ -264,6 +264,26 @@ $$;
 comment on function pgrag.check_length(text, bigint, bigint, text) is
 'Argument check: raises 22023 naming argument when its length (array elements, characters or bytes, as unit says) exceeds high. A null length passes.';
 
+create or replace function pgrag.check_document_fields(title text, metadata jsonb)
+returns void
+language plpgsql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform pgrag.check_length('title', pg_catalog.length(title), 1000, 'characters');
+    perform pgrag.check_length('metadata', pg_catalog.octet_length(metadata::text), 10000, 'bytes');
+    if metadata is not null and pg_catalog.jsonb_typeof(metadata) operator(pg_catalog.<>) 'object' then
+        raise exception 'metadata must be a JSON object (got %)', pg_catalog.jsonb_typeof(metadata)
+            using errcode = '22023';
+    end if;
+end
+$$;
+comment on function pgrag.check_document_fields(text, jsonb) is
+'Argument check of what describes a document, wherever a tenant writes it (public.submit_document, the queue''s and the documents'' triggers): title at most 1,000 characters, metadata a JSON object of at most 10,000 bytes; else 22023. Nulls pass.';
+
 create or replace function pgrag.check_filters(
     document_ids bigint[],
     source_types text[],

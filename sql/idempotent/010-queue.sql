@@ -80,12 +80,7 @@ declare
 begin
     select s.* into v_settings from pgrag.queue_settings as s;
     perform pgrag.check_length('content', pg_catalog.octet_length(new.content), v_settings.max_content_bytes, 'bytes');
-    perform pgrag.check_length('title', pg_catalog.length(new.title), 1000, 'characters');
-    perform pgrag.check_length('metadata', pg_catalog.octet_length(new.metadata::text), 10000, 'bytes');
-    if pg_catalog.jsonb_typeof(new.metadata) operator(pg_catalog.<>) 'object' then
-        raise exception 'metadata must be a JSON object (got %)', pg_catalog.jsonb_typeof(new.metadata)
-            using errcode = '22023';
-    end if;
+    perform pgrag.check_document_fields(new.title, new.metadata);
     -- A row already waiting or in progress is counted already (a resubmission); an insert
     -- that meets an existing row becomes an update (ON CONFLICT), which decides.
     if tg_op operator(pg_catalog.=) 'UPDATE' and old.state operator(pg_catalog.<>) 'failed'
@@ -210,13 +205,7 @@ begin
     perform pgrag.check_length('source_uri', pg_catalog.octet_length(submit_document.source_uri), 2048, 'bytes');
     perform pgrag.check_length('content', pg_catalog.octet_length(submit_document.content),
                                v_settings.max_content_bytes, 'bytes');
-    perform pgrag.check_length('title', pg_catalog.length(submit_document.title), 1000, 'characters');
-    perform pgrag.check_length('metadata', pg_catalog.octet_length(submit_document.metadata::text), 10000, 'bytes');
-    if submit_document.metadata is not null
-       and pg_catalog.jsonb_typeof(submit_document.metadata) operator(pg_catalog.<>) 'object' then
-        raise exception 'metadata must be a JSON object (got %)', pg_catalog.jsonb_typeof(submit_document.metadata)
-            using errcode = '22023';
-    end if;
+    perform pgrag.check_document_fields(submit_document.title, submit_document.metadata);
     v_type := pg_catalog.lower(coalesce(submit_document.source_type,
                                         case when submit_document.content is null then 'url' else 'text' end));
     if submit_document.content is null then

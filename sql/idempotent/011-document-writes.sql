@@ -32,12 +32,7 @@ begin
     end if;
     perform pgrag.check_length('source_uri', pg_catalog.length(new.source_uri), 2048, 'characters');
     perform pgrag.check_length('source_uri', pg_catalog.octet_length(new.source_uri), 2048, 'bytes');
-    perform pgrag.check_length('title', pg_catalog.length(new.title), 1000, 'characters');
-    perform pgrag.check_length('metadata', pg_catalog.octet_length(new.metadata::text), 10000, 'bytes');
-    if pg_catalog.jsonb_typeof(new.metadata) operator(pg_catalog.<>) 'object' then
-        raise exception 'metadata must be a JSON object (got %)', pg_catalog.jsonb_typeof(new.metadata)
-            using errcode = '22023';
-    end if;
+    perform pgrag.check_document_fields(new.title, new.metadata);
     -- A document with a version waiting in the queue is pending (a ready one stays searchable
     -- with its previous version until the worker swaps the new one in), without the error of
     -- an earlier version: public.submit_document writes the document once more after its queue
@@ -72,11 +67,7 @@ begin
     perform pgrag.check_length('content', pg_catalog.octet_length(new.content),
                                (select s.max_content_bytes from pgrag.queue_settings as s), 'bytes');
     perform pgrag.check_length('heading_path', pg_catalog.octet_length(new.heading_path::text), 10000, 'bytes');
-    perform pgrag.check_length('metadata', pg_catalog.octet_length(new.metadata::text), 10000, 'bytes');
-    if pg_catalog.jsonb_typeof(new.metadata) operator(pg_catalog.<>) 'object' then
-        raise exception 'metadata must be a JSON object (got %)', pg_catalog.jsonb_typeof(new.metadata)
-            using errcode = '22023';
-    end if;
+    perform pgrag.check_document_fields(null, new.metadata);
     return new;
 end
 $$;

@@ -41,7 +41,7 @@ begin
               'tenant_index_name', 'own_graph_walk_name', 'own_graph_walk_sql', 'chunk_fts',
               'identifier_terms', 'check_argument', 'check_length', 'check_filters',
               'check_query_embedding', 'text_search_config',
-              'delete_documents',
+              'delete_documents', 'check_document_fields',
               'text_search_config_allowed',
               -- text search (051-text-search.sql) and the query-embedding cache (050-*.sql)
               'embed_query', 'compute_query_embedding', 'cached_query_embedding',
@@ -56,7 +56,7 @@ begin
           or p.proname operator(pg_catalog.~) '^own_graph_walk_t_[0-9a-f]{24}$')
         order by 1
     loop
-        if f.proname in ('delete_documents', 'text_search_config_allowed',
+        if f.proname in ('delete_documents', 'check_document_fields', 'text_search_config_allowed',
                          'chunk_text', 'check_chunk_arguments', 'query_cache_get',
                          'query_cache_put', 'prune_query_cache', 'query_cache_max_entries',
                          'search_log_max_rows')
