@@ -81,10 +81,12 @@ test: install
 	@$(VENV)/bin/pytest -q $(PYTEST_ARGS) || { code=$$?; if [ $$code -eq 5 ]; then \
 	  echo "pytest collected no test (exit 5)"; exit 0; fi; exit $$code; }
 
-# pgrag.searchable pins no search_path: the planner must inline it into its callers, which a
-# SET clause prevents (sql/idempotent/README.md). pgspot exempts it from PS005 alone and still
-# checks that every name in its body is qualified; its signature as pgspot writes it:
-PGSPOT_INLINED := --proc-without-search-path 'pgrag.searchable(status text,document_id bigint,document_metadata jsonb,chunk_metadata jsonb,source_type text,created_at timestamptz,document_ids bigint[],metadata_filter jsonb,source_types text[],created_after timestamptz,created_before timestamptz)'
+# pgrag.searchable and pgrag.distributed pin no search_path: the planner must inline them into
+# their callers, which a SET clause prevents (sql/idempotent/README.md). pgspot exempts them from
+# PS005 alone and still checks that every name in their bodies is qualified; their signatures as
+# pgspot writes them:
+PGSPOT_INLINED := --proc-without-search-path 'pgrag.searchable(status text,document_id bigint,document_metadata jsonb,chunk_metadata jsonb,source_type text,created_at timestamptz,document_ids bigint[],metadata_filter jsonb,source_types text[],created_after timestamptz,created_before timestamptz)' \
+  --proc-without-search-path 'pgrag.distributed()'
 
 # Commit messages are checked from LINT_SINCE on (the history before it is final): the commits
 # of this branch and of main after it, in a fresh clone as in a working copy.

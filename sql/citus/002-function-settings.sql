@@ -4,7 +4,7 @@
 -- idempotent tier's CREATE OR REPLACE removes function settings; this tier, re-applied after
 -- it, sets them again.
 --
--- The search functions (sql/idempotent/007-candidates.sql to 009-api.sql) say the caller's
+-- The search functions (sql/idempotent/020-search-rows.sql to 026-api.sql) say the caller's
 -- tenant of every table they read, as a PL/pgSQL variable, so that Citus can send each
 -- statement to the one shard group of that tenant ("Task Count: 1"). Two settings make sure it
 -- does:
@@ -60,3 +60,18 @@ begin
     end loop;
 end
 $$;
+
+-- The execution mode the search functions read (sql/idempotent/020-search-rows.sql): on a Citus
+-- coordinator every statement is planned at each call, so the forms that rely on a plan kept
+-- for the session (the static walks) are not used.
+create or replace function pgrag.distributed()
+returns boolean
+language sql
+immutable
+parallel safe
+security invoker
+as $$
+    select true
+$$;
+comment on function pgrag.distributed() is
+'The execution mode of the search functions: true on this Citus coordinator (every statement planned per call and routed by tenant). Set by the Citus tier; one server''s idempotent tier defines it false.';

@@ -5,7 +5,7 @@
 --   pgrag.isolate_tenant, pgrag.share_tenant and pgrag.isolate_tenants (the owner of pgrag.chunks
 --   runs them: pgrag ingest, or an operator). Relies on: pgrag.chunks, pgrag.documents and
 --   pgrag.corpus_stats (for tenant sizes). The tenant's key, pg_catalog.hashtextextended(tenant_id,
---   0), is written the same way in the general walk of 007-candidates.sql.
+--   0), is written the same way in the general walk of 022-vector-arm.sql.
 --
 -- Tenant isolation in the vector index (docs/security.md): a tenant above
 -- pgrag.exact_search_max_rows searches the HNSW graph of every chunk unless it has a graph of

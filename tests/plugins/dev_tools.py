@@ -26,6 +26,7 @@ def dev_tool(name: str) -> str | None:
 INLINED_FUNCTIONS = (
     "pgrag.searchable(text,bigint,jsonb,jsonb,text,timestamp with time zone,bigint[],jsonb,text[],"
     "timestamp with time zone,timestamp with time zone)",
+    "pgrag.distributed()",
 )
 
 
