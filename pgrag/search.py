@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgrag.db import set_request_tenant
+from pgrag.db import tenant_transaction
 from pgrag.embedders import Embedder, embedder_for_database
 from pgrag.errors import ConfigError, from_database_error
 
@@ -174,8 +174,7 @@ def _call(
     from psycopg.rows import dict_row
 
     try:
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            set_request_tenant(conn, tenant)
+        with tenant_transaction(conn, tenant), conn.cursor(row_factory=dict_row) as cur:
             cur.execute(query, args)
             return cur.fetchall()
     except psycopg.Error as exc:

@@ -48,7 +48,7 @@ from typing import Any, cast
 
 import psycopg
 
-from pgrag.db import connect, one_line, set_request_tenant
+from pgrag.db import connect, one_line, tenant_transaction
 from pgrag.embedders import Embedder, LocalEmbedder, embedder_for_database
 from pgrag.errors import (
     Cancelled,
@@ -433,8 +433,7 @@ class QueueWorker:
             try:
                 with self._connection() as conn:
                     for tenant, tenant_jobs in by_tenant.items():
-                        with conn.transaction():
-                            set_request_tenant(conn, tenant)
+                        with tenant_transaction(conn, tenant):
                             fail_jobs(
                                 conn,
                                 self.worker_id,
