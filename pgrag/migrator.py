@@ -53,11 +53,15 @@ import psycopg
 from pgrag import __version__, compat
 from pgrag.db import VECTOR_SCHEMA_SQL, connect
 from pgrag.errors import (
-    ChecksumMismatch,
+    CHANGED_MIGRATION,
+    CITUS_NEEDED,
+    DIMENSION_MISMATCH,
+    PGVECTOR_MISSING,
+    PREFLIGHT_SQLSTATES,
     ConfigError,
     MigrationError,
     PgragError,
-    PgvectorMissing,
+    from_database_error,
 )
 
 Kind = Literal["incremental", "idempotent", "citus"]
@@ -75,17 +79,6 @@ VECTOR_SCHEMA_TOKEN = "@extschema:vector@"
 _SECURE_SEARCH_PATH = "pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"
 SECURE_SEARCH_PATH_SQL = f"select {_SECURE_SEARCH_PATH}"
 
-# SQLSTATEs the steps raise (class PR: pgrag's own), and the error each becomes in Python.
-PGVECTOR_MISSING = "PR101"
-DIMENSION_MISMATCH = "PR102"
-CHANGED_MIGRATION = "PR103"
-CITUS_NEEDED = "PR104"
-_ERRORS: dict[str, type[PgragError]] = {
-    PGVECTOR_MISSING: PgvectorMissing,
-    DIMENSION_MISMATCH: ConfigError,
-    CHANGED_MIGRATION: ChecksumMismatch,
-    CITUS_NEEDED: MigrationError,
-}
 
 State = Literal["pending", "applied", "changed", "stale"]
 
@@ -714,17 +707,16 @@ def _execute(conn: psycopg.Connection[Any], step: Step) -> None:
 
 
 def _install_error(exc: psycopg.Error) -> PgragError:
-    error = _ERRORS.get(exc.sqlstate or "")
-    if error is None:
-        return MigrationError(
-            f"migration failed and was rolled back: {_first_line(exc)}. The database is "
-            "unchanged from the last completed file; fix the cause and run pgrag migrate again."
-        )
-    message = (exc.diag.message_primary or _first_line(exc)).removeprefix("pgrag: ")
-    hint = exc.diag.message_hint or ""
-    if error is PgvectorMissing:
-        hint += ", or omit --dsn to use pgrag's embedded database, which includes it"
-    return error(f"{message}: {hint}.")
+    """A preflight refusal as its exception (errors.SQLSTATE_ERRORS); any other failure as a
+    :class:`MigrationError` saying the step was rolled back."""
+    if exc.sqlstate in PREFLIGHT_SQLSTATES:
+        error = from_database_error(exc)
+        if error is not None:
+            return error
+    return MigrationError(
+        f"migration failed and was rolled back: {_first_line(exc)}. The database is "
+        "unchanged from the last completed file; fix the cause and run pgrag migrate again."
+    )
 
 
 def _first_line(exc: BaseException) -> str:
