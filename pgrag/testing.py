@@ -4,6 +4,9 @@ A server is named by a superuser ("admin") DSN; :func:`server` yields the one gi
 throwaway embedded cluster (:func:`temporary_cluster`) and deletes it afterwards. Databases on
 it are created empty, from a template, or with pgrag installed (:func:`fresh_database`), and
 dropped with their sessions (:func:`drop_database`).
+
+This module serves the tests and benchmarks of a source checkout; it is not in the wheel
+(``pyproject.toml`` excludes it), so nothing else in the package may import it.
 """
 
 from __future__ import annotations
