@@ -15,7 +15,7 @@ import psycopg
 
 from pgrag.db import tenant_transaction
 from pgrag.errors import ConfigError
-from pgrag.extract import is_url
+from pgrag.pipeline.extract import is_url
 
 
 @dataclass(frozen=True)

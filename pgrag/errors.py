@@ -3,7 +3,7 @@
 ``SQLSTATE_ERRORS`` is the one table of the SQLSTATEs pgrag's SQL raises on purpose and the
 exception each one means in Python (as ``psycopg.errors`` maps every SQLSTATE to a class);
 :func:`from_database_error` applies it. It holds the installer's preflight codes too
-(PR101-PR104, in the SQL :mod:`pgrag.migrator` writes), which the migrator turns into these
+(PR101-PR104, in the SQL :mod:`pgrag.install.migrator` writes), which the migrator turns into these
 exceptions and every other failure of a step into a :class:`MigrationError`.
 
 pgrag's SQL also raises two standard codes with their standard meaning, left as psycopg errors
@@ -144,7 +144,7 @@ class SqlStateError:
     (with ``hint``), when not as ``primary. hint``."""
 
 
-# The installer's preflight (the SQL pgrag.migrator writes, run by pgrag migrate and the SQL
+# The installer's preflight (the SQL pgrag.install.migrator writes, run by pgrag migrate and the SQL
 # bundle): each refuses to apply anything and says why in its message and hint.
 PGVECTOR_MISSING = "PR101"
 DIMENSION_MISMATCH = "PR102"

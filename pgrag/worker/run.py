@@ -49,7 +49,6 @@ from typing import Any, cast
 import psycopg
 
 from pgrag.db import connect, one_line, tenant_transaction
-from pgrag.embedders import Embedder, LocalEmbedder, embedder_for_database
 from pgrag.errors import (
     Cancelled,
     ConfigError,
@@ -62,6 +61,7 @@ from pgrag.errors import (
 )
 from pgrag.ingest.options import IngestOptions
 from pgrag.ingest.run import IngestRun
+from pgrag.pipeline.embedders import Embedder, LocalEmbedder, embedder_for_database
 from pgrag.progress import Progress
 from pgrag.worker.fetch import FetchLimits, load_allowlist
 from pgrag.worker.jobs import (
