@@ -35,6 +35,8 @@ from pgrag.search import (
 )
 
 NOTHING_FOUND = "No relevant information found."
+NO_ANSWER: dict[str, Any] = {"answer": None, "found": False, "context": "", "sources": []}
+"""``ask --json`` when no source passes (or the tenant holds nothing)."""
 DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
 
 
@@ -359,12 +361,12 @@ def ask(
     ctx = run.context
     if run.tenant_empty:
         if as_json:
-            echo_json({"answer": None, "found": False, "context": "", "sources": []})
+            echo_json(NO_ANSWER)
         raise NothingToDo(run.tenant_empty)
     config = None if context_only else ChatConfig.from_env(chat_model)
     if ctx.empty:
         if as_json:
-            echo_json({"answer": None, "found": False, "context": "", "sources": []})
+            echo_json(NO_ANSWER)
         else:
             click.echo(NOTHING_FOUND)
         return
