@@ -46,12 +46,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from common import SCIFACT, latency_summary  # noqa: E402
 
-from pgrag.citus import migrate_citus  # noqa: E402
 from pgrag.db import connect, set_request_tenant  # noqa: E402
-from pgrag.embedders import LocalEmbedder  # noqa: E402
-from pgrag.extract import ExtractedDocument  # noqa: E402
 from pgrag.ingest import ingest_documents  # noqa: E402
-from pgrag.migrator import Migrator  # noqa: E402
+from pgrag.install.citus import migrate_citus  # noqa: E402
+from pgrag.install.migrator import Migrator  # noqa: E402
+from pgrag.pipeline.embedders import LocalEmbedder  # noqa: E402
+from pgrag.pipeline.extract import ExtractedDocument  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

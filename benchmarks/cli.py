@@ -91,7 +91,7 @@ def summary(seconds: list[float], cpu: list[float] | None = None) -> dict[str, f
 def repeated(dsn: str, backend: str, queries: list[str]) -> dict[str, float]:
     """Per-query seconds of ``search`` in one process, the model loaded once beforehand."""
     from pgrag.db import DEFAULT_TENANT, connect
-    from pgrag.embedders import LocalEmbedder
+    from pgrag.pipeline.embedders import LocalEmbedder
     from pgrag.search import SearchOptions, search
 
     embedder = LocalEmbedder(backend=backend)
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([sys.executable, str(ROOT / "samples" / "make_sample_pdf.py")], check=True)
     subprocess.run([*PGRAG, "ingest", str(ROOT / "samples")], env=env, check=True)
 
-    from pgrag.embedders import model_cache_dir
+    from pgrag.pipeline.embedders import model_cache_dir
 
     for cached in model_cache_dir().glob("all-minilm-l6-v2.*"):
         cached.unlink()

@@ -80,7 +80,7 @@ def load_texts(data: Path, n_docs: int, n_queries: int, seed: int) -> tuple[list
 
 
 def embed(texts: list[str]) -> np.ndarray:
-    from pgrag.embedders import LocalEmbedder
+    from pgrag.pipeline.embedders import LocalEmbedder
 
     return np.asarray(LocalEmbedder().embed(texts), dtype=np.float32)
 

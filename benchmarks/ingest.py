@@ -44,11 +44,11 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 import pgrag.ingest.run as ingest_mod
-from pgrag.chunking import default_sizes, make_chunker, token_counter
 from pgrag.db import connect
-from pgrag.embedders import LocalEmbedder
-from pgrag.extract import ExtractedDocument, extract_path
 from pgrag.ingest import ingest_documents
+from pgrag.pipeline.chunking import default_sizes, make_chunker, token_counter
+from pgrag.pipeline.embedders import LocalEmbedder
+from pgrag.pipeline.extract import ExtractedDocument, extract_path
 from pgrag.testing import drop_database, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent

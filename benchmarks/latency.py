@@ -89,7 +89,7 @@ def embed_cached(name: str, texts: list[str]) -> np.ndarray:
     path = CACHE / f"{name}-{digest}.npy"
     if path.exists():
         return np.load(path)
-    from pgrag.embedders import LocalEmbedder
+    from pgrag.pipeline.embedders import LocalEmbedder
 
     t = time.perf_counter()
     vectors = np.asarray(LocalEmbedder().embed(texts), dtype=np.float32)

@@ -45,10 +45,10 @@ from common import SCIFACT, latency_summary
 from psycopg.conninfo import make_conninfo
 
 from pgrag.db import connect, set_request_tenant
-from pgrag.embedders import LocalEmbedder
 from pgrag.eval.dataset import BeirDataset, load_beir
 from pgrag.eval.run import ingest_dataset
-from pgrag.migrator import Migrator
+from pgrag.install.migrator import Migrator
+from pgrag.pipeline.embedders import LocalEmbedder
 from pgrag.testing import create_database, drop_database
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,8 +37,8 @@ from common import SCIFACT, database_url
 
 from pgrag import eval as ev
 from pgrag.db import connect
-from pgrag.extract import extract_path
 from pgrag.ingest import ingest_documents
+from pgrag.pipeline.extract import extract_path
 from pgrag.search import ContextOptions, SearchOptions, build_context, query_embedder, search
 
 ROOT = Path(__file__).resolve().parent.parent

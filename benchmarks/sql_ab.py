@@ -58,7 +58,7 @@ from latency import (  # noqa: E402
 )
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
-from pgrag.migrator import Migrator  # noqa: E402
+from pgrag.install.migrator import Migrator  # noqa: E402
 from pgrag.testing import create_database, drop_database, server  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "sql_ab.json"

@@ -37,9 +37,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from common import admin_url, latency_summary
 
 from pgrag.db import connect, set_request_tenant
-from pgrag.embedders import LocalEmbedder
-from pgrag.extract import ExtractedDocument
 from pgrag.ingest import ingest_documents
+from pgrag.pipeline.embedders import LocalEmbedder
+from pgrag.pipeline.extract import ExtractedDocument
 from pgrag.testing import drop_database, fresh_database
 from pgrag.worker import QueueWorker, WorkerOptions
 

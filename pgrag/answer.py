@@ -124,3 +124,18 @@ def answer_with_usage(question: str, context: str, config: ChatConfig) -> Answer
         prompt if isinstance(prompt, int) else 0,
         completion if isinstance(completion, int) else 0,
     )
+
+
+def answer_for_tenant(
+    question: str, context: str, config: ChatConfig, *, tenant: str, dsn: str
+) -> str:
+    """The answer step of ``pgrag ask``: :func:`answer_with_usage`, its tokens recorded as
+    ``tenant``'s ``chat`` usage on the database ``dsn`` names (a failure to record them is a
+    warning, never a failed answer: :func:`pgrag.usage.record_usage_quietly`); the answer."""
+    from pgrag.usage import Usage, record_usage_quietly
+
+    reply = answer_with_usage(question, context, config)
+    record_usage_quietly(
+        dsn, tenant, Usage("chat", "openai", config.model, reply.input_tokens, reply.output_tokens)
+    )
+    return reply.text

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -154,8 +156,34 @@ def set_request_tenant(conn: psycopg.Connection[Any], tenant: str) -> None:
     (transaction-local, as PostgREST does for a verified JWT) at the claim path the database's
     ``pgrag.tenant_claim`` names, so SQL functions and row-level security see the same tenant
     whether called by the CLI or over RPC. Outside a transaction it lasts one statement.
+    Python code acts as a tenant through :func:`tenant_transaction`, which calls this.
     """
     conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
+
+
+@contextmanager
+def tenant_transaction(
+    conn: psycopg.Connection[Any], tenant: str
+) -> Iterator[psycopg.Connection[Any]]:
+    """A transaction acting as ``tenant``: the one way Python code works on a tenant's rows.
+
+    Contract:
+
+    * Opens ``conn.transaction()``: a transaction, or a savepoint when one is already open on
+      ``conn`` (the acting tenant then lasts until the outer transaction ends).
+    * Its first statement is :func:`set_request_tenant`, so every statement of the block runs
+      with ``tenant``'s claims: pgrag's SQL functions, policies and write limits see ``tenant``
+      (``pgrag.current_tenant_id()``) as for a PostgREST request of that tenant, on a Citus
+      coordinator on its workers too. Nothing else about the session changes (role,
+      search_path).
+    * Commits when the block ends, rolls back (to the savepoint) when it raises, and re-raises;
+      the claims are transaction-local, so they never outlive the transaction (a pooled server
+      connection never carries them to the next client).
+    * Yields ``conn``. A blank or null ``tenant`` raises 22023 (``pgrag.set_request_tenant``).
+    """
+    with conn.transaction():
+        set_request_tenant(conn, tenant)
+        yield conn
 
 
 def database_error_message(exc: psycopg.Error) -> str:

@@ -13,9 +13,9 @@ from typing import Any
 
 import psycopg
 
-from pgrag.db import set_request_tenant
+from pgrag.db import tenant_transaction
 from pgrag.errors import ConfigError
-from pgrag.extract import is_url
+from pgrag.pipeline.extract import is_url
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,7 @@ def delete_documents(
     dry_run: bool = False,
 ) -> list[RemovedDocument]:
     """Remove (or with ``dry_run`` list) ``tenant``'s matching documents, in one transaction."""
-    with conn.transaction():
-        set_request_tenant(conn, tenant)
+    with tenant_transaction(conn, tenant):
         rows = conn.execute(
             "select * from pgrag.delete_documents(document_ids => %s, source_uris => %s, "
             "source_uri_patterns => %s, dry_run => %s)",
@@ -89,8 +88,7 @@ def delete_documents(
 
 def missing_under(conn: psycopg.Connection[Any], tenant: str, folder: Path) -> list[int]:
     """Ids of ``tenant``'s documents stored under ``folder`` whose file no longer exists."""
-    with conn.transaction():
-        set_request_tenant(conn, tenant)
+    with tenant_transaction(conn, tenant):
         rows = conn.execute(
             "select id, source_uri from pgrag.documents where tenant_id = %s "
             "and source_uri like %s",
@@ -101,8 +99,7 @@ def missing_under(conn: psycopg.Connection[Any], tenant: str, folder: Path) -> l
 
 def tenant_is_empty(conn: psycopg.Connection[Any], tenant: str) -> str | None:
     """Why ``tenant`` cannot answer anything (no documents at all, none ready), else None."""
-    with conn.transaction():
-        set_request_tenant(conn, tenant)
+    with tenant_transaction(conn, tenant):
         ready, total = conn.execute(
             "select count(*) filter (where status = 'ready'), count(*) "
             "from pgrag.documents where tenant_id = %s",

@@ -2,13 +2,17 @@
 
 ``SQLSTATE_ERRORS`` is the one table of the SQLSTATEs pgrag's SQL raises on purpose and the
 exception each one means in Python (as ``psycopg.errors`` maps every SQLSTATE to a class);
-:func:`from_database_error` applies it. pgrag's SQL also raises two standard codes with their
-standard meaning, left as psycopg errors (the CLI prints them with
-``pgrag.db.database_error_message``): ``42501`` insufficient_privilege (another tenant's rows,
-a published document without the publishing privilege) and ``23514`` check_violation (a
-text-search configuration not allowed for stored chunks). ``sql/citus/`` raises ``0A000``
-feature_not_supported (``pgrag migrate --citus`` on a database without the citus extension or
-a coordinator without workers), which the migrator reports as a :class:`MigrationError`.
+:func:`from_database_error` applies it. It holds the installer's preflight codes too
+(PR101-PR104, in the SQL :mod:`pgrag.install.migrator` writes), which the migrator turns into these
+exceptions and every other failure of a step into a :class:`MigrationError`.
+
+pgrag's SQL also raises two standard codes with their standard meaning, left as psycopg errors
+(the CLI prints them with ``pgrag.db.database_error_message``): ``42501``
+insufficient_privilege (another tenant's rows, a published document without the publishing
+privilege) and ``23514`` check_violation (a text-search configuration not allowed for stored
+chunks). ``sql/citus/`` raises ``0A000`` feature_not_supported (``pgrag migrate --citus`` on a
+database without the citus extension or a coordinator without workers), which the migrator
+reports as a :class:`MigrationError`.
 """
 
 from __future__ import annotations
@@ -135,7 +139,19 @@ class SqlStateError:
     error: type[PgragError]
     message: str | None = None
     hint: bool = False  # append the server's hint to its message
+    template: str | None = None
+    """How the message is written from the server's ``{primary}`` message and ``{hint}``
+    (with ``hint``), when not as ``primary. hint``."""
 
+
+# The installer's preflight (the SQL pgrag.install.migrator writes, run by pgrag migrate and the SQL
+# bundle): each refuses to apply anything and says why in its message and hint.
+PGVECTOR_MISSING = "PR101"
+DIMENSION_MISMATCH = "PR102"
+CHANGED_MIGRATION = "PR103"
+CITUS_NEEDED = "PR104"
+PREFLIGHT_SQLSTATES = (PGVECTOR_MISSING, DIMENSION_MISMATCH, CHANGED_MIGRATION, CITUS_NEEDED)
+_PREFLIGHT = "{primary}: {hint}."
 
 SQLSTATE_ERRORS: dict[str, SqlStateError] = {
     # pgrag's own class PR, raised by pgrag.replace_document_chunks (the ingester's swap).
@@ -150,6 +166,19 @@ SQLSTATE_ERRORS: dict[str, SqlStateError] = {
     ),
     # raised by public.submit_document: the tenant's queue is at pgrag.queue_settings' limit.
     "PR010": SqlStateError(QueueFull),
+    # PR101: the server has no pgvector (the Python installer can use the embedded database).
+    PGVECTOR_MISSING: SqlStateError(
+        PgvectorMissing,
+        hint=True,
+        template="{primary}: {hint}, or omit --dsn to use pgrag's embedded database, "
+        "which includes it.",
+    ),
+    # PR102: the database holds embeddings of another dimension than asked for.
+    DIMENSION_MISMATCH: SqlStateError(ConfigError, hint=True, template=_PREFLIGHT),
+    # PR103: an applied incremental migration file changed since.
+    CHANGED_MIGRATION: SqlStateError(ChecksumMismatch, hint=True, template=_PREFLIGHT),
+    # PR104: Citus distributes the database's tables (only pgrag migrate --citus applies).
+    CITUS_NEEDED: SqlStateError(MigrationError, hint=True, template=_PREFLIGHT),
     # Model switches (sql/idempotent/030-reembed.sql): the server's message and hint.
     # PR201: a write that waited for a switch stored embeddings of the previous model.
     "PR201": SqlStateError(EmbeddingConfigError, hint=True),
@@ -180,8 +209,11 @@ def from_database_error(exc: psycopg.Error) -> PgragError | None:
         return None
     if meaning.message is not None:
         return meaning.error(meaning.message)
-    primary = exc.diag.message_primary
+    # The installer's messages start with "pgrag: " for psql users; the CLI names pgrag already.
+    primary = (exc.diag.message_primary or "").removeprefix("pgrag: ")
     if not primary:
         return None
     hint = exc.diag.message_hint if meaning.hint else None
+    if meaning.template is not None:
+        return meaning.error(meaning.template.format(primary=primary, hint=hint or ""))
     return meaning.error(f"{primary}. {hint}" if hint else f"{primary}.")

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from pgrag.db import one_line, set_request_tenant
-from pgrag.embedders import Embedder, embedder_for_database, read_embedding_config
+from pgrag.db import one_line, tenant_transaction
+from pgrag.pipeline.embedders import Embedder, embedder_for_database, read_embedding_config
 from pgrag.usage import Usage, record_usage_quietly, warn
 
 
@@ -62,8 +62,7 @@ class QueryEmbeddings:
         if not self.use_cache:
             return None
         try:
-            with self.primary.transaction():
-                set_request_tenant(self.primary, self.tenant)
+            with tenant_transaction(self.primary, self.tenant):
                 row = self.primary.execute(query, args).fetchone()
         except (psycopg.errors.UndefinedFunction, psycopg.errors.UndefinedTable):
             self.use_cache = False  # an installation without the cache: nothing to say

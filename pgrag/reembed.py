@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 
 from pgrag.db import connect, one_line
-from pgrag.embedders import Embedder
 from pgrag.errors import EmbeddingConfigError, ModelSwitchError, from_database_error
+from pgrag.pipeline.embedders import Embedder
 from pgrag.progress import Progress, ProgressMode
 from pgrag.usage import Usage, record_usage, warn
 

@@ -1,8 +1,20 @@
-"""Typed wrappers around pgrag's SQL retrieval functions.
+"""Typed wrappers around pgrag's SQL retrieval functions, and the searches the commands run.
 
 Every ranking decision (BM25, fusion, windowing, MMR, thresholds, the context block) happens in
 SQL (``sql/idempotent/026-api.sql`` and the files it calls); this module only computes the query
 embedding, passes named arguments, acts as the caller's tenant, and turns rows into dataclasses.
+
+Three layers, each calling the one before:
+
+* :func:`search` and :func:`build_context`: one SQL call as a tenant, given an embedding (or an
+  embedder).
+* :func:`search_text` and :func:`context_text`: the query embedded through the
+  query-embedding cache (:class:`pgrag.query_cache.QueryEmbeddings`), searched again once when
+  a re-embed switched models meanwhile.
+* :func:`run_search` and :func:`run_context`: what ``pgrag search`` and ``pgrag ask`` run, and
+  what any other client that wants the same behaviour calls: the above, then the side effects
+  of a search (query-embedding usage recorded, the search logged when the operator turned the
+  search log on) and, when nothing was found, why the tenant cannot answer anything.
 """
 
 from __future__ import annotations
@@ -12,19 +24,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgrag.db import set_request_tenant
-from pgrag.embedders import Embedder, embedder_for_database
+from pgrag.db import tenant_transaction
+from pgrag.documents import tenant_is_empty
 from pgrag.errors import ConfigError, from_database_error
-
-if TYPE_CHECKING:
-    from pgrag.query_cache import QueryEmbeddings
+from pgrag.pipeline.embedders import Embedder, embedder_for_database
+from pgrag.query_cache import QueryEmbeddings
+from pgrag.search_log import LogMode, log_search
 
 API_SCHEMA = "public"
 """Schema of the client-facing functions (what PostgREST exposes and psql calls unqualified)."""
@@ -174,8 +186,7 @@ def _call(
     from psycopg.rows import dict_row
 
     try:
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            set_request_tenant(conn, tenant)
+        with tenant_transaction(conn, tenant), conn.cursor(row_factory=dict_row) as cur:
             cur.execute(query, args)
             return cur.fetchall()
     except psycopg.Error as exc:
@@ -400,3 +411,104 @@ def context_text(
             return ctx, latency
         queries.switch_to_database_model()
     raise AssertionError("unreachable")
+
+
+# -- the searches the commands run -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchRun:
+    """What :func:`run_search` found: the hits, the search call's latency (ms), and when there
+    is no hit, why the tenant cannot answer anything (else None)."""
+
+    hits: list[SearchHit]
+    latency_ms: float
+    tenant_empty: str | None = None
+
+
+@dataclass(frozen=True)
+class ContextRun:
+    """What :func:`run_context` found: the context, the ``build_context`` call's latency (ms),
+    and when the context is empty, why the tenant cannot answer anything (else None)."""
+
+    context: Context
+    latency_ms: float
+    tenant_empty: str | None = None
+
+
+def run_search(
+    reader: psycopg.Connection[Any],
+    query_text: str,
+    options: SearchOptions,
+    *,
+    tenant: str,
+    writer: psycopg.Connection[Any] | None = None,
+) -> SearchRun:
+    """Search ``query_text`` as ``tenant`` the way ``pgrag search`` does.
+
+    The search reads from ``reader`` (e.g. a hot standby); its side writes (query-embedding
+    cache, usage, search log) go to ``writer`` (default: ``reader``) and never fail it
+    (:func:`after_search`)."""
+    queries = QueryEmbeddings(writer or reader, tenant)
+    hits, latency_ms = search_text(reader, query_text, options, tenant=tenant, queries=queries)
+    empty = after_search(
+        reader,
+        queries,
+        tenant=tenant,
+        mode=options.mode,
+        query_text=query_text,
+        latency_ms=latency_ms,
+        rows=len(hits),
+        top_score=hits[0].score if hits else None,
+        found=bool(hits),
+    )
+    return SearchRun(hits, latency_ms, empty)
+
+
+def run_context(
+    reader: psycopg.Connection[Any],
+    query_text: str,
+    options: ContextOptions,
+    *,
+    tenant: str,
+    writer: psycopg.Connection[Any] | None = None,
+) -> ContextRun:
+    """The context for ``query_text`` as ``tenant``, the way ``pgrag ask`` builds it: as
+    :func:`run_search`, with ``build_context`` (logged as mode ``context``)."""
+    queries = QueryEmbeddings(writer or reader, tenant)
+    ctx, latency_ms = context_text(reader, query_text, options, tenant=tenant, queries=queries)
+    top = ctx.sources[0].get("score") if ctx.sources else None
+    empty = after_search(
+        reader,
+        queries,
+        tenant=tenant,
+        mode="context",
+        query_text=query_text,
+        latency_ms=latency_ms,
+        rows=len(ctx.sources),
+        top_score=float(top) if isinstance(top, int | float) else None,
+        found=not ctx.empty,
+    )
+    return ContextRun(ctx, latency_ms, empty)
+
+
+def after_search(
+    reader: psycopg.Connection[Any],
+    queries: QueryEmbeddings,
+    *,
+    tenant: str,
+    mode: LogMode,
+    query_text: str,
+    latency_ms: float,
+    rows: int,
+    top_score: float | None,
+    found: bool,
+) -> str | None:
+    """What follows every search of a command, in this order: the query embeddings' usage
+    recorded (cache hits, model calls) and the search logged (when the operator turned the
+    search log on), both on ``queries``' connection and failure-tolerant; then, when the search
+    found nothing, why ``tenant`` cannot answer anything (no document, none ready: read on
+    ``reader``), else None."""
+    queries.record_usage()
+    log_search(queries.primary, tenant, mode, latency_ms, rows, top_score, query_text)
+    return None if found else tenant_is_empty(reader, tenant)

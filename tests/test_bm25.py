@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from pgrag.db import connect, set_request_tenant
-from pgrag.migrator import Migrator
+from pgrag.install.migrator import Migrator
 
 TENANT = "ref"
 WORDS = [

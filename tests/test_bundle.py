@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 from plugins.databases import psql, schema_dump
 
-from pgrag.bundle import bundle_sql, supabase_files, write_supabase
 from pgrag.cli import main
 from pgrag.db import vector_schema
-from pgrag.migrator import Migrator, discover, install_steps
+from pgrag.install.bundle import bundle_sql, supabase_files, write_supabase
+from pgrag.install.migrator import Migrator, discover, install_steps
 from pgrag.testing import create_database, drop_database
 
 

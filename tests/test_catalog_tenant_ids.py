@@ -171,7 +171,7 @@ def test_a_tenants_search_walks_its_own_graph_named_by_key(
 def test_a_graph_an_earlier_version_made_is_walked_until_isolate_tenants_builds_it_by_key(
     db: str, conn: psycopg.Connection[Any], tenants: np.random.Generator
 ) -> None:
-    from pgrag.migrator import Migrator
+    from pgrag.install.migrator import Migrator
 
     index = conn.execute("select pgrag.tenant_index_name(%s)", (SECRET,)).fetchone()[0]
     # The graph as earlier versions made it (the tenant id in its predicate), with a storage

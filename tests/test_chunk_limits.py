@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from pgrag.chunking import Chunk, default_sizes, make_chunker, token_counter
 from pgrag.cli import main
 from pgrag.db import connect
-from pgrag.embedders import LocalEmbedder
-from pgrag.extract import Block, ExtractedDocument, extract_path
 from pgrag.ingest import ingest_documents
+from pgrag.pipeline.chunking import Chunk, default_sizes, make_chunker, token_counter
+from pgrag.pipeline.embedders import LocalEmbedder
+from pgrag.pipeline.extract import Block, ExtractedDocument, extract_path
 from pgrag.search import ContextOptions, build_context
 
 PROSE = (

@@ -7,9 +7,15 @@ import re
 
 import pytest
 
-from pgrag.chunking import Chunk, default_sizes, make_chunker, split_sentences, token_counter
-from pgrag.embedders import LocalEmbedder
-from pgrag.extract import Block
+from pgrag.pipeline.chunking import (
+    Chunk,
+    default_sizes,
+    make_chunker,
+    split_sentences,
+    token_counter,
+)
+from pgrag.pipeline.embedders import LocalEmbedder
+from pgrag.pipeline.extract import Block
 
 SENTENCES = [
     f"Sentence number {i} explains one idea about hybrid retrieval in Postgres."

@@ -28,12 +28,12 @@ from plugins.pgservers import CitusCluster, Pg15Server
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgrag.citus import migrate_citus
 from pgrag.db import connect
 from pgrag.errors import MigrationError
-from pgrag.extract import ExtractedDocument
 from pgrag.ingest import ingest_documents, ingest_paths
-from pgrag.migrator import Migrator
+from pgrag.install.citus import migrate_citus
+from pgrag.install.migrator import Migrator
+from pgrag.pipeline.extract import ExtractedDocument
 
 REPO = Path(__file__).resolve().parents[1]
 TENANT_CANDIDATES = ("acme", "globex", "initech", "umbrella", "hooli", "wonka", "stark")
@@ -71,7 +71,7 @@ CALLS = {
 def test_migrate_citus_keeps_the_users_pgoptions(monkeypatch: pytest.MonkeyPatch) -> None:
     from psycopg.conninfo import conninfo_to_dict
 
-    from pgrag.citus import _with_options
+    from pgrag.install.citus import _with_options
 
     monkeypatch.setenv("PGOPTIONS", "-c citus.shard_count=8")
     options = conninfo_to_dict(_with_options("dbname=x", "citus.enable_unsafe_triggers=on"))

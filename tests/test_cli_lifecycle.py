@@ -23,8 +23,8 @@ from click.testing import CliRunner
 
 from pgrag.cli import main
 from pgrag.db import connect
-from pgrag.extract import extract_path
 from pgrag.ingest import ingest_paths
+from pgrag.pipeline.extract import extract_path
 from pgrag.testing import create_database, drop_database
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from pgrag.cli import main
-from pgrag.embedders import LocalEmbedder, get_embedder, local_model_path
 from pgrag.errors import ConfigError
-from pgrag.onnx_model import OnnxSentenceEncoder, cache_path
+from pgrag.pipeline.embedders import LocalEmbedder, get_embedder, local_model_path
+from pgrag.pipeline.onnx_model import OnnxSentenceEncoder, cache_path
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY_MODULES = ("torch", "sentence_transformers", "transformers", "fitz", "pymupdf", "onnx")
@@ -161,7 +161,7 @@ def test_a_damaged_graph_cache_is_rebuilt_and_search_still_works(
 
 
 def test_a_failed_cache_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: Any) -> None:
-    import pgrag.onnx_model as onnx_model
+    import pgrag.pipeline.onnx_model as onnx_model
 
     def interrupted(src: str, dst: str) -> None:
         raise OSError("disk full")

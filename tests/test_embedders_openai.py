@@ -16,9 +16,9 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from pgrag.db import connect
-from pgrag.embedders import OpenAIEmbedder, embedder_for_database, get_embedder
 from pgrag.errors import EmbeddingConfigError, EmbeddingError
 from pgrag.ingest import ExtractedDocument, ingest_documents
+from pgrag.pipeline.embedders import OpenAIEmbedder, embedder_for_database, get_embedder
 
 PATH = "/v1/embeddings"
 

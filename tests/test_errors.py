@@ -76,8 +76,8 @@ def test_a_missing_pgrag_schema_is_not_installed_and_other_errors_stay_themselve
     empty_db: str, db: str
 ) -> None:
     from pgrag.db import connect
-    from pgrag.embedders import read_embedding_config
     from pgrag.errors import NotInstalled
+    from pgrag.pipeline.embedders import read_embedding_config
 
     with connect(empty_db) as conn, pytest.raises(NotInstalled, match="pgrag migrate"):
         read_embedding_config(conn)
@@ -87,3 +87,33 @@ def test_a_missing_pgrag_schema_is_not_installed_and_other_errors_stay_themselve
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             read_embedding_config(conn)
         conn.rollback()
+
+
+def test_the_installer_preflight_codes_become_their_errors_with_the_hint(
+    conn: psycopg.Connection[Any],
+) -> None:
+    from pgrag.errors import ChecksumMismatch, MigrationError, PgvectorMissing
+
+    def raised(code: str) -> errors.PgragError | None:
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(
+                "do $$ begin raise exception 'pgrag: something is off' "
+                f"using errcode = '{code}', hint = 'do this'; end $$"
+            )
+        conn.rollback()
+        return from_database_error(caught.value)
+
+    expected = {
+        "PR101": PgvectorMissing,
+        "PR102": ConfigError,
+        "PR103": ChecksumMismatch,
+        "PR104": MigrationError,
+    }
+    assert set(expected) == set(errors.PREFLIGHT_SQLSTATES)
+    for code, error in expected.items():
+        mapped = raised(code)
+        assert type(mapped) is error
+        tail = ", or omit --dsn to use pgrag's embedded database, which includes it" * (
+            code == "PR101"
+        )
+        assert str(mapped) == f"something is off: do this{tail}."

@@ -19,7 +19,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from pgrag.errors import ExtractionError
-from pgrag.extract import ExtractedDocument, extract_path, extract_url
+from pgrag.pipeline.extract import ExtractedDocument, extract_path, extract_url
 
 # -- PDF ------------------------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ import pytest
 from plugins.sample_files import HTML
 
 from pgrag.errors import ExtractionError, PgragError
-from pgrag.extract import (
+from pgrag.ingest import ingest_paths
+from pgrag.pipeline.extract import (
     MAX_PARAGRAPH_CHARS,
     ExtractedDocument,
     document_from_response,
@@ -23,9 +24,8 @@ from pgrag.extract import (
     markdown_blocks,
     strip_binary,
 )
-from pgrag.frontmatter import FRONT_MATTER_MAX_DEPTH, METADATA_MAX_BYTES, FrontMatterError
-from pgrag.html_depth import MAX_HTML_DEPTH, bound_nesting
-from pgrag.ingest import ingest_paths
+from pgrag.pipeline.frontmatter import FRONT_MATTER_MAX_DEPTH, METADATA_MAX_BYTES, FrontMatterError
+from pgrag.pipeline.html_depth import MAX_HTML_DEPTH, bound_nesting
 
 REPO = Path(__file__).resolve().parent.parent
 # Extraction of the hostile inputs below takes 1-3 s on a busy 2-core machine; before it was

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from pgrag.db import connect
-from pgrag.migrator import Migrator
+from pgrag.install.migrator import Migrator
 from pgrag.search import SearchOptions, search
 
 DOCS = {

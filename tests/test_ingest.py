@@ -9,9 +9,9 @@ import psycopg
 import pytest
 
 from pgrag.db import connect
-from pgrag.embedders import LocalEmbedder, embedder_for_database
 from pgrag.errors import DocumentChanged, EmbeddingConfigError, from_database_error
 from pgrag.ingest import ExtractedDocument, IngestOptions, create_stage_table, ingest_documents
+from pgrag.pipeline.embedders import LocalEmbedder, embedder_for_database
 
 ABSTRACTS = [
     (

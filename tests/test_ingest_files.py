@@ -27,8 +27,8 @@ from pytest_httpserver import HTTPServer
 import pgrag.ingest.run
 from pgrag.cli import main
 from pgrag.db import connect
-from pgrag.embedders import LocalEmbedder
 from pgrag.ingest import ingest_paths
+from pgrag.pipeline.embedders import LocalEmbedder
 from pgrag.testing import create_database, drop_database
 
 REPO = Path(__file__).resolve().parent.parent

@@ -25,8 +25,8 @@ from click.testing import CliRunner
 
 from pgrag.cli import main
 from pgrag.db import connect, set_request_tenant
-from pgrag.extract import Block, ExtractedDocument, LazyBlocks
 from pgrag.ingest import IngestOptions, ingest_documents, sources
+from pgrag.pipeline.extract import Block, ExtractedDocument, LazyBlocks
 
 TOTAL = 130  # one-chunk documents: two batches of 64 and a bit (the first commits early)
 

@@ -123,7 +123,8 @@ def test_the_wheel_of_make_dist_carries_the_sql_and_the_cli(tmp_path: Path) -> N
     names = zipfile.ZipFile(wheel).namelist()
     sql_files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "sql").rglob("*.sql"))
     assert {f"pgrag/{f}" for f in sql_files} <= set(names)
-    assert "pgrag/onnx_model.py" in names
+    assert "pgrag/pipeline/onnx_model.py" in names
+    assert "pgrag/testing.py" not in names  # the tests' and benchmarks' helpers
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "pgrag = pgrag.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     # pytrec_eval is for pgrag eval only: the eval extra, not a production dependency.

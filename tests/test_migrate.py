@@ -15,7 +15,7 @@ from plugins.databases import schema_dump
 
 from pgrag.cli import main
 from pgrag.errors import ChecksumMismatch, ConfigError, MigrationError
-from pgrag.migrator import FILE_NAME, KINDS, Migrator, discover, sql_dir
+from pgrag.install.migrator import FILE_NAME, KINDS, Migrator, discover, sql_dir
 
 
 def test_fresh_install_creates_schema_with_chosen_dimension(empty_db: str) -> None:

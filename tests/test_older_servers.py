@@ -1,10 +1,10 @@
 """PostgreSQL 14-16: every way of installing pgrag works there, as on 17 and later.
 
-``incremental/007`` uses ``ALTER COLUMN ... SET EXPRESSION`` (PostgreSQL 17+); the install
-engine runs its older equivalent on earlier servers (pgrag/compat.py), in the step itself, so
-``pgrag migrate``, the psql bundle and the Supabase files (Supabase projects run PostgreSQL 15)
-all install. Checked on Debian's PostgreSQL 15 (the ``pg15_plpython`` fixture); schemas are
-compared by ``schema_dump``, which leaves out what a server keeps per database (pg_attver).
+``incremental/007`` uses ``ALTER COLUMN ... SET EXPRESSION`` (PostgreSQL 17+); the install engine
+runs its older equivalent on earlier servers (pgrag/install/compat.py), in the step itself, so
+``pgrag migrate``, the psql bundle and the Supabase files (Supabase projects run PostgreSQL 15) all
+install. Checked on Debian's PostgreSQL 15 (the ``pg15_plpython`` fixture); schemas are compared by
+``schema_dump``, which leaves out what a server keeps per database (pg_attver).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import psycopg
 from plugins.databases import psql, schema_dump, without_server_bookkeeping
 from plugins.pgservers import Pg15Server
 
-from pgrag import compat
-from pgrag.bundle import bundle_sql, write_supabase
-from pgrag.migrator import Migrator, discover, install_steps
+from pgrag.install import compat
+from pgrag.install.bundle import bundle_sql, write_supabase
+from pgrag.install.migrator import Migrator, discover, install_steps
 
 FTS_FILE = "incremental/007-identifier-lexemes.sql"
 

@@ -21,8 +21,8 @@ from plugins.plpython import (
     stub_functions,
 )
 
-from pgrag.chunking import chunk_settings, make_chunker, token_counter
-from pgrag.extract import extract_path
+from pgrag.pipeline.chunking import chunk_settings, make_chunker, token_counter
+from pgrag.pipeline.extract import extract_path
 from pgrag.plpython import MODEL_REQUIREMENT, SERVER_REQUIREMENTS
 from pgrag.plpython.plpy_stub import Error, PlpyStub, SPIError
 from pgrag.plpython.server import EMBEDDER_KEY, RUNTIME

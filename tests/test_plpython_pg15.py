@@ -27,7 +27,7 @@ from plugins.tenancy import claims_for, ensure_authenticator, request
 
 from pgrag.cli import main
 from pgrag.db import connect
-from pgrag.migrator import discover
+from pgrag.install.migrator import discover
 
 REPO = Path(__file__).resolve().parents[1]
 QUERIES = [

@@ -23,7 +23,7 @@ from plugins.tenancy import Loaded, claims_for, request
 
 from pgrag.cli import main
 from pgrag.db import connect, set_request_tenant
-from pgrag.embedders import LocalEmbedder
+from pgrag.pipeline.embedders import LocalEmbedder
 from pgrag.query_cache import QueryEmbeddings
 from pgrag.search import SearchOptions, search
 from pgrag.search_log import log_search

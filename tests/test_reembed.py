@@ -23,10 +23,10 @@ import pytest
 from plugins.openai_server import FakeEmbeddings, expected_embedding
 
 from pgrag.db import connect
-from pgrag.embedders import LOCAL_MODEL_NAME, Embedder, LocalEmbedder, get_embedder
 from pgrag.errors import EmbeddingConfigError, ModelSwitchError
-from pgrag.extract import ExtractedDocument, extract_path
 from pgrag.ingest import ingest_documents
+from pgrag.pipeline.embedders import LOCAL_MODEL_NAME, Embedder, LocalEmbedder, get_embedder
+from pgrag.pipeline.extract import ExtractedDocument, extract_path
 from pgrag.query_cache import QueryEmbeddings
 from pgrag.reembed import Reembedder, cancel_reembed, reembed, reembed_status
 from pgrag.search import SearchOptions, search_text

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pgrag.migrator import sql_dir
+from pgrag.install.migrator import sql_dir
 
 LIST = "SHA256SUMS"
 RELEASES = Path(__file__).parent / "fixtures" / "releases"

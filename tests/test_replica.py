@@ -28,7 +28,7 @@ from pgrag.cli import main
 from pgrag.db import connect, wait_for_replay
 from pgrag.errors import ReplicaLagging
 from pgrag.ingest import IngestOptions, ingest_paths
-from pgrag.migrator import Migrator
+from pgrag.install.migrator import Migrator
 from pgrag.testing import create_database, drop_database, dsn_for
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

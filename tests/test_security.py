@@ -26,7 +26,7 @@ from plugins.tenancy import (
 from psycopg import sql
 
 from pgrag.db import connect, vector_schema
-from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
+from pgrag.install.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
 
 API_FUNCTIONS = (
     "vector_search",

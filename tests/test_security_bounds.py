@@ -37,8 +37,8 @@ from test_security_privileges import postgrest_role_settings
 
 from pgrag.db import connect
 from pgrag.errors import ConfigError
-from pgrag.extract import extract_path
 from pgrag.ingest import IngestOptions, ingest_documents
+from pgrag.pipeline.extract import extract_path
 from pgrag.search import SearchOptions, search
 from pgrag.testing import create_database, drop_database
 

@@ -477,7 +477,7 @@ def test_an_isolated_tenants_walk_function_returns_what_the_walk_planned_per_cal
 def test_every_migrate_makes_and_grants_an_isolated_tenants_walk_function_until_it_is_shared(
     db: str, conn: psycopg.Connection[Any], neighbourhood: dict[str, Any]
 ) -> None:
-    from pgrag.migrator import Migrator
+    from pgrag.install.migrator import Migrator
 
     name = psycopg.conninfo.conninfo_to_dict(db)["dbname"]
     conn.execute(f'alter database "{name}" set track_functions = pl')

@@ -38,7 +38,7 @@ from plugins.tenancy import (
 from psycopg import sql
 
 from pgrag.db import connect
-from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
+from pgrag.install.migrator import SECURE_SEARCH_PATH_SQL, discover, sql_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -411,7 +411,7 @@ def test_global_tables_are_read_only_or_hidden(two_tenants: Loaded, role: str) -
 def test_statement_timeouts_for_api_roles_in_this_database(empty_db: str) -> None:
     # Set on the roles for every database (pg_roles.rolconfig), the only place PostgREST reads
     # them from; nothing left for this database alone (PostgREST ignores those).
-    from pgrag.migrator import Migrator
+    from pgrag.install.migrator import Migrator
 
     Migrator(empty_db).migrate()
     with connect(empty_db) as conn:
@@ -431,7 +431,7 @@ def test_statement_timeouts_for_api_roles_in_this_database(empty_db: str) -> Non
 
 
 def _apply_policies(db: str, **settings: str) -> None:
-    from pgrag.migrator import SECURE_SEARCH_PATH_SQL, discover
+    from pgrag.install.migrator import SECURE_SEARCH_PATH_SQL, discover
 
     late_band = [f for f in discover() if f.kind == "idempotent" and f.path.name >= "900"]
     with connect(db) as conn:
@@ -472,7 +472,7 @@ def sql_with_extra_table(tmp_path: Any) -> Any:
     """A private copy of sql/ with one more incremental migration (callers fill it in)."""
     import shutil
 
-    from pgrag.migrator import sql_dir
+    from pgrag.install.migrator import sql_dir
 
     copy = tmp_path / "sql"
     shutil.copytree(sql_dir(), copy)
@@ -483,7 +483,7 @@ def sql_with_extra_table(tmp_path: Any) -> Any:
 def test_a_tenant_table_added_later_gets_every_policy(
     empty_db: str, sql_with_extra_table: Any
 ) -> None:
-    from pgrag.migrator import Migrator
+    from pgrag.install.migrator import Migrator
 
     sql_with_extra_table.write_text(
         "create table pgrag.notes (tenant_id text not null, id bigint, document_id bigint, "
@@ -507,7 +507,7 @@ def test_a_tenant_table_without_rls_stops_the_migration(
     empty_db: str, sql_with_extra_table: Any
 ) -> None:
     from pgrag.errors import MigrationError
-    from pgrag.migrator import Migrator
+    from pgrag.install.migrator import Migrator
 
     sql_with_extra_table.write_text(
         "create table pgrag.notes (tenant_id text not null, id bigint, "

@@ -30,11 +30,11 @@ import psycopg
 import pytest
 from plugins.databases import psql, schema_dump
 
-from pgrag.bundle import bundle_sql
-from pgrag.chunking import Chunk, make_chunker, token_counter
 from pgrag.db import connect
-from pgrag.extract import extract_path
-from pgrag.migrator import Migrator
+from pgrag.install.bundle import bundle_sql
+from pgrag.install.migrator import Migrator
+from pgrag.pipeline.chunking import Chunk, make_chunker, token_counter
+from pgrag.pipeline.extract import extract_path
 from pgrag.testing import create_database, drop_database
 
 RELEASES = sorted((Path(__file__).parent / "fixtures" / "releases").glob("*.sql.gz"))

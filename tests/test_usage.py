@@ -21,9 +21,9 @@ from pytest_httpserver import HTTPServer
 
 from pgrag.cli import main
 from pgrag.db import connect
-from pgrag.embedders import LocalEmbedder
-from pgrag.extract import ExtractedDocument
 from pgrag.ingest import ingest_documents
+from pgrag.pipeline.embedders import LocalEmbedder
+from pgrag.pipeline.extract import ExtractedDocument
 from pgrag.stats import tenant_stats, usage_costs
 from pgrag.usage import Usage, record_usage
 from pgrag.worker import QueueWorker, WorkerOptions

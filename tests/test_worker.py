@@ -25,8 +25,8 @@ from plugins.queue import (
 )
 
 from pgrag.db import connect
-from pgrag.embedders import LocalEmbedder
 from pgrag.ingest import ExtractedDocument, ingest_documents
+from pgrag.pipeline.embedders import LocalEmbedder
 from pgrag.search import SearchOptions, search
 from pgrag.worker import QueueWorker, WorkerOptions
 

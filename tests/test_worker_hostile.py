@@ -26,9 +26,9 @@ from plugins.tenancy import claims_for, request
 from pytest_httpserver import HTTPServer
 
 from pgrag.db import connect
-from pgrag.embedders import LocalEmbedder, OpenAIEmbedder
 from pgrag.errors import FetchFailed
 from pgrag.ingest import ingest_paths
+from pgrag.pipeline.embedders import LocalEmbedder, OpenAIEmbedder
 from pgrag.plpython.plpy_stub import Error, PlpyStub
 from pgrag.plpython.server import compute_query_embedding
 from pgrag.worker import DocumentLimits, FetchLimits, QueueWorker, WorkerOptions

@@ -33,8 +33,8 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from pgrag.db import connect
-from pgrag.embedders import OpenAIEmbedder
-from pgrag.migrator import Migrator
+from pgrag.install.migrator import Migrator
+from pgrag.pipeline.embedders import OpenAIEmbedder
 from pgrag.testing import create_database, drop_database
 from pgrag.worker import QueueWorker, WorkerOptions
 

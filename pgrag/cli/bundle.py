@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from pgrag.bundle import SUPABASE_VECTOR_SCHEMA, bundle_sql, write_supabase
-from pgrag.migrator import DEFAULT_DIMS, DEFAULT_VECTOR_SCHEMA
+from pgrag.install.bundle import SUPABASE_VECTOR_SCHEMA, bundle_sql, write_supabase
+from pgrag.install.migrator import DEFAULT_DIMS, DEFAULT_VECTOR_SCHEMA
 
 
 @click.command("sql-bundle")

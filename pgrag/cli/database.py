@@ -8,8 +8,8 @@ import click
 from pgrag.cli.common import echo_json, json_option, pass_state
 from pgrag.cli.state import CliState
 from pgrag.db import redact
+from pgrag.install.migrator import MAX_DIMS, Migrator
 from pgrag.local_server import EmbeddedCluster
-from pgrag.migrator import MAX_DIMS, Migrator
 
 # -- embedded database ---------------------------------------------------------------------------
 
@@ -84,7 +84,7 @@ def db_url() -> None:
 def migrate(state: CliState, dims: int | None, dry_run: bool, citus: bool, as_json: bool) -> None:
     """Install or upgrade pgrag's SQL in the database."""
     if citus:
-        from pgrag.citus import migrate_citus
+        from pgrag.install.citus import migrate_citus
 
         result = migrate_citus(state.dsn(), dims, dry_run=dry_run)
     else:

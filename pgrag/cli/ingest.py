@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from pgrag.chunking import CHUNKERS
 from pgrag.cli.common import (
     echo_json,
     json_option,
@@ -16,8 +15,9 @@ from pgrag.cli.common import (
 )
 from pgrag.cli.state import CliState
 from pgrag.db import DEFAULT_TENANT, connect
-from pgrag.embedders import PROVIDERS, get_embedder, read_embedding_config, vector_literal
 from pgrag.ingest import IngestOptions, IngestSummary, ingest_paths
+from pgrag.pipeline.chunking import CHUNKERS
+from pgrag.pipeline.embedders import PROVIDERS, get_embedder, read_embedding_config, vector_literal
 
 
 @click.command()

@@ -7,8 +7,8 @@ import click
 from pgrag.cli.common import echo_json, json_option, pass_state, progress_option
 from pgrag.cli.state import CliState
 from pgrag.db import connect
-from pgrag.embedders import PROVIDERS, get_embedder, provider_for_model
 from pgrag.errors import ConfigError, NothingToDo
+from pgrag.pipeline.embedders import PROVIDERS, get_embedder, provider_for_model
 from pgrag.progress import progress_mode
 from pgrag.reembed import (
     DEFAULT_BATCH,

@@ -1,4 +1,6 @@
-"""``pgrag search`` and ``pgrag ask``: thin commands over the SQL retrieval API."""
+"""``pgrag search`` and ``pgrag ask``: options in, :func:`pgrag.search.run_search` /
+:func:`pgrag.search.run_context` (and the answer step, :func:`pgrag.answer.answer_for_tenant`)
+called, results rendered. No retrieval logic lives here."""
 
 from __future__ import annotations
 
@@ -19,9 +21,7 @@ from pgrag.cli.common import (
     tenant_option,
 )
 from pgrag.cli.state import CliState
-from pgrag.documents import tenant_is_empty
 from pgrag.errors import ConfigError, NothingToDo
-from pgrag.query_cache import QueryEmbeddings
 from pgrag.search import (
     FUSIONS,
     MODES,
@@ -30,12 +30,13 @@ from pgrag.search import (
     SearchFilters,
     SearchHit,
     SearchOptions,
-    context_text,
-    search_text,
+    run_context,
+    run_search,
 )
-from pgrag.search_log import log_search
 
 NOTHING_FOUND = "No relevant information found."
+NO_ANSWER: dict[str, Any] = {"answer": None, "found": False, "context": "", "sources": []}
+"""``ask --json`` when no source passes (or the tenant holds nothing)."""
 DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
 
 
@@ -253,30 +254,18 @@ def search(
         )
     )
     with state.connect_read_and_write() as (conn, writer):
-        queries = QueryEmbeddings(writer, tenant)
-        hits, latency_ms = search_text(conn, query, options, tenant=tenant, queries=queries)
-        queries.record_usage()
-        log_search(
-            writer,
-            tenant,
-            options.mode,
-            latency_ms,
-            len(hits),
-            hits[0].score if hits else None,
-            query,
-        )
-        empty = tenant_is_empty(conn, tenant) if not hits else None
-    if empty:
+        run = run_search(conn, query, options, tenant=tenant, writer=writer)
+    if run.tenant_empty:
         if as_json:
             echo_json([])
-        raise NothingToDo(empty)
+        raise NothingToDo(run.tenant_empty)
     if as_json:
-        echo_json([hit.as_dict() for hit in hits])
+        echo_json([hit.as_dict() for hit in run.hits])
         return
-    if not hits:
+    if not run.hits:
         click.echo(NOTHING_FOUND)
         return
-    print_hits(hits, options, show_explain)
+    print_hits(run.hits, options, show_explain)
 
 
 # -- ask -----------------------------------------------------------------------------------------
@@ -357,8 +346,7 @@ def ask(
     configured (OPENAI_API_KEY and/or OPENAI_BASE_URL) the answer is generated from those
     sources only; without one, the context and sources are printed.
     """
-    from pgrag.answer import ChatConfig, answer_with_usage
-    from pgrag.usage import Usage, record_usage_quietly
+    from pgrag.answer import ChatConfig, answer_for_tenant
 
     options = ContextOptions(
         token_budget=token_budget,
@@ -369,40 +357,22 @@ def ask(
         filters=make_filters(document_ids, metadata, source_types, after, before),
     )
     with state.connect_read_and_write() as (conn, writer):
-        queries = QueryEmbeddings(writer, tenant)
-        ctx, latency_ms = context_text(conn, question, options, tenant=tenant, queries=queries)
-        queries.record_usage()
-        top = ctx.sources[0].get("score") if ctx.sources else None
-        log_search(
-            writer,
-            tenant,
-            "context",
-            latency_ms,
-            len(ctx.sources),
-            float(top) if isinstance(top, int | float) else None,
-            question,
-        )
-        empty = tenant_is_empty(conn, tenant) if ctx.empty else None
-    if empty:
+        run = run_context(conn, question, options, tenant=tenant, writer=writer)
+    ctx = run.context
+    if run.tenant_empty:
         if as_json:
-            echo_json({"answer": None, "found": False, "context": "", "sources": []})
-        raise NothingToDo(empty)
+            echo_json(NO_ANSWER)
+        raise NothingToDo(run.tenant_empty)
     config = None if context_only else ChatConfig.from_env(chat_model)
     if ctx.empty:
         if as_json:
-            echo_json({"answer": None, "found": False, "context": "", "sources": []})
+            echo_json(NO_ANSWER)
         else:
             click.echo(NOTHING_FOUND)
         return
     text = None
     if config is not None:
-        reply = answer_with_usage(question, ctx.context, config)
-        text = reply.text
-        record_usage_quietly(
-            state.dsn(),
-            tenant,
-            Usage("chat", "openai", config.model, reply.input_tokens, reply.output_tokens),
-        )
+        text = answer_for_tenant(question, ctx.context, config, tenant=tenant, dsn=state.dsn())
     if as_json:
         echo_json(
             {

@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from pgrag.chunking import CHUNKERS
 from pgrag.cli.common import echo_json, json_option, pass_state, progress_option
 from pgrag.cli.state import CliState
 from pgrag.ingest import IngestOptions
+from pgrag.pipeline.chunking import CHUNKERS
 from pgrag.progress import Progress, progress_mode
 from pgrag.worker import FetchLimits, QueueWorker, WorkerOptions, WorkerSummary
 from pgrag.worker.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import psycopg
 
-from pgrag.embedders import Embedder
 from pgrag.errors import ConfigError
 from pgrag.eval.dataset import BeirDataset
 from pgrag.eval.metrics import metrics
+from pgrag.pipeline.embedders import Embedder
 from pgrag.progress import ProgressMode
 from pgrag.search import SearchHit, SearchOptions, search
 
@@ -171,8 +171,8 @@ def ingest_dataset(
     progress: bool | ProgressMode,
 ) -> IngestSummary:
     """Load the corpus into ``tenant`` through the ingestion API (unchanged docs are skipped)."""
-    from pgrag.extract import ExtractedDocument
     from pgrag.ingest import ingest_documents
+    from pgrag.pipeline.extract import ExtractedDocument
 
     documents = (
         ExtractedDocument.from_text(

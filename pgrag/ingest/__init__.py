@@ -35,11 +35,11 @@ batches are also saved with each batch (``pgrag.save_embeddings``), so the next 
 rather than embedding the document again from its start.
 """
 
-from pgrag.extract import Block, ExtractedDocument
 from pgrag.ingest.load import create_stage_table, isolate_large_tenant
 from pgrag.ingest.options import IngestOptions, IngestSummary
 from pgrag.ingest.run import ingest_documents
 from pgrag.ingest.sources import ingest_paths
+from pgrag.pipeline.extract import Block, ExtractedDocument
 
 __all__ = [
     "Block",

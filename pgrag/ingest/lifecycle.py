@@ -12,7 +12,7 @@ chunks; what that does to the documents is a :class:`Lifecycle`:
   it processed, and the queue's retries (``pgrag.fail_attempts``).
 
 Python never writes ``pgrag.documents`` or ``pgrag.document_queue`` itself. Each method runs in
-a transaction acting as the run's tenant (``pgrag.set_request_tenant``), except ``fail`` and
+a transaction acting as the run's tenant (``pgrag.db.tenant_transaction``), except ``fail`` and
 ``swap``, which the loading stage calls inside its own transaction.
 """
 
@@ -25,9 +25,9 @@ from typing import Any, Protocol
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgrag.db import set_request_tenant
+from pgrag.db import tenant_transaction
 from pgrag.errors import from_database_error
-from pgrag.extract import ExtractedDocument
+from pgrag.pipeline.extract import ExtractedDocument
 
 STAGE = "pg_temp.pgrag_stage"
 
@@ -129,8 +129,7 @@ class IngestLifecycle:
     def begin(
         self, conn: psycopg.Connection[Any], tenant: str, sources: Sequence[ExtractedDocument]
     ) -> dict[str, int]:
-        with conn.transaction():
-            set_request_tenant(conn, tenant)
+        with tenant_transaction(conn, tenant):
             rows = call(
                 conn,
                 "select source_uri, document_id from pgrag.begin_documents(%s, %s, %s)",
@@ -151,8 +150,7 @@ class IngestLifecycle:
         tenant: str,
         relabel: Sequence[tuple[int, dict[str, Any], str]],
     ) -> None:
-        with conn.transaction():
-            set_request_tenant(conn, tenant)
+        with tenant_transaction(conn, tenant):
             call(
                 conn,
                 "select pgrag.relabel_documents(%s::int8[], %s::jsonb[])",
@@ -162,8 +160,7 @@ class IngestLifecycle:
     def fail_sources(
         self, conn: psycopg.Connection[Any], tenant: str, failed: Sequence[FailedSource]
     ) -> None:
-        with conn.transaction():
-            set_request_tenant(conn, tenant)
+        with tenant_transaction(conn, tenant):
             call(
                 conn,
                 "select pgrag.fail_sources(%s, %s, %s)",
@@ -196,8 +193,7 @@ class IngestLifecycle:
         uris: Sequence[str],
         message: str,
     ) -> None:
-        with conn.transaction():
-            set_request_tenant(conn, tenant)
+        with tenant_transaction(conn, tenant):
             call(
                 conn,
                 "select pgrag.abort_documents(%s::int8[], %s::text[], %s)",

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgrag.db import connect, set_request_tenant
+from pgrag.db import connect, tenant_transaction
 from pgrag.ingest.lifecycle import (
     STAGE,
     IngestLifecycle,
@@ -108,7 +108,7 @@ class Loader(Worker):
             sql.Identifier("pg_temp", "pgrag_stage"),
             sql.SQL(", ").join(sql.Identifier(c) for c in names),
         )
-        with self.conn.transaction():
+        with tenant_transaction(self.conn, self.tenant):
             with self.conn.cursor() as cur, cur.copy(copy_sql) as copy:
                 copy.set_types([oid for _, oid in self.columns])
                 for row in rows:
@@ -121,7 +121,6 @@ class Loader(Worker):
                 Usage(self.operation, self.provider, self.model, tokens, 0, requests),
             )
             if saved and self.save:  # a long document's embeddings, kept if the run stops
-                set_request_tenant(self.conn, self.tenant)
                 ids = list(saved)
                 first, last = [saved[i][0] for i in ids], [saved[i][1] for i in ids]
                 call(
@@ -133,8 +132,7 @@ class Loader(Worker):
 
     def _do_fail(self, payload: tuple[int, str]) -> None:
         doc_id, message = payload
-        with self.conn.transaction():
-            set_request_tenant(self.conn, self.tenant)
+        with tenant_transaction(self.conn, self.tenant):
             self.conn.execute("delete from pg_temp.pgrag_stage where document_id = %s", (doc_id,))
             self.lifecycle.fail(self.conn, doc_id, message)
 
@@ -145,8 +143,7 @@ class Loader(Worker):
             self.on_commit(done, superseded)
 
     def _commit(self, rows: list[SwapRow]) -> set[int]:
-        with self.conn.transaction():
-            set_request_tenant(self.conn, self.tenant)
+        with tenant_transaction(self.conn, self.tenant):
             if self.bulk:
                 call(
                     self.conn,

@@ -23,11 +23,11 @@ from typing import Any
 
 import psycopg
 
-from pgrag.db import set_request_tenant
+from pgrag.db import tenant_transaction
 from pgrag.errors import PgragError
-from pgrag.extract import ExtractedDocument
 from pgrag.ingest.lifecycle import FailedSource, Lifecycle
 from pgrag.ingest.options import IngestOptions
+from pgrag.pipeline.extract import ExtractedDocument
 
 LISTED_TWICE = "listed twice in this run"
 
@@ -109,8 +109,7 @@ class Planner:
     def plan(self, group: list[ExtractedDocument | FailedSource]) -> GroupPlan:
         """Sort ``group`` into failed, unchanged, relabelled and to-load sources."""
         uris = [g.uri for g in group]
-        with self.conn.transaction():
-            set_request_tenant(self.conn, self.tenant)
+        with tenant_transaction(self.conn, self.tenant):
             rows = self.conn.execute(
                 "select source_uri, id, content_sha256, status, metadata "
                 "from pgrag.documents where tenant_id = %s and source_uri = any(%s)",
@@ -154,8 +153,7 @@ class Planner:
         old_shas: dict[int, set[str]] = {}
         reuse_ids = [ids[d.uri] for d in todo if d.uri in plan.stored and not self.options.force]
         if reuse_ids:
-            with self.conn.transaction():
-                set_request_tenant(self.conn, self.tenant)
+            with tenant_transaction(self.conn, self.tenant):
                 # Its stored chunks' texts, and those saved while an earlier load of it was
                 # under way (the swap takes their embeddings: pgrag.replace_document_chunks).
                 for doc_id, sha in self.conn.execute(

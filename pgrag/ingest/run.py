@@ -23,9 +23,7 @@ from typing import Any
 
 import psycopg
 
-from pgrag.chunking import Chunk, chunk_settings, make_chunker, token_counter
 from pgrag.db import DEFAULT_TENANT, connect, one_line
-from pgrag.embedders import Embedder, get_embedder, read_embedding_config
 from pgrag.errors import (
     Cancelled,
     ConfigError,
@@ -33,12 +31,14 @@ from pgrag.errors import (
     ExtractionError,
     Interrupted,
 )
-from pgrag.extract import ExtractedDocument
 from pgrag.ingest.lifecycle import FailedSource, IngestLifecycle, Lifecycle
 from pgrag.ingest.load import Loader, bulk_backlog, index_bulk_backlog, isolate_large_tenant
 from pgrag.ingest.options import IngestOptions, IngestSummary
 from pgrag.ingest.plan import LISTED_TWICE, Doc, Planner, failure_reason, one_line_error
 from pgrag.ingest.workers import EmbeddingStage
+from pgrag.pipeline.chunking import Chunk, chunk_settings, make_chunker, token_counter
+from pgrag.pipeline.embedders import Embedder, get_embedder, read_embedding_config
+from pgrag.pipeline.extract import ExtractedDocument
 from pgrag.progress import Progress, ProgressMode
 from pgrag.usage import Operation
 

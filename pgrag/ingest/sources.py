@@ -6,9 +6,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from pgrag.db import DEFAULT_TENANT, connect
-from pgrag.embedders import Embedder
 from pgrag.errors import ConfigError, ExtractionError, Interrupted, NothingToDo
-from pgrag.extract import (
+from pgrag.ingest.lifecycle import FailedSource
+from pgrag.ingest.options import IngestOptions, IngestSummary
+from pgrag.ingest.plan import one_line_error
+from pgrag.ingest.run import IngestRun
+from pgrag.pipeline.embedders import Embedder
+from pgrag.pipeline.extract import (
     EXTENSIONS,
     ExtractedDocument,
     discover_paths,
@@ -16,10 +20,6 @@ from pgrag.extract import (
     is_url,
     source_type_for,
 )
-from pgrag.ingest.lifecycle import FailedSource
-from pgrag.ingest.options import IngestOptions, IngestSummary
-from pgrag.ingest.plan import one_line_error
-from pgrag.ingest.run import IngestRun
 from pgrag.progress import ProgressMode
 
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from pgrag.chunking import Chunk
-from pgrag.embedders import Embedder
 from pgrag.errors import Cancelled, PgragError
-from pgrag.extract import ExtractedDocument
 from pgrag.ingest.lifecycle import SwapRow
 from pgrag.ingest.options import IngestOptions, IngestSummary
 from pgrag.ingest.plan import Doc, one_line_error
+from pgrag.pipeline.chunking import Chunk
+from pgrag.pipeline.embedders import Embedder
+from pgrag.pipeline.extract import ExtractedDocument
 from pgrag.progress import Progress
 
 QUEUE_DEPTH = 2  # batches between the embedding thread and the loading thread

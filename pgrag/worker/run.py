@@ -48,8 +48,7 @@ from typing import Any, cast
 
 import psycopg
 
-from pgrag.db import connect, one_line, set_request_tenant
-from pgrag.embedders import Embedder, LocalEmbedder, embedder_for_database
+from pgrag.db import connect, one_line, tenant_transaction
 from pgrag.errors import (
     Cancelled,
     ConfigError,
@@ -62,6 +61,7 @@ from pgrag.errors import (
 )
 from pgrag.ingest.options import IngestOptions
 from pgrag.ingest.run import IngestRun
+from pgrag.pipeline.embedders import Embedder, LocalEmbedder, embedder_for_database
 from pgrag.progress import Progress
 from pgrag.worker.fetch import FetchLimits, load_allowlist
 from pgrag.worker.jobs import (
@@ -433,8 +433,7 @@ class QueueWorker:
             try:
                 with self._connection() as conn:
                     for tenant, tenant_jobs in by_tenant.items():
-                        with conn.transaction():
-                            set_request_tenant(conn, tenant)
+                        with tenant_transaction(conn, tenant):
                             fail_jobs(
                                 conn,
                                 self.worker_id,

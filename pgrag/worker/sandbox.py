@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from pgrag.chunking import Chunk
 from pgrag.errors import Cancelled, ConfigError, ExtractionError
+from pgrag.pipeline.chunking import Chunk
 
 DEFAULT_DOCUMENT_TIMEOUT = 120.0  # seconds: PGRAG_DOCUMENT_TIMEOUT
 DEFAULT_DOCUMENT_MEMORY_MB = 1024  # MiB: PGRAG_DOCUMENT_MEMORY
@@ -121,8 +121,8 @@ def tokenizer_spec(embedder: Any) -> tuple[Any, ...]:
 
 
 def _token_counter(spec: tuple[Any, ...]) -> Any:
-    from pgrag.chunking import token_counter
-    from pgrag.embedders import LocalEmbedder, OpenAIEmbedder
+    from pgrag.pipeline.chunking import token_counter
+    from pgrag.pipeline.embedders import LocalEmbedder, OpenAIEmbedder
 
     if spec[0] == "openai":
         return token_counter(OpenAIEmbedder(spec[1], spec[2], api_key="unused"))
@@ -133,7 +133,7 @@ def inferred_type(uri: str, source_type: str) -> str:
     """The type inline content is read as: the submitted one, except that ``text`` (also the
     default when none was given) becomes what the URI's extension says, as ``pgrag ingest``
     reads a file (``kb/printer.md``: markdown)."""
-    from pgrag.extract import source_type_for
+    from pgrag.pipeline.extract import source_type_for
 
     if source_type != "text":
         return source_type
@@ -143,16 +143,16 @@ def inferred_type(uri: str, source_type: str) -> str:
 
 def stem_title(uri: str) -> str:
     """The title of a document without one, as ``pgrag ingest`` names a file."""
-    from pgrag.extract import title_from_name
+    from pgrag.pipeline.extract import title_from_name
 
     path = urllib.parse.urlsplit(uri).path or uri
     return title_from_name(path) or uri
 
 
 def extract_source(source: DocumentSource) -> Any:
-    """``source`` as an :class:`~pgrag.extract.ExtractedDocument` (the worker's reading of a
-    submission: the same title, type and metadata rules as ``pgrag ingest``)."""
-    from pgrag.extract import ExtractedDocument, document_from_response
+    """``source`` as an :class:`~pgrag.pipeline.extract.ExtractedDocument` (the worker's
+    reading of a submission: the same title, type and metadata rules as ``pgrag ingest``)."""
+    from pgrag.pipeline.extract import ExtractedDocument, document_from_response
 
     if source.content is not None:
         kind = inferred_type(source.uri, source.source_type)
@@ -288,7 +288,7 @@ def _serve(conn: Connection) -> None:
     """The child's loop: ("init", spec, limits) once, then ("prepare", source) per document."""
     import resource
 
-    from pgrag.chunking import make_chunker
+    from pgrag.pipeline.chunking import make_chunker
 
     _, spec, limits = conn.recv()
     chunker = make_chunker(

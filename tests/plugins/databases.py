@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgrag.migrator import Migrator
+from pgrag.install.migrator import Migrator
 from pgrag.testing import create_database, drop_database
 
 TEST_DIMS = 384

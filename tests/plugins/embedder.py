@@ -10,6 +10,6 @@ import pytest
 @pytest.fixture(scope="session")
 def local_embedder() -> Any:
     """The real bundled all-MiniLM-L6-v2 model, loaded once per test run."""
-    from pgrag.embedders import LocalEmbedder
+    from pgrag.pipeline.embedders import LocalEmbedder
 
     return LocalEmbedder()

@@ -21,7 +21,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
-from pgrag.embedders import Embedder
+from pgrag.pipeline.embedders import Embedder
 from pgrag.worker import QueueWorker, WorkerOptions, WorkerSummary
 
 WORDS = [

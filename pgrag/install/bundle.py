@@ -1,7 +1,7 @@
 """Install pgrag without Python: its install steps as one SQL file for ``psql -f``, or as files
 for a Supabase ``supabase/migrations/`` folder.
 
-Both forms are the very statements ``pgrag migrate`` executes (:func:`pgrag.migrator.
+Both forms are the very statements ``pgrag migrate`` executes (:func:`pgrag.install.migrator.
 install_steps`): each step is one ``DO`` block, hence one transaction, that decides from
 ``pgrag.schema_migrations`` whether to run and records what it applied, so the bundle, the
 Supabase files and the migrator can follow one another in any order.
@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pgrag import __version__
-from pgrag.migrator import (
+from pgrag.install.migrator import (
     DEFAULT_DIMS,
     DEFAULT_VECTOR_SCHEMA,
     MigrationFile,

@@ -2,8 +2,8 @@
 
 Models load lazily: constructing an embedder is cheap, so work that needs no embedding
 (unchanged documents, token counting) never pays for loading the model. The local model runs
-on ONNX Runtime by default (``pgrag.onnx_model``: no torch import, so a cold start is fast);
-``PGRAG_LOCAL_BACKEND=sentence-transformers`` runs it through sentence-transformers
+on ONNX Runtime by default (``pgrag.pipeline.onnx_model``: no torch import, so a cold start is
+fast); ``PGRAG_LOCAL_BACKEND=sentence-transformers`` runs it through sentence-transformers
 and torch instead (the reference implementation, and the way to use a GPU).
 """
 
@@ -137,7 +137,7 @@ class LocalEmbedder:
         return SentenceTransformer(str(local_model_path()), device=device)
 
     def _onnx_model(self) -> Any:
-        from pgrag.onnx_model import OnnxSentenceEncoder
+        from pgrag.pipeline.onnx_model import OnnxSentenceEncoder
 
         model_dir = local_model_path()
         try:

@@ -20,8 +20,8 @@ and decides for itself whether to run:
    ``pg_notify('pgrst', 'reload schema')``. A file of :data:`SERVER_DEPENDENT` is not
    ``applied`` either when what it installed is not what this server would get now (the text
    functions' PL/Python or stub variant, passed to the file as ``pgrag.text_search_variant``);
-5. ``citus`` (``pgrag migrate --citus`` only, :mod:`pgrag.citus`): ``citus/NNN-name.sql``, what
-   a Citus coordinator needs on top (distribution by tenant; docs/scaling.md), applied as the
+5. ``citus`` (``pgrag migrate --citus`` only, :mod:`pgrag.install.citus`): ``citus/NNN-name.sql``,
+   what a Citus coordinator needs on top (distribution by tenant; docs/scaling.md), applied as the
    idempotent tier is, after it, when one of its files is not ``applied``. Its records (kind
    ``idempotent``, names ``citus/...``) go whenever the idempotent tier is applied, so the Citus
    tier follows every re-application of the tier it builds on.
@@ -33,7 +33,7 @@ policies and grants), or *applied*. The steps, ``pgrag migrate --dry-run`` and `
 status`` all run that query.
 
 ``pgrag migrate`` (:class:`Migrator`) holds a session advisory lock, executes the steps one by
-one and reads the records to report what ran. ``pgrag sql-bundle`` (:mod:`pgrag.bundle`)
+one and reads the records to report what ran. ``pgrag sql-bundle`` (:mod:`pgrag.install.bundle`)
 writes the same steps into one file for ``psql -f``, or into Supabase migration files.
 """
 
@@ -50,15 +50,20 @@ from typing import Any, Literal, cast
 
 import psycopg
 
-from pgrag import __version__, compat
+from pgrag import __version__
 from pgrag.db import VECTOR_SCHEMA_SQL, connect
 from pgrag.errors import (
-    ChecksumMismatch,
+    CHANGED_MIGRATION,
+    CITUS_NEEDED,
+    DIMENSION_MISMATCH,
+    PGVECTOR_MISSING,
+    PREFLIGHT_SQLSTATES,
     ConfigError,
     MigrationError,
     PgragError,
-    PgvectorMissing,
+    from_database_error,
 )
+from pgrag.install import compat
 
 Kind = Literal["incremental", "idempotent", "citus"]
 KINDS: tuple[Kind, ...] = ("incremental", "idempotent")  # the tiers every installation runs
@@ -75,17 +80,6 @@ VECTOR_SCHEMA_TOKEN = "@extschema:vector@"
 _SECURE_SEARCH_PATH = "pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"
 SECURE_SEARCH_PATH_SQL = f"select {_SECURE_SEARCH_PATH}"
 
-# SQLSTATEs the steps raise (class PR: pgrag's own), and the error each becomes in Python.
-PGVECTOR_MISSING = "PR101"
-DIMENSION_MISMATCH = "PR102"
-CHANGED_MIGRATION = "PR103"
-CITUS_NEEDED = "PR104"
-_ERRORS: dict[str, type[PgragError]] = {
-    PGVECTOR_MISSING: PgvectorMissing,
-    DIMENSION_MISMATCH: ConfigError,
-    CHANGED_MIGRATION: ChecksumMismatch,
-    CITUS_NEEDED: MigrationError,
-}
 
 State = Literal["pending", "applied", "changed", "stale"]
 
@@ -121,12 +115,12 @@ SERVER_DEPENDENT: dict[str, str] = {
 
 def sql_dir() -> Path:
     """The folder holding ``incremental/`` and ``idempotent/`` (in the wheel or the checkout)."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "sql", here.parent / "sql"):
+    package = Path(__file__).resolve().parents[1]  # pgrag/ (this module is pgrag/install/)
+    for candidate in (package / "sql", package.parent / "sql"):
         if (candidate / "incremental").is_dir():
             return candidate
     raise MigrationError(
-        f"pgrag's SQL files are missing (looked in {here / 'sql'}); reinstall pgrag."
+        f"pgrag's SQL files are missing (looked in {package / 'sql'}); reinstall pgrag."
     )
 
 
@@ -313,8 +307,8 @@ def _refuse_changed(row: str) -> str:
 
 def _file_text(f: MigrationFile) -> str:
     """An SQL expression of ``f``'s text as this server runs it: a statement of
-    :data:`pgrag.compat.BEFORE_17` is replaced on servers older than PostgreSQL 17 (decided by the
-    server when the step runs, so one bundle serves every version)."""
+    :data:`pgrag.install.compat.BEFORE_17` is replaced on servers older than PostgreSQL 17
+    (decided by the server when the step runs, so one bundle serves every version)."""
     text = f.text
     expression = dollar_quote(text, "pgrag_sql")
     for written, older in compat.rewrites(f.name, text):
@@ -634,7 +628,7 @@ class Migrator:
         *,
         citus: bool = False,
     ) -> None:
-        """``citus``: the Citus tier too (run it through :func:`pgrag.citus.migrate_citus`,
+        """``citus``: the Citus tier too (run it through :func:`pgrag.install.citus.migrate_citus`,
         which checks the coordinator and sets the session's Citus settings)."""
         self.dsn = dsn
         self.files = discover(root, citus=citus)
@@ -714,17 +708,16 @@ def _execute(conn: psycopg.Connection[Any], step: Step) -> None:
 
 
 def _install_error(exc: psycopg.Error) -> PgragError:
-    error = _ERRORS.get(exc.sqlstate or "")
-    if error is None:
-        return MigrationError(
-            f"migration failed and was rolled back: {_first_line(exc)}. The database is "
-            "unchanged from the last completed file; fix the cause and run pgrag migrate again."
-        )
-    message = (exc.diag.message_primary or _first_line(exc)).removeprefix("pgrag: ")
-    hint = exc.diag.message_hint or ""
-    if error is PgvectorMissing:
-        hint += ", or omit --dsn to use pgrag's embedded database, which includes it"
-    return error(f"{message}: {hint}.")
+    """A preflight refusal as its exception (errors.SQLSTATE_ERRORS); any other failure as a
+    :class:`MigrationError` saying the step was rolled back."""
+    if exc.sqlstate in PREFLIGHT_SQLSTATES:
+        error = from_database_error(exc)
+        if error is not None:
+            return error
+    return MigrationError(
+        f"migration failed and was rolled back: {_first_line(exc)}. The database is "
+        "unchanged from the last completed file; fix the cause and run pgrag migrate again."
+    )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,11 +1,11 @@
 """``pgrag migrate --citus``: pgrag on a Citus coordinator, its tables distributed by tenant.
 
-The install engine runs as for any database (:class:`pgrag.migrator.Migrator`, the same steps as
-the bundle), with the Citus tier (``sql/citus/NNN-name.sql``) as its last step: applied in one
-transaction whenever one of its files changed or the idempotent tier was applied again (which
-re-creates the policies the Citus tier replaces). What the tier does and why: docs/scaling.md
-and the files' own comments. This module checks the coordinator and gives the session the
-settings the steps need:
+The install engine runs as for any database (:class:`pgrag.install.migrator.Migrator`, the same
+steps as the bundle), with the Citus tier (``sql/citus/NNN-name.sql``) as its last step: applied in
+one transaction whenever one of its files changed or the idempotent tier was applied again (which
+re-creates the policies the Citus tier replaces). What the tier does and why: docs/scaling.md and
+the files' own comments. This module checks the coordinator and gives the session the settings the
+steps need:
 
 * ``citus.enable_unsafe_triggers = on``: creating triggers on distributed tables (the idempotent
   tier re-creates pgrag's) and distributing tables that have triggers;
@@ -32,7 +32,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgrag.db import connect
 from pgrag.errors import ConfigError, MigrationError
-from pgrag.migrator import MigrateResult, Migrator
+from pgrag.install.migrator import MigrateResult, Migrator
 
 SESSION_SETTINGS = ("citus.enable_unsafe_triggers=on", "citus.propagate_set_commands=none")
 UPGRADE_SETTINGS = ("citus.enable_ddl_propagation=off",)

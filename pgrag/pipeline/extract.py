@@ -7,9 +7,10 @@ source, page by page or line by line, so a 50 MB file is never held whole in mem
 (empty, binary, encrypted, corrupt) and raises :class:`ExtractionError` with a one-line reason.
 
 Sources are untrusted, so every step is linear in the input and bounded in what it builds:
-front matter is read within limits (:mod:`pgrag.frontmatter`), HTML is flattened beyond
-MAX_HTML_DEPTH before it is parsed (:mod:`pgrag.html_depth`), a declared charset that cannot be
-used falls back to detection, and no pattern is retried from every position of a line.
+front matter is read within limits (:mod:`pgrag.pipeline.frontmatter`), HTML is flattened
+beyond MAX_HTML_DEPTH before it is parsed (:mod:`pgrag.pipeline.html_depth`), a declared
+charset that cannot be used falls back to detection, and no pattern is retried from every
+position of a line.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pgrag.errors import ExtractionError
-from pgrag.frontmatter import FrontMatterError, parse_front_matter
-from pgrag.html_depth import bound_nesting
+from pgrag.pipeline.frontmatter import FrontMatterError, parse_front_matter
+from pgrag.pipeline.html_depth import bound_nesting
 
 SOURCE_TYPES = ("pdf", "markdown", "html", "text", "url")
 EXTENSIONS = {
@@ -237,7 +238,7 @@ def split_front_matter(
 
     Front matter is a YAML mapping between a first line ``---`` and a line ``---`` (or
     ``...``), as Jekyll, Hugo and most static-site generators write it. Parsed within bounds by
-    :func:`pgrag.frontmatter.parse_front_matter`: values JSON cannot hold (dates) become
+    :func:`pgrag.pipeline.frontmatter.parse_front_matter`: values JSON cannot hold (dates) become
     strings, and front matter it refuses (aliases, too deep, too large) raises
     :class:`FrontMatterError` (``strict``) or is skipped as ``{}`` (not ``strict``: for readers
     of the text alone). A block that is not closed within FRONT_MATTER_MAX_LINES lines or is not

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgrag.errors import ConfigError
-from pgrag.extract import Block
+from pgrag.pipeline.extract import Block
 
 CHUNKERS = ("tokens", "words")
 # WordPiece (BERT, all-MiniLM) reads a word longer than 100 characters as one [UNK] token.
