@@ -6,14 +6,15 @@
 --   pgrag.compute_query_embedding and pgrag.chunk_text come in one of two variants with the
 --   same signatures:
 --     plpython  PL/Python (plpython3u) bodies that import the package's own code
---               (pgrag.plpython.server: the embedder and the chunker of pgrag.embedders and
---               pgrag.chunking), the model loaded once per backend (GD);
+--               (pgrag.plpython.server: the embedder and the chunker of
+--               pgrag.pipeline.embedders and pgrag.pipeline.chunking), the model loaded once
+--               per backend (GD);
 --     stub      PL/pgSQL that raises SQLSTATE PR301 naming the alternatives (embedding on the
 --               client with hybrid_search, or keyword_search): a server without PL/Python
 --               (the embedded PostgreSQL, Supabase, most managed services) still answers a
 --               query the cache holds, through pgrag.embed_query.
---   The install engine chooses (pgrag/migrator.py, TEXT_SEARCH_WANTED_SQL): plpython when the
---   server offers plpython3u and the installing role is a superuser (only a superuser may
+--   The install engine chooses (pgrag/install/migrator.py, TEXT_SEARCH_WANTED_SQL): plpython
+--   when the server offers plpython3u and the installing role is a superuser (only a superuser may
 --   create functions in an untrusted language), else stub; it passes the choice in the setting
 --   pgrag.text_search_variant and re-applies this tier when the installed variant (the language
 --   of pgrag.compute_query_embedding, read from the catalog) differs from the one the server
@@ -141,7 +142,7 @@ as $body$
 begin
     raise exception 'pgrag.chunk_text needs PL/Python, which this server does not have'
         using errcode = 'PR301',
-              hint = 'chunk on the client: pgrag ingest (or the pgrag.chunking module) cuts '
+              hint = 'chunk on the client: pgrag ingest (or the pgrag.pipeline.chunking module) cuts '
                      'documents with the same chunker; docs/sql-api.md, "Text-only search"';
 end
 $body$
@@ -153,7 +154,7 @@ $do$;
 comment on function pgrag.compute_query_embedding(text) is
 'The embedding of query_text by the model the server runs (pgrag.embed_query calls it when the cache has none). PL/Python variant: the bundled all-MiniLM-L6-v2 through pgrag.plpython.server, loaded once per backend, query_text checked by pgrag.check_query_text first; SQLSTATE PR302 when the server''s Python cannot import pgrag, PR303 when the model or its runtime is missing there, PR304 when the database holds another model or dimension. Stub variant (no PL/Python): raises PR301 naming the alternatives. Which one is installed: pgrag status.';
 comment on function pgrag.chunk_text(text, text, text, integer, integer) is
-'Chunks of document_text as pgrag ingest cuts them (pgrag.chunking, sized in the model''s tokens): source_type text (paragraphs) or markdown (headings give heading_path); chunker tokens (structure-aware; default 250 tokens with 31 overlap for the local model) or words (fixed word windows); chunk_size and overlap default as pgrag ingest''s. No rows for a null document_text. Needs PL/Python: the stub variant raises SQLSTATE PR301; PL/Python errors as pgrag.compute_query_embedding (PR302, PR303, PR304). Limits (pgrag.check_chunk_arguments): document_text 1,000,000 characters, chunk_size 2-10000 (tokens: at most what the model reads), overlap 0-10000 (tokens: less than half of chunk_size; words: less than chunk_size); else SQLSTATE 22023.';
+'Chunks of document_text as pgrag ingest cuts them (pgrag.pipeline.chunking, sized in the model''s tokens): source_type text (paragraphs) or markdown (headings give heading_path); chunker tokens (structure-aware; default 250 tokens with 31 overlap for the local model) or words (fixed word windows); chunk_size and overlap default as pgrag ingest''s. No rows for a null document_text. Needs PL/Python: the stub variant raises SQLSTATE PR301; PL/Python errors as pgrag.compute_query_embedding (PR302, PR303, PR304). Limits (pgrag.check_chunk_arguments): document_text 1,000,000 characters, chunk_size 2-10000 (tokens: at most what the model reads), overlap 0-10000 (tokens: less than half of chunk_size; words: less than chunk_size); else SQLSTATE 22023.';
 
 create or replace function pgrag.check_query_text(query_text text)
 returns void
