@@ -90,8 +90,8 @@ set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
 as $$
 begin
-    -- The sum of each lexeme's sharded counters, grouped (an aggregate per lexeme in a lateral
-    -- subquery is what Citus cannot push down to the shards of several tenants).
+    -- Each lexeme's sharded counters summed, grouped (Citus cannot push an aggregate per lexeme
+    -- in a lateral subquery down to the shards of several tenants).
     with /* pgrag:bm25_terms */ d as materialized (
         select y.lexeme, pg_catalog.sum(y.df)::double precision as df,
                pg_catalog.max(y.max_tf) as max_tf, pg_catalog.min(y.min_doc_len) as min_doc_len
@@ -291,7 +291,6 @@ begin
                 where c.tenant_id = tenant and c.id = u.id
                 offset 0
             ) as c
-            -- (the filters in the documents' scan, as in pgrag.keyword_walk_unfenced)
             cross join lateral (
                 select
                 from pgrag.documents as d
@@ -361,8 +360,8 @@ declare
     v_terms record;           -- pgrag.bm25_terms: lexemes (rarest first), idf, df, term bounds
     v_phrases tsquery;        -- checked in the walk: phrases (<->, <N>) and exclusions
     v_exclusions tsquery;
-    v_saturation double precision;
-    v_saturation_per_token double precision;
+    v_saturation double precision;            -- k1 (1 - b), this file's header
+    v_saturation_per_token double precision;  -- k1 b / avgdl
     v_ranking record;         -- an evaluation's tenant_ids, chunk_ids, scores, best first
     v_pruned boolean := false;
     v_size integer := greatest(4 * v_k, 200);  -- rows of the ranking the walk may take
@@ -396,11 +395,8 @@ begin
         v_phrases := v_query.positive;
     end if;
     v_exclusions := v_query.negative;
-    -- The term part tf / (tf + k1 (1 - b + b dl / avgdl)) as tf / (tf + saturation +
-    -- saturation_per_token dl) (this file's header).
     v_saturation := v_k1 * (1 - v_b);
     v_saturation_per_token := v_k1 * v_b / v_corpus.avgdl;
-
     -- 2. The evaluation: pruned (MaxScore) for one tenant's rows without filters when it pays;
     --    else (and should the walk need more rows than it proved) the exact scan of that tenant,
     --    or of every tenant the caller sees.
