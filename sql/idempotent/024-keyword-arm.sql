@@ -36,9 +36,8 @@ as $$
 declare
     v_tokens double precision;
 begin
-    -- The tenants searched: the caller's, or every tenant the caller may see (tenants whose
-    -- chunks were all deleted keep their statistics' rows, at zero). An array keeps one plan
-    -- shape for both, with index conditions.
+    -- The tenants searched: the caller's, or every tenant the caller may see with chunks; an
+    -- array keeps one plan shape for both, with index conditions.
     if tenant is not null then
         tenants := array[tenant];
     else
