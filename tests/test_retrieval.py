@@ -649,7 +649,7 @@ def test_filters_reach_the_key_lookups_of_the_keyword_arm(
     )
     assert rows
     assert_inlined(plans)
-    batch = arm_plan(plans, "(v_neg is null or not c.fts")
+    batch = arm_plan(plans, "/* pgrag:keyword_walk */")
     (chunks,) = batch.scans("chunks")
     assert chunks["Index Name"] == "chunks_pkey"
     # The key lookup: the caller's tenant (a parameter of the plan kept for the session) and
@@ -662,6 +662,41 @@ def test_filters_reach_the_key_lookups_of_the_keyword_arm(
     # document || chunk metadata needs both rows: checked at the join, never after the arm.
     join_filters = " ".join(n.get("Join Filter", "") + n.get("Filter", "") for n in batch.nodes)
     assert "@>" in join_filters
+
+
+def test_the_keyword_arm_reads_each_query_words_postings_by_one_index_scan(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any]
+) -> None:
+    # The exact scan of one tenant: a lexeme's postings in a fenced subquery, read by key
+    # (tenant, lexeme) once per query lexeme, planned with the call's values.
+    rows, plans = run_with_plans(
+        conn,
+        "select chunk_id from public.keyword_search('checkout error', 3)",
+        tenant=TENANT,
+        settings={**ANALYZED, "pgrag.keyword_pruning": "off"},
+    )
+    assert rows
+    scan = arm_plan(plans, "/* pgrag:bm25_scan_tenant */")
+    (postings,) = scan.scans("bm25_postings")
+    assert postings["Index Name"] == "bm25_postings_pkey"
+    assert "tenant_id = 'acme'" in postings["Index Cond"], postings["Index Cond"]
+    assert "lexeme = t.lexeme" in postings["Index Cond"], postings["Index Cond"]
+    assert postings["Actual Loops"] == 2  # one index scan for each of the two lexemes
+
+
+def test_chunk_windows_finds_each_hits_tenant_by_one_key_lookup(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any]
+) -> None:
+    # Hits given by id, for a caller with a tenant: one probe of the chunks' primary key per hit,
+    # fenced, in a plan kept for the session.
+    hits = seeded["Inverter guide"]
+    rows, plans = run_with_plans(
+        conn, "select * from public.chunk_windows(%s, 1)", (hits,), tenant=TENANT, settings=ANALYZED
+    )
+    assert rows
+    (chunks,) = arm_plan(plans, "/* pgrag:window_hits */").scans("chunks")
+    assert chunks["Index Name"] == "chunks_pkey"
+    assert chunks["Actual Loops"] == len(hits)
 
 
 def test_every_search_function_inlines_the_filters(

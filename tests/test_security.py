@@ -460,6 +460,15 @@ OWNER_TENANT_TABLES = ("chunk_embeddings_next",)
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); delete_documents for the writing roles only.
 PGRAG_FUNCTIONS = (
+    "bm25_corpus",
+    "bm25_maxscore",
+    "bm25_maxscore_candidates",
+    "bm25_maxscore_complete",
+    "bm25_maxscore_essential",
+    "bm25_maxscore_floor",
+    "bm25_scan_tenant",
+    "bm25_scan_tenants",
+    "bm25_terms",
     "cached_query_embedding(text)",
     "check_argument",
     "check_length",
@@ -475,6 +484,8 @@ PGRAG_FUNCTIONS = (
     "identifier_terms",
     "keyword_candidates",
     "keyword_query",
+    "keyword_walk",
+    "keyword_walk_unfenced",
     "mmr_order",
     "normalize_query(text)",
     "own_graph_walk_name(text)",
@@ -486,6 +497,7 @@ PGRAG_FUNCTIONS = (
     "tenant_index_name(text)",
     "text_search_config",
     "vector_candidates",
+    "window_hits_unfenced",
     "windows",
 )
 # Writers: the chunks triggers' helper, the documents' field check, delete_documents, the

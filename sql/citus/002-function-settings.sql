@@ -39,12 +39,20 @@ begin
                l.lanname = 'plpgsql'
                and p.proname in ('vector_candidates', 'keyword_candidates', 'fused_candidates',
                                  'windows', 'vector_search', 'keyword_search', 'hybrid_search',
-                                 'build_context') as custom_plans
+                                 'build_context',
+                                 'bm25_corpus', 'bm25_terms', 'bm25_scan_tenant', 'bm25_scan_tenants',
+                                 'bm25_maxscore', 'bm25_maxscore_floor', 'bm25_maxscore_essential',
+                                 'bm25_maxscore_candidates', 'bm25_maxscore_complete', 'keyword_walk',
+                                 'keyword_walk_unfenced', 'window_hits_unfenced') as custom_plans
         from pg_catalog.pg_proc as p
         join pg_catalog.pg_language as l on l.oid = p.prolang
         where (p.pronamespace = 'pgrag'::regnamespace
                and p.proname in ('vector_candidates', 'keyword_candidates', 'fused_candidates',
-                                 'windows', 'tenant_chunk_count', 'keyword_query', 'mmr_order'))
+                                 'windows', 'tenant_chunk_count', 'keyword_query', 'mmr_order',
+                                 'bm25_corpus', 'bm25_terms', 'bm25_scan_tenant', 'bm25_scan_tenants',
+                                 'bm25_maxscore', 'bm25_maxscore_floor', 'bm25_maxscore_essential',
+                                 'bm25_maxscore_candidates', 'bm25_maxscore_complete', 'keyword_walk',
+                                 'keyword_walk_unfenced', 'window_hits_unfenced'))
            or (p.pronamespace = 'public'::regnamespace
                and p.proname in ('vector_search', 'keyword_search', 'hybrid_search',
                                  'chunk_windows', 'build_context')

@@ -1,6 +1,7 @@
 -- Fusion, MMR and windows: from the two arms' candidates to ranked results and merged windows.
 -- Contract. Provides: pgrag.fused_candidates (RRF or weighted fusion, min_score, MMR),
---   pgrag.mmr_order and pgrag.windows (hits expanded to neighbouring chunks, merged). Relies on:
+--   pgrag.mmr_order and pgrag.windows (hits expanded to neighbouring chunks, merged) with its
+--   lookup of the hits' tenants for a caller without one, pgrag.window_hits_unfenced. Relies on:
 --   the arms (022-vector-arm.sql, 024-keyword-arm.sql), argument checks and
 --   pgrag.current_tenant_id (001-helpers.sql). Callers: the public API (026-api.sql), as the
 --   calling role.
@@ -230,6 +231,34 @@ $$;
 comment on function pgrag.fused_candidates(text, @extschema:vector@.vector, integer, integer, text, integer, double precision, double precision, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
 'Hybrid candidates: both arms (greatest(candidate_count, select_count) each, at most 2,000; filters inside), fused by RRF or weighted min-max scores, min_score as a cosine-similarity floor, optionally re-ordered by MMR (at most 500 picks from the best 1,000); select_count rows, best first. Arguments outside their limits (docs/security.md) raise SQLSTATE 22023.';
 
+-- The hits' tenants for a caller without one: pgrag.windows' lookup, by chunk id among every
+-- tenant's chunks the caller may see, planned at every call so that the condition left out for
+-- this caller costs nothing (and in the form Citus runs without a tenant: a join).
+create or replace function pgrag.window_hits_unfenced(
+    chunk_ids bigint[],
+    chunk_scores double precision[],
+    out tenant_ids text[],
+    out hit_ids bigint[],
+    out scores double precision[]
+)
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_custom_plan
+as $$
+begin
+    select /* pgrag:window_hits_unfenced */ pg_catalog.array_agg(c.tenant_id order by u.ord),
+           pg_catalog.array_agg(u.id order by u.ord),
+           pg_catalog.array_agg(chunk_scores[u.ord] order by u.ord)
+    into tenant_ids, hit_ids, scores
+    from pg_catalog.unnest(chunk_ids) with ordinality as u(id, ord)
+    join pgrag.chunks as c on c.id = u.id;
+end
+$$;
+comment on function pgrag.window_hits_unfenced(bigint[], double precision[]) is
+'The hits of pgrag.windows given by chunk id alone, for a caller without a tenant: the tenant of each among the chunks the caller may see, as tenant_ids, hit_ids and scores (chunk_scores in the same order; ids of chunks the caller cannot see are dropped, with their score). Planned at every call.';
+
 -- PL/pgSQL (a Citus coordinator cannot plan SQL-language functions that join its tables around
 -- unbound parameters). The hits are hit_ids, not chunk_ids: a PL/pgSQL argument cannot share the
 -- name of a result column. Earlier versions (language sql, argument chunk_ids) are dropped
@@ -263,12 +292,8 @@ stable
 rows 10
 security invoker
 set search_path = pg_catalog, pg_temp
--- Generic plans, made once per session (sql/idempotent/README.md, "Plans"), but for the lookup
--- of the hits' tenant for a caller without one (the body says so). The windows statement's stages are materialised: a
--- generic plan knows neither the tenant nor how many hits come, and may join them in any order,
--- but never re-runs a stage for each row of another (as one that joined every document of the
--- tenant to every neighbour did: minutes). On Citus, sql/citus/002-function-settings.sql sets
--- force_custom_plan instead; v_plans holds the function's setting.
+-- Generic plans, made once per session (sql/idempotent/README.md, "Plans"); the lookup of the
+-- hits' tenant for a caller without one is pgrag.window_hits_unfenced, planned at every call.
 set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
@@ -277,7 +302,6 @@ declare
     v_tenants text[] := windows.tenant_ids;
     v_ids bigint[] := windows.hit_ids;
     v_scores double precision[] := windows.scores;
-    v_plans text := pg_catalog.current_setting('plan_cache_mode');
 begin
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
     perform pgrag.check_length('tenant_ids', pg_catalog.cardinality(windows.tenant_ids), 2000),
@@ -290,12 +314,10 @@ begin
 
     -- Hits given by chunk id alone (public.chunk_windows): the tenant of each, among the chunks
     -- the caller may see (ids of other tenants' or unknown chunks are dropped, with their score).
-    -- A caller with a tenant finds them by key, one probe per hit, with a plan made once per
-    -- session: the subquery is fenced (offset 0) so that no plan joins another way (a plain
-    -- join let a generic plan, which takes the tenant for an average one, read every chunk of
-    -- the tenant into a hash table: 10,000 rows for 10 hits).
+    -- A caller with a tenant finds them by key, one probe per hit in a fenced subquery, with a
+    -- plan made once per session ("Plans").
     if windows.tenant_ids is null and v_tenant is not null then
-        select pg_catalog.array_agg(c.tenant_id order by u.ord),
+        select /* pgrag:window_hits */ pg_catalog.array_agg(c.tenant_id order by u.ord),
                pg_catalog.array_agg(u.id order by u.ord),
                pg_catalog.array_agg(windows.scores[u.ord] order by u.ord)
         into v_tenants, v_ids, v_scores
@@ -307,23 +329,15 @@ begin
             offset 0
         ) as c;
     elsif windows.tenant_ids is null then
-        -- Without a tenant (anon, service_role) by id among every tenant's chunks: a custom
-        -- plan, so that the condition left out for this caller costs nothing.
-        perform pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
-        select pg_catalog.array_agg(c.tenant_id order by u.ord),
-               pg_catalog.array_agg(u.id order by u.ord),
-               pg_catalog.array_agg(windows.scores[u.ord] order by u.ord)
-        into v_tenants, v_ids, v_scores
-        from pg_catalog.unnest(windows.hit_ids) with ordinality as u(id, ord)
-        join pgrag.chunks as c on c.id = u.id;
-        perform pg_catalog.set_config('plan_cache_mode', v_plans, true);
+        select h.tenant_ids, h.hit_ids, h.scores into v_tenants, v_ids, v_scores
+        from pgrag.window_hits_unfenced(windows.hit_ids, windows.scores) as h;
     end if;
 
     -- Every statement below says the caller's tenant (when there is one) of each table it
     -- reads: the same rows (the hits are the tenant's: the arms and RLS return no others), and
     -- a sharded cluster (Citus) sends it to that tenant's shards alone.
     return query
-    with hits as (
+    with /* pgrag:windows */ hits as (
         select u.t, u.id, u.ord, coalesce(u.s, 1.0) as s
         from rows from (pg_catalog.unnest(v_tenants), pg_catalog.unnest(v_ids), pg_catalog.unnest(v_scores))
              with ordinality as u(t, id, s, ord)

@@ -49,7 +49,13 @@ begin
               'check_chunk_arguments', 'query_cache_get', 'query_cache_put', 'prune_query_cache',
               'query_cache_max_entries',
               -- the search log's bound (032-search-log.sql: its trigger runs as the writer)
-              'search_log_max_rows'
+              'search_log_max_rows',
+              -- the keyword arm's steps (023-bm25-maxscore.sql, 024-keyword-arm.sql) and the
+              -- windows' lookup without a tenant (025-fusion.sql)
+              'bm25_corpus', 'bm25_terms', 'bm25_scan_tenant', 'bm25_scan_tenants',
+              'bm25_maxscore', 'bm25_maxscore_floor', 'bm25_maxscore_essential',
+              'bm25_maxscore_candidates', 'bm25_maxscore_complete', 'keyword_walk',
+              'keyword_walk_unfenced', 'window_hits_unfenced'
           ])
           -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
           -- file by pgrag.isolate_tenant, which grants it the same way)
