@@ -486,6 +486,15 @@ PGRAG_FUNCTIONS = (
     "tenant_index_name(text)",
     "text_search_config",
     "vector_candidates",
+    "vector_exact",
+    "vector_exact_tenant",
+    "vector_sizing",
+    "vector_walk_general",
+    "vector_walk_own",
+    "vector_walk_public",
+    "vector_walk_shared",
+    "vector_walk_sql",
+    "vector_walk_tenant_shared",
     "windows",
 )
 # Writers: the chunks triggers' helper, the documents' field check, delete_documents, the

@@ -39,12 +39,14 @@ begin
                l.lanname = 'plpgsql'
                and p.proname in ('vector_candidates', 'keyword_candidates', 'fused_candidates',
                                  'windows', 'vector_search', 'keyword_search', 'hybrid_search',
-                                 'build_context') as custom_plans
+                                 'build_context',
+                                 'vector_sizing', 'vector_walk_public', 'vector_walk_shared', 'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general', 'vector_exact_tenant', 'vector_exact') as custom_plans
         from pg_catalog.pg_proc as p
         join pg_catalog.pg_language as l on l.oid = p.prolang
         where (p.pronamespace = 'pgrag'::regnamespace
                and p.proname in ('vector_candidates', 'keyword_candidates', 'fused_candidates',
-                                 'windows', 'tenant_chunk_count', 'keyword_query', 'mmr_order'))
+                                 'windows', 'tenant_chunk_count', 'keyword_query', 'mmr_order',
+                                 'vector_sizing', 'vector_walk_public', 'vector_walk_shared', 'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general', 'vector_exact_tenant', 'vector_exact'))
            or (p.pronamespace = 'public'::regnamespace
                and p.proname in ('vector_search', 'keyword_search', 'hybrid_search',
                                  'chunk_windows', 'build_context')

@@ -49,7 +49,8 @@ begin
               'check_chunk_arguments', 'query_cache_get', 'query_cache_put', 'prune_query_cache',
               'query_cache_max_entries',
               -- the search log's bound (032-search-log.sql: its trigger runs as the writer)
-              'search_log_max_rows'
+              'search_log_max_rows',
+              'vector_sizing', 'vector_walk_sql', 'vector_walk_public', 'vector_walk_shared', 'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general', 'vector_exact_tenant', 'vector_exact'
           ])
           -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
           -- file by pgrag.isolate_tenant, which grants it the same way)
