@@ -10,10 +10,9 @@
 --   pgrag.make_own_graph_walk (006-vector-isolation.sql). Callers: pgrag.vector_candidates
 --   (022-vector-arm.sql), as the calling role.
 --
--- How each is planned, and why the settings a walk runs with are SET clauses of its function
--- (PostgreSQL restores them on exit): sql/idempotent/README.md, "Plans", the vector arm. Each
--- statement carries a marker, /* pgrag:<name> */, by which plan tests and auto_explain logs find
--- it.
+-- How each is planned, and why the settings a walk runs with are SET clauses of its function:
+-- sql/idempotent/README.md, "Plans", "The vector arm" (README below). Each statement carries a
+-- marker, /* pgrag:<name> */, by which plan tests and auto_explain output find it.
 
 -- The walk of one graph without filters: the walk_count nearest chunks of the graph, returned
 -- (the nearest match_count) when the walk found match_count rows and none of their documents is
@@ -59,14 +58,9 @@ $$;
 comment on function pgrag.vector_walk_sql(text, text, text) is
 'The statement walking one HNSW graph without filters (graph: the condition matching its index''s predicate; tenant: an SQL expression of the caller''s tenant, or null), marked /* pgrag:<marker> */; parameters: query embedding, rows to walk, match_count, whether a document not ready may be reached, the tenant. Returns match_count rows, or none when the walk came back short or reached a document not ready.';
 
--- A walk function: the statement (a query, or EXECUTE ... USING) in a function with the
--- settings every walk runs with, as SET clauses, restored on exit whatever happens:
--- hnsw.iterative_scan (relaxed_order where the graph holds rows the caller may not see, so the
--- walk goes on until walk_count rows pass), enable_sort off (the HNSW scan is then the only
--- ordered plan: the planner would otherwise sort a big tenant's rows read by its btree, not
--- pricing the reading of each embedding), hnsw.ef_search (set from the argument in the body: a
--- set_config of a parameter the function sets is undone on exit too), and the plan kept for the
--- session (force_generic_plan).
+-- A walk function: the statement (a query, or EXECUTE ... USING) with the settings every walk
+-- runs with as SET clauses, restored on exit (README, "The vector arm"): hnsw.iterative_scan as
+-- given, enable_sort off, hnsw.ef_search from the argument, its plan kept for the session.
 create or replace function pgrag.make_vector_walk(name text, iterative_scan text, statement text)
 returns regprocedure
 language plpgsql
@@ -128,10 +122,9 @@ $$;
 comment on function pgrag.own_graph_walk_sql(text, boolean) is
 'The statement walking a tenant''s own HNSW graph (pgrag.vector_walk_sql, marker walk_own) with the tenant''s key written in, and its id as well when name_tenant. Run by the tenant''s walk function (pgrag.make_own_graph_walk), or planned at the call by pgrag.vector_walk_own.';
 
--- The static walks: each graph whose index's predicate holds no variable gets a function whose
--- plan is kept for the session; one for anon (the public graph) and one for the other callers
--- (a kept plan is made again whenever another role runs it). vector_walk_own plans the walk of
--- a tenant's own graph at each call (Citus; a graph without its function).
+-- The walks without filters of the graphs whose index's predicate holds no variable, with plans
+-- kept for the session (one for anon, one for the other callers: README, "The vector arm"), and
+-- the walk of a tenant's own graph planned at each call (Citus; a graph without its function).
 do $$
 begin
     perform pgrag.make_vector_walk('vector_walk_public', 'relaxed_order',
@@ -188,8 +181,8 @@ begin
 end
 $$;
 
--- The general walk: any search the static walks do not answer (filters; rows outside the
--- shared graph; a walk that came back short), built as text and planned at each call. One
+-- The general walk: any search the walks without filters do not answer (filters; rows outside
+-- the shared graph; a walk that came back short), built as text and planned at each call. One
 -- subquery per graph to walk, each joined to the documents with the filters inside, its
 -- condition matching the predicate of the partial index it walks: the tenant's own (its key and
 -- id as literals, so the planner can prove the predicate of a graph by key, pgrag.isolate_tenant,
@@ -202,7 +195,7 @@ $$;
 -- before it was isolated is in both graphs) counts once. Returns the nearest match_count rows;
 -- when scoped (the caller may not see every row walked) and fewer came back (a filter too
 -- selective for the scan budget, hnsw.max_scan_tuples), none: the exact scan answers.
--- Settings as pgrag.make_vector_walk gives the other walks.
+-- Settings as pgrag.make_vector_walk gives the other walks, iterative scans when scoped.
 create or replace function pgrag.vector_walk_general(
     query_embedding @extschema:vector@.vector,
     walk_count integer,
@@ -337,12 +330,9 @@ $$;
 comment on function pgrag.vector_exact_sql(text, text, text) is
 'The statement of the vector arm''s exact scan (marker /* pgrag:<marker> */): the nearest match_count chunks the filters and rows_condition let through, every distance computed; document_ids: the expression of the document-id filter.';
 
--- The two exact scans. A tenant's (on one server, without a document-id filter) keeps its plan
--- for the session, made with sequential scans off: the kept plan takes the tenant for an
--- average one, and both tables are then read through their indexes on the tenant, in
--- proportion to this tenant's rows whatever the plan. The other (a document-id filter, a caller
--- without a tenant, Citus) is planned at each call with the values: only the conditions that
--- hold for this caller, the document ids read by key.
+-- The two exact scans (README, "The vector arm"): a tenant's on one server without a document-id
+-- filter, in a plan kept for the session made with sequential scans off; the other (a
+-- document-id filter, a caller without a tenant, Citus) planned at each call with the values.
 do $$
 declare
     v_exact record;
