@@ -595,6 +595,28 @@ def test_anon_walks_the_public_hnsw_index(
     assert [n["Index Name"] for n in walk.scans("chunks")] == ["chunks_public_embedding_hnsw"]
 
 
+def test_a_tenants_search_without_filters_walks_the_shared_graph_in_a_kept_plan(
+    seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    # A tenant above the exact threshold without a graph of its own: first a walk of the
+    # shared graph whose plan is kept for the session, the tenant a parameter of it (the
+    # general walk, planned at every call, follows only when it returns no row: here the
+    # tenant's draft, a document not ready, may be among the rows it reaches).
+    q = local_embedder.embed(["solar panels in summer"])[0]
+    rows, plans = run_with_plans(
+        conn,
+        "select chunk_id from public.vector_search(%s, 3)",
+        (q,),
+        tenant=TENANT,
+        settings={"pgrag.exact_search_max_rows": "0", **ANALYZED},
+    )
+    assert len(rows) == 3
+    walk = marked_plan(plans, "walk_tenant_shared")
+    (hnsw,) = walked_chunk_scans(walk)
+    assert hnsw["Index Name"] == "chunks_embedding_hnsw"
+    assert re.search(r"tenant_id = \$\d", hnsw["Filter"]), hnsw["Filter"]
+
+
 def test_document_filter_reaches_the_btree_of_the_exact_vector_path(
     seeded: dict[str, list[int]], conn: psycopg.Connection[Any], local_embedder: Any
 ) -> None:
