@@ -11,7 +11,7 @@
 --   (022-vector-arm.sql), as the calling role.
 --
 -- How each is planned, and why the settings a walk runs with are SET clauses of its function:
--- sql/idempotent/README.md, "Plans", "The vector arm" (README below). Each statement carries a
+-- sql/idempotent/README.md ("README" below), "Plans", "The vector arm". Each statement carries a
 -- marker, /* pgrag:<name> */, by which plan tests and auto_explain output find it.
 
 -- The walk of one graph without filters: the walk_count nearest chunks of the graph, returned
@@ -60,7 +60,8 @@ comment on function pgrag.vector_walk_sql(text, text, text) is
 
 -- A walk function: the statement (a query, or EXECUTE ... USING) with the settings every walk
 -- runs with as SET clauses, restored on exit (README, "The vector arm"): hnsw.iterative_scan as
--- given, enable_sort off, hnsw.ef_search from the argument, its plan kept for the session.
+-- given, enable_sort off, hnsw.ef_search from the argument, its plan kept for the session. Its
+-- arguments are checked as those of vector_candidates (an API role may call it directly).
 create or replace function pgrag.make_vector_walk(name text, iterative_scan text, statement text)
 returns regprocedure
 language plpgsql
@@ -90,6 +91,12 @@ begin
         as %L$f$,
         name, iterative_scan,
         pg_catalog.concat_ws(E'\n', '#variable_conflict use_column', 'begin',
+            'perform pgrag.check_query_embedding(''query_embedding'', query_embedding);',
+            'if not coalesce(walk_count between 0 and 8000 and match_count between 0 and 2000',
+            '                and ef_search between 1 and 1000, false) then',
+            '    raise exception ''walk_count must be 0 to 8000, match_count 0 to 2000 and ef_search 1 to 1000 (got %, %, %)'',',
+            '        walk_count, match_count, ef_search using errcode = ''22023'';',
+            'end if;',
             'perform pg_catalog.set_config(''hnsw.ef_search'', ef_search::text, true);',
             'return query ' operator(pg_catalog.||) statement operator(pg_catalog.||) ';', 'end'));
     return pg_catalog.format('pgrag.%I(@extschema:vector@.vector, integer, integer, boolean, text, integer)',
@@ -237,6 +244,16 @@ declare
     v_ids bigint[];
     v_dists double precision[];
 begin
+    -- (the checks of pgrag.make_vector_walk's walks)
+    perform pgrag.check_query_embedding('query_embedding', query_embedding);
+    if not coalesce(walk_count between 0 and 8000 and match_count between 0 and 2000
+                    and ef_search between 1 and 1000, false) then
+        raise exception 'walk_count must be 0 to 8000, match_count 0 to 2000 and ef_search 1 to 1000 (got %, %, %)',
+            walk_count, match_count, ef_search using errcode = '22023';
+    end if;
+    if source_types is not null or metadata_filter is not null then
+        perform pgrag.check_filters(null, source_types, metadata_filter);
+    end if;
     perform pg_catalog.set_config('hnsw.ef_search', ef_search::text, true),
             pg_catalog.set_config('hnsw.iterative_scan',
                                   case when scoped then 'relaxed_order' else 'off' end, true);
@@ -369,8 +386,15 @@ begin
             as %L$f$,
             v_exact.name, v_exact.settings,
             pg_catalog.concat_ws(E'\n', '#variable_conflict use_column', 'begin',
-                                 'return query ' operator(pg_catalog.||) v_exact.statement
-                                 operator(pg_catalog.||) ';', 'end'));
+                'perform pgrag.check_query_embedding(''query_embedding'', query_embedding);',
+                'if not coalesce(match_count between 0 and 2000, false) then',
+                '    raise exception ''match_count must be 0 to 2000 (got %)'', match_count using errcode = ''22023'';',
+                'end if;',
+                'if document_ids is not null or source_types is not null or metadata_filter is not null then',
+                '    perform pgrag.check_filters(document_ids, source_types, metadata_filter);',
+                'end if;',
+                'return query ' operator(pg_catalog.||) v_exact.statement operator(pg_catalog.||) ';',
+                'end'));
     end loop;
 end
 $$;

@@ -59,6 +59,11 @@ declare
     v_rows real;
     v_clean boolean;
 begin
+    -- (an API role may call it directly: the bounds of vector_candidates)
+    if not coalesce(match_count between 0 and 2000, false) or ef_search not between 1 and 1000 then
+        raise exception 'match_count must be 0 to 2000 and ef_search 1 to 1000 (got %, %)',
+            match_count, ef_search using errcode = '22023';
+    end if;
     public_only := false;
     own_graph := false;
     outside_rows := false;
