@@ -1,11 +1,13 @@
 -- Tenant isolation in the vector index: a tenant's own HNSW graph.
 -- Contract. Provides: pgrag.tenant_index_name (the name of a tenant's partial HNSW index, read by
---   the vector arm), pgrag.own_graph_walk_name and pgrag.own_graph_walk_sql (the walk of a
---   tenant's own graph, run by the vector arm), pgrag.own_graph_keyed, pgrag.make_own_graph_walk,
---   pgrag.isolate_tenant, pgrag.share_tenant and pgrag.isolate_tenants (the owner of pgrag.chunks
---   runs them: pgrag ingest, or an operator). Relies on: pgrag.chunks, pgrag.documents and
---   pgrag.corpus_stats (for tenant sizes). The tenant's key, pg_catalog.hashtextextended(tenant_id,
---   0), is written the same way in the general walk of 022-vector-arm.sql.
+--   the vector arm), pgrag.own_graph_walk_name, pgrag.own_graph_keyed, pgrag.make_own_graph_walk
+--   (the function walking a tenant's own graph, run by the vector arm), pgrag.isolate_tenant,
+--   pgrag.share_tenant and pgrag.isolate_tenants (the owner of pgrag.chunks runs them: pgrag
+--   ingest, or an operator). Relies on: pgrag.chunks, pgrag.documents and pgrag.corpus_stats (for
+--   tenant sizes); when run, pgrag.own_graph_walk_sql and pgrag.make_vector_walk
+--   (021-vector-walks.sql, which also makes every isolated tenant's walk function again on each
+--   migrate). The tenant's key, pg_catalog.hashtextextended(tenant_id, 0), is written the same way
+--   in the walks of 021-vector-walks.sql.
 --
 -- Tenant isolation in the vector index (docs/security.md): a tenant above
 -- pgrag.exact_search_max_rows searches the HNSW graph of every chunk unless it has a graph of
@@ -35,16 +37,9 @@ $$;
 comment on function pgrag.tenant_index_name(text) is
 'Name (in schema pgrag) of the partial HNSW index pgrag.isolate_tenant makes for a tenant.';
 
--- The walk of a tenant's own graph, as the vector arm runs it for a tenant's search without
--- filters (pgrag.vector_candidates, its fast path). The planner uses a partial index only where
--- the query states the condition of its predicate with the same constant: a plan of this walk
--- with the tenant's key as a parameter cannot walk the tenant's graph. Planned at every call, the
--- walk costs the planner about 3 us per index on pgrag.chunks (one per isolated tenant: 3 ms with
--- a thousand, docs/benchmarks.md). So each isolated tenant has a function of its own whose body
--- is this statement with its key written in (pgrag.make_own_graph_walk): its plan is made once
--- per session and kept. The arm calls it through EXECUTE, which plans only that call. Where the
--- function does not exist (Citus, below; an index made by hand) the arm runs this statement
--- itself through EXECUTE, planned at each call.
+-- The walk of a tenant's own graph needs the tenant's key as a constant (its index's predicate):
+-- each isolated tenant has a function of its own holding it, whose plan is kept for the session
+-- (pgrag.make_own_graph_walk; sql/idempotent/README.md, "Plans").
 create or replace function pgrag.own_graph_walk_name(tenant text)
 returns text
 language sql
@@ -58,48 +53,9 @@ $$;
 comment on function pgrag.own_graph_walk_name(text) is
 'Name (in schema pgrag) of the function holding the walk of a tenant''s own HNSW graph (pgrag.make_own_graph_walk).';
 
--- (the form before the tenant's key: its body named the tenant)
+-- (the form before the tenant's key: its body named the tenant; own_graph_walk_sql(text, boolean)
+-- is in 021-vector-walks.sql)
 drop function if exists pgrag.own_graph_walk_sql(text);
-create or replace function pgrag.own_graph_walk_sql(tenant text, name_tenant boolean)
-returns text
-language sql
-immutable
-security invoker
-parallel safe
-set search_path = pg_catalog, pg_temp
-as $$
-    -- $1 the query embedding, $2 how many rows to walk, $3 match_count, $4 whether the tenant
-    -- has a document not ready (then the documents the walk reached are probed), $5 the tenant.
-    -- The key, a constant, matches the predicate of the graph (pgrag.isolate_tenant); the tenant
-    -- id ($5, or with name_tenant the literal, which also matches the predicate of a graph made
-    -- by an earlier version) keeps a tenant whose key collides out.
-    select pg_catalog.format($q$
-        with w as materialized (
-            select c.tenant_id, c.id as chunk_id, c.document_id,
-                   c.embedding operator(@extschema:vector@.<=>) $1 as distance
-            from pgrag.chunks as c
-            where c.embedding is not null
-              and pg_catalog.hashtextextended(c.tenant_id, 0) operator(pg_catalog.=) %1$L::pg_catalog.int8
-              and c.tenant_id operator(pg_catalog.=) %2$s
-            order by c.embedding operator(@extschema:vector@.<=>) $1
-            limit $2
-        )
-        select w.tenant_id, w.chunk_id, w.distance
-        from w
-        where (select pg_catalog.count(*) from w) operator(pg_catalog.>=) $3
-          and not ($4 and exists (
-                       select 1
-                       from pgrag.documents as d
-                       where d.tenant_id operator(pg_catalog.=) %2$s
-                         and d.id operator(pg_catalog.=) any (array(select w.document_id from w))
-                         and d.status operator(pg_catalog.<>) 'ready'))
-        order by w.distance, w.chunk_id
-        limit $3$q$,
-        pg_catalog.hashtextextended(tenant, 0),
-        case when name_tenant then pg_catalog.quote_literal(tenant) else '$5' end)
-$$;
-comment on function pgrag.own_graph_walk_sql(text, boolean) is
-'The statement walking a tenant''s own HNSW graph with the tenant''s key written in, and its id as well when name_tenant (parameters: query embedding, rows to walk, match_count, whether any of its documents is not ready, the tenant): match_count rows, or none when the walk came back short or reached a document not ready. Run by pgrag.vector_candidates, through the tenant''s walk function when it has one.';
 
 create or replace function pgrag.own_graph_keyed(tenant text)
 returns boolean
@@ -132,39 +88,22 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_name text := pgrag.own_graph_walk_name(tenant);
-    v_signature text;
+    v_signature regprocedure;
 begin
-    -- (the form before the tenant's key, without the tenant as a parameter)
+    -- (the forms before the tenant's key and before the walk's settings were its own)
     execute pg_catalog.format(
-        'drop function if exists pgrag.%I(@extschema:vector@.vector, integer, integer, boolean)', v_name);
+        'drop function if exists pgrag.%1$I(@extschema:vector@.vector, integer, integer, boolean), '
+        'pgrag.%1$I(@extschema:vector@.vector, integer, integer, boolean, text)', v_name);
     -- Not on Citus: there the search functions plan every statement with its values
-    -- (sql/citus/002-function-settings.sql), so the arm runs the statement itself.
+    -- (sql/citus/002-function-settings.sql), so the arm runs pgrag.vector_walk_own.
     if exists (select 1 from pg_catalog.pg_extension as e where e.extname = 'citus') then
         return;
     end if;
-    -- A generic plan, made at the first call of a session: the tenant's key is a constant of
-    -- the body. A graph made by an earlier version gets the walk naming the tenant its predicate
-    -- needs (the predicate already shows it; pgrag.isolate_tenants builds the graph again).
-    execute pg_catalog.format($f$
-        create or replace function pgrag.%I(
-            query_embedding @extschema:vector@.vector,
-            walk_count integer,
-            match_count integer,
-            any_not_ready boolean,
-            tenant text)
-        returns table (tenant_id text, chunk_id bigint, distance double precision)
-        language plpgsql
-        stable
-        rows 10
-        security invoker
-        set search_path = pg_catalog, pg_temp
-        set plan_cache_mode = force_generic_plan
-        as %L$f$,
-        v_name,
-        pg_catalog.concat_ws(E'\n', '#variable_conflict use_column', 'begin', 'return query',
-                             pgrag.own_graph_walk_sql(tenant, not coalesce(pgrag.own_graph_keyed(tenant), true))
-                             operator(pg_catalog.||) ';', 'end'));
-    v_signature := pg_catalog.format('pgrag.%I(@extschema:vector@.vector, integer, integer, boolean, text)', v_name);
+    -- The tenant's key is a constant of the body. A graph made by an earlier version gets the
+    -- walk naming the tenant its predicate needs (the predicate already shows it;
+    -- pgrag.isolate_tenants builds the graph again).
+    v_signature := pgrag.make_vector_walk(v_name, 'relaxed_order',
+        pgrag.own_graph_walk_sql(tenant, not coalesce(pgrag.own_graph_keyed(tenant), true)));
     -- (The comment names no tenant: comments are readable by every role, docs/security.md.)
     execute pg_catalog.format('comment on function %s is %L', v_signature,
         'Walk of the HNSW graph of one tenant alone (pgrag.own_graph_walk_sql), called by pgrag.vector_candidates; made by pgrag.isolate_tenant, dropped by pgrag.share_tenant.');
@@ -177,7 +116,7 @@ begin
 end
 $$;
 comment on function pgrag.make_own_graph_walk(text) is
-'Creates (or replaces) the function holding the walk of the tenant''s own HNSW graph, pgrag.own_graph_walk_name(tenant): the vector arm calls it so that the walk is planned once per session rather than at every call. Its body names the tenant by its key (by its id too for a graph an earlier version made). Not on Citus. Run by pgrag.isolate_tenant and on every migrate for the tenants that have a graph.';
+'Creates (or replaces) the function holding the walk of the tenant''s own HNSW graph, pgrag.own_graph_walk_name(tenant) (pgrag.make_vector_walk): the vector arm calls it so that the walk is planned once per session rather than at every call. Its body names the tenant by its key (by its id too for a graph an earlier version made). Not on Citus. Run by pgrag.isolate_tenant and on every migrate for the tenants that have a graph (021-vector-walks.sql).';
 
 create or replace function pgrag.isolate_tenant(tenant text)
 returns regclass
@@ -255,12 +194,11 @@ declare
     v_index regclass := pg_catalog.to_regclass(
         pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(tenant)));
 begin
+    -- (and the forms of earlier versions)
     execute pg_catalog.format(
-        'drop function if exists pgrag.%I(@extschema:vector@.vector, integer, integer, boolean, text)',
-        pgrag.own_graph_walk_name(tenant));
-    -- (the form before the tenant's key)
-    execute pg_catalog.format(
-        'drop function if exists pgrag.%I(@extschema:vector@.vector, integer, integer, boolean)',
+        'drop function if exists pgrag.%1$I(@extschema:vector@.vector, integer, integer, boolean, text, integer), '
+        'pgrag.%1$I(@extschema:vector@.vector, integer, integer, boolean, text), '
+        'pgrag.%1$I(@extschema:vector@.vector, integer, integer, boolean)',
         pgrag.own_graph_walk_name(tenant));
     if v_index is null then
         return false;
@@ -316,35 +254,5 @@ $$;
 comment on function pgrag.isolate_tenants(bigint, text[]) is
 'Isolates (pgrag.isolate_tenant) every tenant (or every one of tenants, when given) with more than min_rows chunks (default pgrag.exact_search_max_rows, 2000) that has no graph of its own yet, and builds again by key every graph an earlier version made (its predicate names the tenant id); returns those it built. pgrag ingest runs it for its tenant after loading when it owns pgrag.chunks; for other loaders, the operator runs it after loads (e.g. from cron).';
 
--- The walk functions of tenants that have a graph, made again on every migrate: tenants isolated
--- before the functions existed get theirs, and every body is this release's statement. Graphs
--- made by earlier versions name the tenant id in their predicate: building them again by key
--- would cost a migrate an HNSW build per isolated tenant, so they keep a walk naming the tenant
--- (as fast) and the migrate says how to build them again (docs/scaling.md).
-do $$
-declare
-    r record;
-    v_old bigint := 0;
-begin
-    for r in
-        select t.tenant_id
-        -- (a tenant without chunks is searched exactly: it needs no walk)
-        from (select distinct s.tenant_id from pgrag.corpus_stats as s) as t
-        where pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(t.tenant_id))) is not null
-        order by t.tenant_id
-    loop
-        perform pgrag.make_own_graph_walk(r.tenant_id);
-        -- (Earlier versions named the tenant in the index's comment.)
-        execute pg_catalog.format('comment on index pgrag.%I is %L',
-            pgrag.tenant_index_name(r.tenant_id),
-            'HNSW graph of the chunks of one tenant alone (pgrag.isolate_tenant).');
-        if not pgrag.own_graph_keyed(r.tenant_id) then
-            v_old := v_old operator(pg_catalog.+) 1;
-        end if;
-    end loop;
-    if v_old operator(pg_catalog.>) 0 then
-        raise notice 'pgrag: % isolated tenants'' graphs name their tenant id in their predicate, which every role can read; select * from pgrag.isolate_tenants() builds them again by key',
-            v_old;
-    end if;
-end
-$$;
+-- Each isolated tenant's walk function is made again on every migrate by 021-vector-walks.sql,
+-- after the statement it is made from.

@@ -55,7 +55,11 @@ begin
               'bm25_corpus', 'bm25_terms', 'bm25_scan_tenant', 'bm25_scan_tenants',
               'bm25_maxscore', 'bm25_maxscore_floor', 'bm25_maxscore_essential',
               'bm25_maxscore_candidates', 'bm25_maxscore_complete', 'keyword_walk',
-              'keyword_walk_unfenced', 'window_hits_unfenced'
+              'keyword_walk_unfenced', 'window_hits_unfenced',
+              -- the vector arm's steps and walks (021-vector-walks.sql, 022-vector-arm.sql)
+              'vector_sizing', 'vector_walk_sql', 'vector_walk_public', 'vector_walk_shared',
+              'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general',
+              'vector_exact_tenant', 'vector_exact'
           ])
           -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
           -- file by pgrag.isolate_tenant, which grants it the same way)
