@@ -826,6 +826,17 @@ def strategies(corpus: Corpus) -> dict[str, st.SearchStrategy[Any]]:
             ),
             big([["globex"] * len(ids), ["x"] * 5000]),
         ),
+        "integer[]": st.one_of(
+            st.lists(st.one_of(INT4, st.none()), max_size=30),
+            big([list(range(1, 5001)), [1] * 1001, list(range(-1000, 0))]),
+        ),
+        "tsquery": st.one_of(
+            st.sampled_from(
+                ["'a'", "'globex' & 'acme'", "'a' <-> 'b'", "!'x'", "'a' <1000> 'b'", "", "&&"]
+            ),
+            st.sampled_from([" | ".join(f"'w{i}'" for i in range(5000))]),
+            SHORT_TEXT,
+        ),
         "double precision[]": st.one_of(
             st.lists(st.one_of(FLOAT8, st.none()), max_size=20),
             big([[0.5] * 5000, [1.0] * 1001]),
