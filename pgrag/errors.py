@@ -179,7 +179,8 @@ SQLSTATE_ERRORS: dict[str, SqlStateError] = {
     CHANGED_MIGRATION: SqlStateError(ChecksumMismatch, hint=True, template=_PREFLIGHT),
     # PR104: Citus distributes the database's tables (only pgrag migrate --citus applies).
     CITUS_NEEDED: SqlStateError(MigrationError, hint=True, template=_PREFLIGHT),
-    # Model switches (sql/idempotent/030-reembed.sql): the server's message and hint.
+    # Model switches (sql/idempotent/030-reembed.sql, 033-reembed-switch.sql): the server's
+    # message and hint.
     # PR201: a write that waited for a switch stored embeddings of the previous model.
     "PR201": SqlStateError(EmbeddingConfigError, hint=True),
     # PR202: no re-embed is running, another one is, or embeddings of another model.

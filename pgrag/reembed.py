@@ -1,12 +1,12 @@
 """Switching the embedding model without downtime: the client side of ``pgrag reembed``.
 
-Everything about the switch is SQL (``sql/idempotent/030-reembed.sql``): ``pgrag.reembed_start``
-records the target, ``pgrag.reembed_claim`` hands out chunks waiting for their new embedding
-(``FOR UPDATE SKIP LOCKED``, so any number of processes share the work and a killed one's batch
-is claimed again), ``pgrag.reembed_store`` keeps the new vectors beside the old ones, and
-``pgrag.reembed_switch`` makes them the database's in one transaction. This module only loops:
-claim, embed with the new model, store and record the tokens, commit; then switch. Searches
-keep answering with the old model until the switch commits.
+Everything about the switch is SQL (``sql/idempotent/030-reembed.sql`` and
+``033-reembed-switch.sql``): ``pgrag.reembed_start`` records the target, ``pgrag.reembed_claim``
+hands out chunks waiting for their new embedding (``FOR UPDATE SKIP LOCKED``, so any number of
+processes share the work and a killed one's batch is claimed again), ``pgrag.reembed_store`` keeps
+the new vectors beside the old ones, and ``pgrag.reembed_switch`` makes them the database's in one
+transaction. This module only loops: claim, embed with the new model, store and record the tokens,
+commit; then switch. Searches keep answering with the old model until the switch commits.
 """
 
 from __future__ import annotations

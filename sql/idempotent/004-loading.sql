@@ -9,8 +9,8 @@
 --   pgrag/ingest/lifecycle.py); pgrag.delete_documents (authenticated and service_role).
 --   Relies on: the BM25 triggers (002-bm25-maintenance.sql) and the publishing triggers
 --   (003-publishing.sql), which fire on the chunks these functions write;
---   pgrag.current_tenant_id (001-helpers.sql). The queue's transitions (010-queue.sql) call
---   these.
+--   pgrag.current_tenant_id (001-helpers.sql). The queue's transitions
+--   (013-queue-outcomes.sql) call these.
 --
 -- Lifecycle of a document (docs/ingest.md, "Lifecycle"): a loader begins it (new: processing,
 -- no chunks; ready: stays ready and searchable with its previous chunks until the swap), then

@@ -113,9 +113,10 @@ begin
     end loop;
 end
 $$;
--- The loader's and the worker's functions (004-loading.sql, 010-queue.sql): the document
--- lifecycle of pgrag ingest and pgrag worker, for the owner and service_role (a worker may
--- connect as a role that inherits service_role), never for anon or authenticated. Acting as a
+-- The loader's and the worker's functions (004-loading.sql, 012-queue-claims.sql,
+-- 013-queue-outcomes.sql): the document lifecycle of pgrag ingest and pgrag worker, for the
+-- owner and service_role (a worker may connect as a role that inherits service_role), never for
+-- anon or authenticated. Acting as a
 -- tenant (set_request_tenant) is for these trusted sessions too: service_role reads and writes
 -- every tenant's rows anyway.
 do $$
