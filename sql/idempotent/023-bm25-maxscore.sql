@@ -12,6 +12,16 @@
 -- a tenant's postings read by one index scan per lexeme; each statement on a table carries a
 -- /* pgrag:name */ marker.
 --
+-- Arguments (docs/security.md, "Argument limits"): an API role may call each step directly, so
+-- each checks its own at its top (22023), with the bounds its callers' values always keep:
+-- match_count 1 to 2,000; the lexemes and the arrays of their statistics (idf, df, max_tf,
+-- min_doc_len, bounds, other_order) at most 64 elements (keyword_query's limit); idf, bounds,
+-- partial scores, theta and the bounds' sums within +-1,000,000 and df 0 to 1e15, without
+-- nulls (theta and the sums may be null); max_tf at least 1 and min_doc_len at least 0 (nulls:
+-- unknown); k1 0 to 10, saturation 0 to 10 and saturation_per_token 0 to 1e12 (k1 (1 - b) and
+-- k1 b / avgdl, avgdl at least 1e-9): no division by zero, no overflow. The tests are inline;
+-- a checker is called only to raise.
+--
 -- The pruned evaluation (MaxScore; docs/benchmarks.md, "Exact BM25 that reads fewer postings"):
 -- the same top k as an exact scan, reading the postings of the frequent lexemes only for chunks
 -- that can still reach it. A floor theta under the k-th best score (step 1) and each lexeme's
@@ -37,11 +47,29 @@ set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
 as $$
 declare
-    v_postings double precision := (select pg_catalog.sum(x) from pg_catalog.unnest(df) as x);
+    v_postings double precision;
     v_rare integer := 1;
     v_rare_postings double precision := df[1];
     v_candidates bigint[];
 begin
+    -- Arguments (this file's header).
+    if pg_catalog.cardinality(lexemes) > 64 or pg_catalog.cardinality(idf) > 64
+       or pg_catalog.cardinality(df) > 64 then
+        perform pgrag.check_length('lexemes', pg_catalog.cardinality(lexemes), 64),
+                pgrag.check_length('idf', pg_catalog.cardinality(idf), 64),
+                pgrag.check_length('df', pg_catalog.cardinality(df), 64);
+    end if;
+    if not coalesce(-1e6 <= all (idf) and 1e6 >= all (idf), idf is null)
+       or not coalesce(0 <= all (df) and 1e15 >= all (df), df is null) then
+        raise exception 'idf must hold numbers from -1000000 to 1000000 and df from 0 to 1e15, without nulls'
+            using errcode = '22023';
+    end if;
+    if not coalesce(saturation between 0 and 10 and saturation_per_token between 0 and 1e12
+                    and match_count between 1 and 2000, false) then
+        raise exception 'saturation must be 0 to 10, saturation_per_token 0 to 1e12 and match_count 1 to 2000 (got %, %, %)',
+            saturation, saturation_per_token, match_count using errcode = '22023';
+    end if;
+    v_postings := (select pg_catalog.sum(x) from pg_catalog.unnest(df) as x);
     -- The rarest lexemes whose postings stay within 5,000 and a quarter of all (at least one).
     while v_rare < pg_catalog.cardinality(lexemes)
           and v_rare_postings + df[v_rare + 1] <= least(5000, 0.25 * v_postings) loop
@@ -120,6 +148,31 @@ as $$
 declare
     v_others bigint[];
 begin
+    -- Arguments (this file's header).
+    if pg_catalog.cardinality(lexemes) > 64 or pg_catalog.cardinality(idf) > 64
+       or pg_catalog.cardinality(df) > 64 or pg_catalog.cardinality(max_tf) > 64
+       or pg_catalog.cardinality(min_doc_len) > 64 then
+        perform pgrag.check_length('lexemes', pg_catalog.cardinality(lexemes), 64),
+                pgrag.check_length('idf', pg_catalog.cardinality(idf), 64),
+                pgrag.check_length('df', pg_catalog.cardinality(df), 64),
+                pgrag.check_length('max_tf', pg_catalog.cardinality(max_tf), 64),
+                pgrag.check_length('min_doc_len', pg_catalog.cardinality(min_doc_len), 64);
+    end if;
+    if not coalesce(-1e6 <= all (idf) and 1e6 >= all (idf), idf is null)
+       or not coalesce(0 <= all (df) and 1e15 >= all (df), df is null) then
+        raise exception 'idf must hold numbers from -1000000 to 1000000 and df from 0 to 1e15, without nulls'
+            using errcode = '22023';
+    end if;
+    if not coalesce(1 <= all (max_tf), true) or not coalesce(0 <= all (min_doc_len), true) then
+        raise exception 'max_tf must hold numbers of at least 1 and min_doc_len of at least 0 (or nulls)'
+            using errcode = '22023';
+    end if;
+    if not coalesce(k1 between 0 and 10 and saturation between 0 and 10
+                    and saturation_per_token between 0 and 1e12
+                    and (theta is null or theta between -1e6 and 1e6), false) then
+        raise exception 'k1 must be 0 to 10, saturation 0 to 10, saturation_per_token 0 to 1e12 and theta -1000000 to 1000000 or null (got %, %, %, %)',
+            k1, saturation, saturation_per_token, theta using errcode = '22023';
+    end if;
     -- A lexeme adds at most its bound to a chunk's score: idf times the term part of its
     -- largest tf in its shortest chunk (the part grows with tf and shrinks with length), or idf
     -- alone when the bounds are unknown (the part is below 1).
@@ -193,6 +246,31 @@ set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
 as $$
 begin
+    -- Arguments (this file's header).
+    if pg_catalog.cardinality(essential_lexemes) > 64 or pg_catalog.cardinality(essential_idf) > 64
+       or pg_catalog.cardinality(other_lexemes) > 64 or pg_catalog.cardinality(other_idf) > 64 then
+        perform pgrag.check_length('essential_lexemes', pg_catalog.cardinality(essential_lexemes), 64),
+                pgrag.check_length('essential_idf', pg_catalog.cardinality(essential_idf), 64),
+                pgrag.check_length('other_lexemes', pg_catalog.cardinality(other_lexemes), 64),
+                pgrag.check_length('other_idf', pg_catalog.cardinality(other_idf), 64);
+    end if;
+    if not coalesce(-1e6 <= all (essential_idf) and 1e6 >= all (essential_idf), essential_idf is null)
+       or not coalesce(-1e6 <= all (other_idf) and 1e6 >= all (other_idf), other_idf is null) then
+        raise exception 'essential_idf and other_idf must hold numbers from -1000000 to 1000000, without nulls'
+            using errcode = '22023';
+    end if;
+    if not coalesce(coalesce(first_idf between -1e6 and 1e6, first_idf is null)
+                    and coalesce(first_rest between -1e6 and 1e6, first_rest is null)
+                    and coalesce(other_bound between -1e6 and 1e6, other_bound is null)
+                    and coalesce(theta between -1e6 and 1e6, theta is null), false) then
+        raise exception 'first_idf, first_rest, other_bound and theta must be -1000000 to 1000000 or null (got %, %, %, %)',
+            first_idf, first_rest, other_bound, theta using errcode = '22023';
+    end if;
+    if not coalesce(saturation between 0 and 10 and saturation_per_token between 0 and 1e12
+                    and match_count between 1 and 2000, false) then
+        raise exception 'saturation must be 0 to 10, saturation_per_token 0 to 1e12 and match_count 1 to 2000 (got %, %, %)',
+            saturation, saturation_per_token, match_count using errcode = '22023';
+    end if;
     -- One statement, the candidates passed between the steps as rows, not arrays:
     -- 3. chunks holding an essential lexeme, their partial score, kept when it plus the other
     --    lexemes' bound can reach theta (c);
@@ -295,11 +373,31 @@ declare
     -- rounded below v_cut, so these are the start of the full ranking, whatever the walk drops.
     v_cut double precision := case when walk_may_drop then theta / (1 + 1e-9) + 1e-9 end;
 begin
+    -- Arguments (this file's header); candidates and partial_scores as many as step 3 keeps.
+    if pg_catalog.cardinality(lexemes) > 64 or pg_catalog.cardinality(idf) > 64
+       or pg_catalog.cardinality(bounds) > 64 or pg_catalog.cardinality(other_order) > 64 then
+        perform pgrag.check_length('lexemes', pg_catalog.cardinality(lexemes), 64),
+                pgrag.check_length('idf', pg_catalog.cardinality(idf), 64),
+                pgrag.check_length('bounds', pg_catalog.cardinality(bounds), 64),
+                pgrag.check_length('other_order', pg_catalog.cardinality(other_order), 64);
+    end if;
+    if not coalesce(-1e6 <= all (idf) and 1e6 >= all (idf), idf is null)
+       or not coalesce(-1e6 <= all (bounds) and 1e6 >= all (bounds), bounds is null)
+       or not coalesce(-1e6 <= all (partial_scores) and 1e6 >= all (partial_scores), partial_scores is null) then
+        raise exception 'idf, bounds and partial_scores must hold numbers from -1000000 to 1000000, without nulls'
+            using errcode = '22023';
+    end if;
+    if not coalesce(coalesce(theta between -1e6 and 1e6, theta is null)
+                    and saturation between 0 and 10 and saturation_per_token between 0 and 1e12
+                    and match_count between 1 and 2000, false) then
+        raise exception 'theta must be -1000000 to 1000000 or null, saturation 0 to 10, saturation_per_token 0 to 1e12 and match_count 1 to 2000 (got %, %, %, %)',
+            theta, saturation, saturation_per_token, match_count using errcode = '22023';
+    end if;
     -- 5. The other lexemes after the first one at a time, largest bound first, each by one index
     --    scan over the candidates left (primary-key probes in chunk_id order); after each, only
     --    the candidates whose score so far plus the bounds of the lexemes still to add can reach
     --    theta stay (a chunk lacking a lexeme of large bound seldom does).
-    for v_i in 2 .. pg_catalog.cardinality(other_order) loop
+    for v_i in 2 .. coalesce(pg_catalog.cardinality(other_order), 0) loop
         exit when coalesce(pg_catalog.cardinality(v_ids), 0) = 0;
         select coalesce(pg_catalog.sum(bounds[x.i]), 0) into v_rest
         from pg_catalog.unnest(other_order[v_i + 1 :]) as x(i);
@@ -358,6 +456,31 @@ declare
     v_split record;
     v_candidates record;
 begin
+    -- Arguments (this file's header): those of steps 1 and 2, checked before any is used.
+    if pg_catalog.cardinality(lexemes) > 64 or pg_catalog.cardinality(idf) > 64
+       or pg_catalog.cardinality(df) > 64 or pg_catalog.cardinality(max_tf) > 64
+       or pg_catalog.cardinality(min_doc_len) > 64 then
+        perform pgrag.check_length('lexemes', pg_catalog.cardinality(lexemes), 64),
+                pgrag.check_length('idf', pg_catalog.cardinality(idf), 64),
+                pgrag.check_length('df', pg_catalog.cardinality(df), 64),
+                pgrag.check_length('max_tf', pg_catalog.cardinality(max_tf), 64),
+                pgrag.check_length('min_doc_len', pg_catalog.cardinality(min_doc_len), 64);
+    end if;
+    if not coalesce(-1e6 <= all (idf) and 1e6 >= all (idf), idf is null)
+       or not coalesce(0 <= all (df) and 1e15 >= all (df), df is null) then
+        raise exception 'idf must hold numbers from -1000000 to 1000000 and df from 0 to 1e15, without nulls'
+            using errcode = '22023';
+    end if;
+    if not coalesce(1 <= all (max_tf), true) or not coalesce(0 <= all (min_doc_len), true) then
+        raise exception 'max_tf must hold numbers of at least 1 and min_doc_len of at least 0 (or nulls)'
+            using errcode = '22023';
+    end if;
+    if not coalesce(k1 between 0 and 10 and saturation between 0 and 10
+                    and saturation_per_token between 0 and 1e12 and match_count between 1 and 2000,
+                    false) then
+        raise exception 'k1 must be 0 to 10, saturation 0 to 10, saturation_per_token 0 to 1e12 and match_count 1 to 2000 (got %, %, %, %)',
+            k1, saturation, saturation_per_token, match_count using errcode = '22023';
+    end if;
     -- pgrag.keyword_pruning: auto (20,000 postings or more, and step 2's estimate of its cost),
     -- on (whenever the bounds leave a lexeme out: tests compare the rankings on small corpora),
     -- off (never).

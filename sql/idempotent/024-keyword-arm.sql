@@ -17,6 +17,12 @@
 --
 -- Plans (sql/idempotent/README.md, "Plans"): each function's SET clause gives the plan cache
 -- mode its statements need; each statement on a table carries a /* pgrag:name */ marker.
+--
+-- Arguments (docs/security.md, "Argument limits"): an API role may call each step directly, so
+-- each checks its own at its top (22023; inline tests, a checker called only to raise), with
+-- the bounds keyword_candidates' values keep: the query's lexemes (and idf) at most 64, idf
+-- within +-1,000,000 without nulls, saturation 0 to 10 and saturation_per_token 0 to 1e12 (as in
+-- 023-bm25-maxscore.sql), max_rows and walks' counts at least 0, filters as the API's.
 
 create or replace function pgrag.bm25_corpus(
     tenant text,
@@ -89,6 +95,13 @@ set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
 as $$
 begin
+    -- Arguments (this file's header): tenants only compared (all a caller without a tenant sees).
+    if pg_catalog.cardinality(query_lexemes) > 64 then
+        perform pgrag.check_length('query_lexemes', pg_catalog.cardinality(query_lexemes), 64);
+    end if;
+    if not coalesce(chunk_count between 0 and 1e15, true) then
+        perform pgrag.check_argument('chunk_count', chunk_count, 0, 1e15);
+    end if;
     -- Each lexeme's sharded counters summed, grouped (Citus cannot push an aggregate per lexeme
     -- in a lateral subquery down to the shards of several tenants).
     with /* pgrag:bm25_terms */ d as materialized (
@@ -129,6 +142,20 @@ set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
 as $$
 begin
+    -- Arguments (this file's header).
+    if pg_catalog.cardinality(lexemes) > 64 or pg_catalog.cardinality(idf) > 64 then
+        perform pgrag.check_length('lexemes', pg_catalog.cardinality(lexemes), 64),
+                pgrag.check_length('idf', pg_catalog.cardinality(idf), 64);
+    end if;
+    if not coalesce(-1e6 <= all (idf) and 1e6 >= all (idf), idf is null) then
+        raise exception 'idf must hold numbers from -1000000 to 1000000, without nulls'
+            using errcode = '22023';
+    end if;
+    if not coalesce(saturation between 0 and 10 and saturation_per_token between 0 and 1e12
+                    and max_rows >= 0, false) then
+        raise exception 'saturation must be 0 to 10, saturation_per_token 0 to 1e12 and max_rows at least 0 (got %, %, %)',
+            saturation, saturation_per_token, max_rows using errcode = '22023';
+    end if;
     select /* pgrag:bm25_scan_tenant */ pg_catalog.array_agg(s.tenant_id order by s.score desc, s.chunk_id),
            pg_catalog.array_agg(s.chunk_id order by s.score desc, s.chunk_id),
            pg_catalog.array_agg(s.score order by s.score desc, s.chunk_id)
@@ -170,6 +197,20 @@ set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
 as $$
 begin
+    -- Arguments (this file's header); tenants only compared.
+    if pg_catalog.cardinality(lexemes) > 64 or pg_catalog.cardinality(idf) > 64 then
+        perform pgrag.check_length('lexemes', pg_catalog.cardinality(lexemes), 64),
+                pgrag.check_length('idf', pg_catalog.cardinality(idf), 64);
+    end if;
+    if not coalesce(-1e6 <= all (idf) and 1e6 >= all (idf), idf is null) then
+        raise exception 'idf must hold numbers from -1000000 to 1000000, without nulls'
+            using errcode = '22023';
+    end if;
+    if not coalesce(saturation between 0 and 10 and saturation_per_token between 0 and 1e12
+                    and max_rows >= 0, false) then
+        raise exception 'saturation must be 0 to 10, saturation_per_token 0 to 1e12 and max_rows at least 0 (got %, %, %)',
+            saturation, saturation_per_token, max_rows using errcode = '22023';
+    end if;
     -- A plain join, not pgrag.bm25_scan_tenant's fenced subqueries: Citus cannot run those for
     -- several tenants.
     select /* pgrag:bm25_scan_tenants */ pg_catalog.array_agg(s.tenant_id order by s.score desc, s.chunk_id),
@@ -215,6 +256,17 @@ set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 begin
+    -- Arguments (this file's header): the ranking any length (one read by key per row), skip_ids
+    -- at most 8,000 (the pruned ranking's rows), tsqueries and tenants only evaluated or compared.
+    if not coalesce(max_rows between 0 and 2000, false) then
+        raise exception 'max_rows must be 0 to 2000 (got %)', max_rows using errcode = '22023';
+    end if;
+    if pg_catalog.cardinality(skip_ids) > 8000 then
+        perform pgrag.check_length('skip_ids', pg_catalog.cardinality(skip_ids), 8000);
+    end if;
+    if document_ids is not null or source_types is not null or metadata_filter is not null then
+        perform pgrag.check_filters(document_ids, source_types, metadata_filter);
+    end if;
     return query
     select /* pgrag:keyword_walk_unfenced */ u.t, u.id, u.s
     from rows from (pg_catalog.unnest(tenant_ids), pg_catalog.unnest(chunk_ids), pg_catalog.unnest(scores))
@@ -264,12 +316,27 @@ set plan_cache_mode = force_generic_plan
 as $$
 #variable_conflict use_column
 declare
-    v_batch integer := greatest(2 * max_rows, 50);
+    v_batch integer;
     v_from integer := first_row;
     v_to integer;
     v_found integer := 0;
     v_rows integer;
 begin
+    -- Arguments (this file's header): as pgrag.keyword_walk_unfenced's, and rows within the
+    -- ranking (its batches grow fourfold up to last_row).
+    if not coalesce(max_rows between 0 and 2000 and first_row >= 0
+                    and last_row <= coalesce(pg_catalog.cardinality(chunk_ids), 0), false) then
+        raise exception 'max_rows must be 0 to 2000, first_row at least 0 and last_row at most the ranking''s % rows (got %, %, %)',
+            coalesce(pg_catalog.cardinality(chunk_ids), 0), max_rows, first_row, last_row
+            using errcode = '22023';
+    end if;
+    if pg_catalog.cardinality(skip_ids) > 8000 then
+        perform pgrag.check_length('skip_ids', pg_catalog.cardinality(skip_ids), 8000);
+    end if;
+    if document_ids is not null or source_types is not null or metadata_filter is not null then
+        perform pgrag.check_filters(document_ids, source_types, metadata_filter);
+    end if;
+    v_batch := greatest(2 * max_rows, 50);
     -- Growing batches (the rows of a good ranking mostly pass): 2 max_rows (at least 50), then
     -- four times more each time.
     while v_found < max_rows and v_from < last_row loop

@@ -248,6 +248,16 @@ set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_custom_plan
 as $$
 begin
+    -- Argument limits (docs/security.md): those of pgrag.windows' hit_ids and scores (an API
+    -- role may call it directly); inline tests, a checker called only to raise.
+    if pg_catalog.cardinality(chunk_ids) > 2000 or pg_catalog.cardinality(chunk_scores) > 2000 then
+        perform pgrag.check_length('chunk_ids', pg_catalog.cardinality(chunk_ids), 2000),
+                pgrag.check_length('chunk_scores', pg_catalog.cardinality(chunk_scores), 2000);
+    end if;
+    if not coalesce(-1e6 <= all (chunk_scores) and 1e6 >= all (chunk_scores), true) then
+        perform pgrag.check_argument('chunk_scores', u.s, -1e6, 1e6)
+        from pg_catalog.unnest(chunk_scores) as u(s);
+    end if;
     select /* pgrag:window_hits_unfenced */ pg_catalog.array_agg(c.tenant_id order by u.ord),
            pg_catalog.array_agg(u.id order by u.ord),
            pg_catalog.array_agg(chunk_scores[u.ord] order by u.ord)
