@@ -1,7 +1,7 @@
 """Typed wrappers around pgrag's SQL retrieval functions, and the searches the commands run.
 
 Every ranking decision (BM25, fusion, windowing, MMR, thresholds, the context block) happens in
-SQL (``sql/idempotent/026-api.sql`` and the files it calls); this module only computes the query
+SQL (``sql/idempotent/027-api.sql`` and the files it calls); this module only computes the query
 embedding, passes named arguments, acts as the caller's tenant, and turns rows into dataclasses.
 
 Three layers, each calling the one before:

@@ -4,7 +4,7 @@
 -- idempotent tier's CREATE OR REPLACE removes function settings; this tier, re-applied after
 -- it, sets them again.
 --
--- The search functions (sql/idempotent/020-search-rows.sql to 026-api.sql) say the caller's
+-- The search functions (sql/idempotent/020-search-rows.sql to 027-api.sql) say the caller's
 -- tenant of every table they read, as a PL/pgSQL variable, so that Citus can send each
 -- statement to the one shard group of that tenant ("Task Count: 1"). Two settings make sure it
 -- does:

@@ -3,7 +3,7 @@
 --   BM25 scores) and the comments of pgrag.identifier_terms and pgrag.chunk_fts. Relies on:
 --   pgrag.check_length (001-helpers.sql); identifier_terms and chunk_fts as
 --   incremental/007-identifier-lexemes.sql defines them. Callers: the keyword arm
---   (024-keyword-arm.sql); every role that searches holds EXECUTE.
+--   (025-keyword-arm.sql); every role that searches holds EXECUTE.
 
 -- ---------------------------------------------------------------------------------------------
 -- Text-search vectors: identifiers (part numbers, error codes, versions) searchable by any part.

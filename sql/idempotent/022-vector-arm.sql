@@ -4,7 +4,7 @@
 --   argument checks and pgrag.current_tenant_id (001-helpers.sql), pgrag.tenant_index_name and
 --   pgrag.own_graph_walk_name (006-vector-isolation.sql), the walks and exact scans
 --   (021-vector-walks.sql), and pgrag.distributed (020-search-rows.sql). Callers: the fusion
---   (025-fusion.sql) and the public API (026-api.sql), as the calling role.
+--   (026-fusion.sql) and the public API (027-api.sql), as the calling role.
 --
 -- How each statement is planned, and why: sql/idempotent/README.md, "Plans" (the vector arm).
 

@@ -1,12 +1,11 @@
--- The keyword arm's pruned evaluation: exact BM25 that reads fewer postings (MaxScore).
--- Contract. Provides: pgrag.bm25_maxscore, the ranking pgrag.bm25_scan_tenant
---   (024-keyword-arm.sql) would start with, and its steps pgrag.bm25_maxscore_floor,
---   pgrag.bm25_maxscore_essential, pgrag.bm25_maxscore_candidates and
---   pgrag.bm25_maxscore_complete. Relies on: pgrag.bm25_postings (002-bm25-maintenance.sql keeps
---   it), the query's statistics from pgrag.bm25_terms. Callers: pgrag.keyword_candidates
---   (024-keyword-arm.sql), as the calling role (row-level security applies; the tenant argument
---   only narrows what the caller may see). Scores, saturation and saturation_per_token are those
---   of 024-keyword-arm.sql's header.
+-- The keyword arm's pruned evaluation, its steps: exact BM25 that reads fewer postings (MaxScore).
+-- Contract. Provides: the steps pgrag.bm25_maxscore_floor, pgrag.bm25_maxscore_essential,
+--   pgrag.bm25_maxscore_candidates and pgrag.bm25_maxscore_complete, which pgrag.bm25_maxscore
+--   (024-bm25-evaluation.sql) runs in turn to return the ranking pgrag.bm25_scan_tenant would
+--   start with. Relies on: pgrag.bm25_postings (002-bm25-maintenance.sql keeps it), the query's
+--   statistics from pgrag.bm25_terms. Callers: pgrag.bm25_maxscore, as the calling role
+--   (row-level security applies; the tenant argument only narrows what the caller may see).
+--   Scores, saturation and saturation_per_token are those of 024-bm25-evaluation.sql's header.
 --
 -- Plans (sql/idempotent/README.md, "Plans"): planned at every call (each function's SET clause),
 -- a tenant's postings read by one index scan per lexeme; each statement on a table carries a
@@ -428,87 +427,3 @@ end
 $$;
 comment on function pgrag.bm25_maxscore_complete(text, text[], double precision[], double precision[], integer[], bigint[], double precision[], double precision, double precision, double precision, integer, boolean) is
 'MaxScore, step 5: the candidates'' full scores, adding the other lexemes after the first (other_order: positions in lexemes, largest bound first) one at a time and keeping only candidates that can still reach theta; then the ranking (tenant_ids, chunk_ids, scores rounded to 1e-9, best first): the top match_count, or with walk_may_drop (phrases or exclusions, which the walk checks) every candidate proved to rank above every chunk left out, at most greatest(4 match_count, 200). Planned at every call.';
-
-create or replace function pgrag.bm25_maxscore(
-    tenant text,
-    lexemes text[],
-    idf double precision[],
-    df double precision[],
-    max_tf integer[],
-    min_doc_len integer[],
-    k1 double precision,
-    saturation double precision,
-    saturation_per_token double precision,
-    match_count integer,
-    walk_may_drop boolean,
-    out tenant_ids text[],
-    out chunk_ids bigint[],
-    out scores double precision[]
-)
-language plpgsql
-stable
-security invoker
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-    v_mode text := coalesce(nullif(pg_catalog.current_setting('pgrag.keyword_pruning', true), ''), 'auto');
-    v_theta double precision;
-    v_split record;
-    v_candidates record;
-begin
-    -- Arguments (this file's header): those of steps 1 and 2, checked before any is used.
-    if pg_catalog.cardinality(lexemes) > 64 or pg_catalog.cardinality(idf) > 64
-       or pg_catalog.cardinality(df) > 64 or pg_catalog.cardinality(max_tf) > 64
-       or pg_catalog.cardinality(min_doc_len) > 64 then
-        perform pgrag.check_length('lexemes', pg_catalog.cardinality(lexemes), 64),
-                pgrag.check_length('idf', pg_catalog.cardinality(idf), 64),
-                pgrag.check_length('df', pg_catalog.cardinality(df), 64),
-                pgrag.check_length('max_tf', pg_catalog.cardinality(max_tf), 64),
-                pgrag.check_length('min_doc_len', pg_catalog.cardinality(min_doc_len), 64);
-    end if;
-    if not coalesce(-1e6 <= all (idf) and 1e6 >= all (idf), idf is null)
-       or not coalesce(0 <= all (df) and 1e15 >= all (df), df is null) then
-        raise exception 'idf must hold numbers from -1000000 to 1000000 and df from 0 to 1e15, without nulls'
-            using errcode = '22023';
-    end if;
-    if not coalesce(1 <= all (max_tf), true) or not coalesce(0 <= all (min_doc_len), true) then
-        raise exception 'max_tf must hold numbers of at least 1 and min_doc_len of at least 0 (or nulls)'
-            using errcode = '22023';
-    end if;
-    if not coalesce(k1 between 0 and 10 and saturation between 0 and 10
-                    and saturation_per_token between 0 and 1e12 and match_count between 1 and 2000,
-                    false) then
-        raise exception 'k1 must be 0 to 10, saturation 0 to 10, saturation_per_token 0 to 1e12 and match_count 1 to 2000 (got %, %, %, %)',
-            k1, saturation, saturation_per_token, match_count using errcode = '22023';
-    end if;
-    -- pgrag.keyword_pruning: auto (20,000 postings or more, and step 2's estimate of its cost),
-    -- on (whenever the bounds leave a lexeme out: tests compare the rankings on small corpora),
-    -- off (never).
-    if pg_catalog.cardinality(lexemes) < 2 or v_mode = 'off'
-       or (v_mode <> 'on' and (select pg_catalog.sum(x) from pg_catalog.unnest(df) as x) < 20000) then
-        return;
-    end if;
-    v_theta := pgrag.bm25_maxscore_floor(tenant, lexemes, idf, df, saturation, saturation_per_token,
-                                         match_count);
-    v_split := pgrag.bm25_maxscore_essential(lexemes, idf, df, max_tf, min_doc_len, k1, saturation,
-                                             saturation_per_token, v_theta);
-    if not (coalesce(v_split.pays, false) or v_mode = 'on') or v_split.other_lexemes is null then
-        return;
-    end if;
-    raise debug 'pgrag.keyword_candidates: pruned evaluation, % of % lexemes essential',
-        pg_catalog.cardinality(v_split.essential_lexemes), pg_catalog.cardinality(lexemes);
-    v_candidates := pgrag.bm25_maxscore_candidates(
-        tenant, v_split.essential_lexemes, v_split.essential_idf, v_split.other_lexemes,
-        v_split.other_idf, lexemes[v_split.other_order[1]], idf[v_split.other_order[1]],
-        (select coalesce(pg_catalog.sum(v_split.bounds[x.i]), 0)
-         from pg_catalog.unnest(v_split.other_order[2 :]) as x(i)),
-        v_split.other_bound, v_theta, saturation, saturation_per_token, match_count);
-    select r.tenant_ids, r.chunk_ids, r.scores into tenant_ids, chunk_ids, scores
-    from pgrag.bm25_maxscore_complete(
-        tenant, lexemes, idf, v_split.bounds, v_split.other_order, v_candidates.chunk_ids,
-        v_candidates.partial_scores, v_candidates.raised_theta, saturation, saturation_per_token,
-        match_count, walk_may_drop) as r;
-end
-$$;
-comment on function pgrag.bm25_maxscore(text, text[], double precision[], double precision[], integer[], integer[], double precision, double precision, double precision, integer, boolean) is
-'Exact BM25 over one tenant, pruned (MaxScore: steps pgrag.bm25_maxscore_floor, _essential, _candidates, _complete): the ranking pgrag.bm25_scan_tenant would start with (the top match_count, or with walk_may_drop every chunk proved to rank above the rest), reading the postings of frequent lexemes only for chunks that can still reach the top. Null when pruning does not apply or would not pay: fewer than two lexemes, pgrag.keyword_pruning off, or (auto, the default) fewer than 20,000 postings or step 2''s estimate against it; on prunes whenever the bounds leave a lexeme out.';

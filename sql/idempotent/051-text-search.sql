@@ -19,7 +19,7 @@
 --   pgrag.text_search_variant and re-applies this tier when the installed variant (the language
 --   of pgrag.compute_query_embedding, read from the catalog) differs from the one the server
 --   would get now, so a server that gains PL/Python switches on the next migrate.
--- Relies on: public.hybrid_search (026-api.sql), pgrag.cached_query_embedding
+-- Relies on: public.hybrid_search (027-api.sql), pgrag.cached_query_embedding
 --   (050-query-cache.sql), the argument checks (001-helpers.sql). Callers: anon,
 --   authenticated and service_role search (910-function-privileges.sql); chunk_text is for the
 --   writers (authenticated, service_role). Everything here is read-only (pgrag.embed_query

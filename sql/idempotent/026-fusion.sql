@@ -2,8 +2,8 @@
 -- Contract. Provides: pgrag.fused_candidates (RRF or weighted fusion, min_score, MMR),
 --   pgrag.mmr_order and pgrag.windows (hits expanded to neighbouring chunks, merged) with its
 --   lookup of the hits' tenants for a caller without one, pgrag.window_hits_unfenced. Relies on:
---   the arms (022-vector-arm.sql, 024-keyword-arm.sql), argument checks and
---   pgrag.current_tenant_id (001-helpers.sql). Callers: the public API (026-api.sql), as the
+--   the arms (022-vector-arm.sql, 025-keyword-arm.sql), argument checks and
+--   pgrag.current_tenant_id (001-helpers.sql). Callers: the public API (027-api.sql), as the
 --   calling role.
 
 create or replace function pgrag.mmr_order(
