@@ -10,7 +10,10 @@ long-lived connection per database (as a pool's), as tenant ``t0`` through row-l
 (the claims of ``pgrag.set_request_tenant``, or with ``--claims supabase`` a Supabase Auth
 access token's, then role ``authenticated``, as a PostgREST request runs; with ``--claims
 none``, as the connecting owner without a tenant, as the README's psql example searches).
-Results must be equal; the ratios B/A of p50 and p95 are what to quote.
+Results must be equal; the ratios B/A of p50 and p95 are what to quote. With ``--isolated N``
+the server holds N tenants with graphs of their own (``pgrag.isolate_tenant``): ``t0``, whose
+vector search then walks its own graph, and N - 1 tenants of 20 chunks (each graph one more index
+on ``pgrag.chunks`` for every plan made; ``benchmarks/isolated_tenants.py`` measures that growth).
 
 Corpus (``--corpus``): a single-tenant corpus of ``benchmarks/latency.py`` (real MiniLM
 vectors of SciFact abstracts plus noise, binary COPY, HNSW built after), ``copies`` (default: the
@@ -20,6 +23,8 @@ random abstract: no duplicate chunks; the vectors stay those of ``copies``).
     .venv/bin/python benchmarks/sql_ab.py                       # main against this checkout
     .venv/bin/python benchmarks/sql_ab.py --base main --size 10000 --queries 100
     .venv/bin/python benchmarks/sql_ab.py --size 100000 --corpus mixed --queries 300
+    .venv/bin/python benchmarks/sql_ab.py --isolated 300    # t0 and 299 small tenants isolated
+    .venv/bin/python benchmarks/sql_ab.py --queries 300 --rounds 3   # 900 calls per function
 
 A change to how rows are stored (incremental 015's storage of embeddings) takes effect only
 for rows written after it: ``--rewrite`` rewrites ``pgrag.chunks`` in both databases after B's
@@ -135,6 +140,21 @@ def call(
         return (time.perf_counter() - t) * 1000, rows
 
 
+def isolate(dsn: str, count: int, vectors: np.ndarray) -> str:
+    """Tenant t0 with a graph of its own and ``count - 1`` small tenants isolated beside it."""
+    from isolated_tenants import isolate_more
+
+    t = time.perf_counter()
+    with connect(dsn) as conn:
+        conn.execute("set maintenance_work_mem = '512MB'")
+        conn.execute("select pgrag.isolate_tenant(%s)", (TENANT,))
+        conn.commit()
+        isolate_more(conn, 1, count, vectors)
+        conn.execute("analyze pgrag.chunks, pgrag.documents")
+        conn.commit()
+    return f"{count} isolated tenants ({TENANT} included) in {time.perf_counter() - t:.0f} s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -166,6 +186,20 @@ def main() -> None:
         help="each request's JWT claims: minimal (those of pgrag.set_request_tenant, default),"
         " supabase (a Supabase Auth access token's fields, about 700 bytes) or none (no"
         " claims, as the connecting owner: a search without a tenant, as from psql)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="times each query is timed per version (default 1): more samples, less noise",
+    )
+    parser.add_argument(
+        "--isolated",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N isolated tenants on the server: tenant t0 gets a graph of its own and N - 1"
+        " tenants of 20 chunks one each (benchmarks/isolated_tenants.py's), before B is copied",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -203,7 +237,9 @@ def main() -> None:
         "corpus": args.corpus,
         "rewrite": args.rewrite,
         "claims": args.claims,
+        "isolated_tenants": args.isolated,
         "queries": len(queries),
+        "rounds": args.rounds,
         "functions": {},
     }
     with tempfile.TemporaryDirectory() as tmp, server(args.admin_dsn, "pgrag-sql-ab-") as admin:
@@ -222,6 +258,8 @@ def main() -> None:
         )
         try:
             print(f"  A loaded: {load(dsns['A'], s_texts, s_vecs, tenants=1)}", flush=True)
+            if args.isolated:
+                print(f"  A: {isolate(dsns['A'], args.isolated, vectors)}", flush=True)
             dsns["B"] = create_database(admin, "sql_ab_b", template="sql_ab_a")
             print(f"  B migrated: {Migrator(dsns['B']).migrate().applied}", flush=True)
             if args.rewrite:
@@ -253,9 +291,11 @@ def main() -> None:
                 for fname, query in CALLS.items():
                     ms: dict[str, list[float]] = {"A": [], "B": []}
                     differ = 0
-                    for i, (q, v) in enumerate(zip(queries, qvecs, strict=True)):
-                        params = {"q": q, "e": v, "ids": ids[i]}
-                        order = ("A", "B") if i % 2 == 0 else ("B", "A")
+                    for i in range(args.rounds * len(queries)):
+                        j = i % len(queries)
+                        params = {"q": queries[j], "e": qvecs[j], "ids": ids[j]}
+                        # A first on even calls; a query in the next round gets the other order
+                        order = ("A", "B") if (i + i // len(queries)) % 2 == 0 else ("B", "A")
                         rows = {}
                         for name in order:
                             conn = a if name == "A" else b
@@ -264,7 +304,7 @@ def main() -> None:
                                     call(conn, query, params, claims)
                             t, rows[name] = call(conn, query, params, claims)
                             ms[name].append(t)
-                        differ += rows["A"] != rows["B"]
+                        differ += i < len(queries) and rows["A"] != rows["B"]
                     sa, sb = latency_summary(ms["A"]), latency_summary(ms["B"])
                     entry = {
                         "A": sa,
