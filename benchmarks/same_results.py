@@ -50,7 +50,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,7 +70,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from citus import AUTHENTICATOR, ensure_authenticator  # noqa: E402
-from common import insert_ready_document, short_revision  # noqa: E402
+from common import insert_ready_document, sql_versions  # noqa: E402
 from latency import CHUNKS_PER_DOC, EMBED_CHARS, embed_cached, load_scifact  # noqa: E402
 from sql_ab import sql_of_revision  # noqa: E402
 
@@ -405,16 +404,7 @@ def main() -> int:
     no_tenant_queries = args.queries if args.no_tenant_queries is None else args.no_tenant_queries
     out = args.out or RESULTS.with_name("same_results-citus.json" if args.citus else RESULTS.name)
 
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "sql"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    versions = {
-        "A": f"{args.base} ({short_revision(args.base)})",
-        "B": f"checkout ({short_revision('HEAD')}{' + uncommitted changes' if dirty else ''})",
-    }
+    versions = sql_versions(args.base)
     texts, queries = load_scifact()
     queries = queries[: args.queries]
     vectors = embed_cached("scifact-corpus", [t[:EMBED_CHARS] for t in texts])

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from common import latency_summary, short_revision, supabase_token_fields  # noqa: E402
+from common import latency_summary, sql_versions, supabase_token_fields  # noqa: E402
 from latency import (  # noqa: E402
     EMBED_CHARS,
     embed_cached,
@@ -205,14 +205,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    head = short_revision("HEAD")
-    base = short_revision(args.base)
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "sql"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
     texts, queries = load_scifact()
     texts = texts[: args.base_docs]
     queries = queries[: args.queries]
@@ -222,8 +214,7 @@ def main() -> None:
     s_texts, s_vecs = synthetic(args.size, texts, vectors, rng)
     if args.corpus == "mixed":
         s_texts = mixed_corpus(args.size, rng)
-    changed = " + uncommitted changes" if dirty else ""
-    versions = {"A": f"{args.base} ({base})", "B": f"checkout ({head}{changed})"}
+    versions = sql_versions(args.base)
     print(
         f"A = sql/ of {versions['A']}, B = sql/ of this {versions['B']}; "
         f"{args.corpus} corpus, {args.size} chunks",
