@@ -615,8 +615,8 @@ def _ab_cell(value: float, limit: float = 1.05) -> str:
 
 def versions_ab() -> str:
     same_rows, same_notes = [], []
-    for name in sorted(p.name for p in RESULTS.glob("same_results*.json")):
-        d = load(name)
+    same = {p.name: load(p.name) for p in RESULTS.glob("same_results*.json")}
+    for name, d in sorted(same.items(), key=lambda r: (r[1]["where"] != "one server", r[0])):
         for fname, f in d["functions"].items():
             rows_differ = f["compared"] - f["identical"] - f["within_tolerance"]
             same_rows.append(

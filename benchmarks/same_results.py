@@ -38,8 +38,9 @@ once with ``pytest tests/test_citus.py``), installs A with ``pgrag migrate --cit
 upgrades with ``pgrag migrate --citus`` (``--citus-dsn``: a coordinator whose database has the
 citus and vector extensions and no pgrag yet).
 
-On 2 shared cores: about 8 minutes on one server (21,600 calls per version); with ``--citus``
-about 35 minutes for the tenants' calls and as much again for the 8,100 calls without a tenant.
+On 2 shared cores: about 8 minutes on one server (21,600 calls per version). With ``--citus``
+about 20 minutes for the tenants' 13,500 calls per version, and 30 more for the 8,100 calls per
+version without a tenant (``--no-tenant-queries 20``: 2 more).
 """
 
 from __future__ import annotations
