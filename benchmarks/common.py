@@ -92,6 +92,22 @@ def short_revision(revision: str) -> str:
     ).stdout.strip()
 
 
+def sql_versions(base: str) -> dict[str, str]:
+    """The two versions a comparison of pgrag's SQL names: A, the ``sql/`` of git revision
+    ``base``, and B, this checkout's (saying so when ``sql/`` has uncommitted changes)."""
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "sql"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    changed = " + uncommitted changes" if dirty else ""
+    return {
+        "A": f"{base} ({short_revision(base)})",
+        "B": f"checkout ({short_revision('HEAD')}{changed})",
+    }
+
+
 def insert_ready_document(
     conn: psycopg.Connection[Any],
     tenant: str,

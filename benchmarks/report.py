@@ -566,9 +566,8 @@ def isolated_tenants() -> str:
 `pgrag.isolate_tenant` gives a tenant an HNSW graph of its own, a partial index on
 `pgrag.chunks`, and `pgrag ingest` gives one to every tenant above `pgrag.exact_search_max_rows`
 (2,000 chunks). The planner weighs every index of a table whenever it plans a statement on it
-(the first row below), so a search keeps its plans for the session: the walk of a tenant's own
-graph runs in a function of that tenant (`pgrag.own_graph_walk_t_…`, made with the graph) whose
-plan is kept, and the other statements are written so that a kept plan reads by key.
+(the first row below), so a search keeps its plans for the session; how, and why each statement
+is written as it is, is in [the idempotent tier's "Plans"](../sql/idempotent/README.md#plans).
 
 Tenant `t0` holds {d["t0_chunks"]:,} chunks of the synthetic SciFact corpus and its own graph; tenants
 of {d["small_tenant_chunks"]} chunks each are isolated until the server holds the count in the header.
@@ -583,14 +582,14 @@ interleaved; only this version's figures are shown.) {source("isolated_tenants.j
 
 The same benchmark also calls, on the same connection in turn with `t0`'s calls, as
 `service_role` and as `anon` (`t0`'s documents published), and as tenant `small` (10 documents,
-200 chunks of SciFact abstracts, not isolated: its vector search is an exact scan whose plan is
-kept; its keyword search reads each query word's postings by key). {e["queries"]} claims; p50 ms:
+200 chunks of SciFact abstracts, not isolated: its vector search is an exact scan; its keyword
+search reads each query word's postings by key). {e["queries"]} claims; p50 ms:
 
 {table(eheader, erows)}
 
-`service_role` and `anon` walk the shared and the public graph with kept plans, one statement
-per role. A pooled connection that serves several roles in turn plans again the statements both
-run, since PostgreSQL keeps a plan per role under row-level security, and each plan of a
+`service_role` and `anon` walk the shared and the public graph with kept plans. A pooled
+connection that serves several roles in turn plans again the statements both run (a plan is kept
+per role under row-level security: [the idempotent tier's "Plans"](../sql/idempotent/README.md#plans)), and each plan of a
 statement on `pgrag.chunks` costs more with every index: that is what the growth of anon's and
 `small`'s `vector_search` with the isolated tenants in this table is, as the roles' calls come in
 turn on one connection (docs/scaling.md, "Limitations"). A search without a tenant over many
@@ -598,6 +597,114 @@ tenants (`service_role`) reads each tenant's postings of each query word.
 
 {provenance(e)} {source("isolated_tenants-small-tenant.json")}
 """
+
+
+def _ab_label(d: Json) -> str:
+    """What an A/B run measured: corpus size and kind, isolated tenants, the callers' claims."""
+    label = f"{d['size']:,} chunks, {d.get('corpus', 'copies')} corpus"
+    if d.get("isolated_tenants"):
+        label += f", {d['isolated_tenants']:,} isolated tenants (`t0` included)"
+    if d.get("claims", "minimal") != "minimal":
+        label += f", claims {d['claims']}"
+    return label
+
+
+def _ab_cell(value: float, limit: float = 1.05) -> str:
+    return f"**{num(value, 2)}×**" if value > limit else f"{num(value, 2)}×"
+
+
+def versions_ab() -> str:
+    same_rows, same_notes = [], []
+    same = {p.name: load(p.name) for p in RESULTS.glob("same_results*.json")}
+    for name, d in sorted(same.items(), key=lambda r: (r[1]["where"] != "one server", r[0])):
+        for fname, f in d["functions"].items():
+            rows_differ = f["compared"] - f["identical"] - f["within_tolerance"]
+            same_rows.append(
+                [
+                    d["where"],
+                    f"`{fname}`",
+                    f"{f['compared']:,}",
+                    f"{f['identical']:,}",
+                    f"{f['within_tolerance']:,}",
+                    f"{rows_differ:,}" if not rows_differ else f"**{rows_differ:,}**",
+                    f"{f['max_abs_score_difference']:.1g}",
+                ]
+            )
+        same_notes.append(
+            f"{d['where']}: {d['queries']} claims ({d['queries_without_tenant']} for the callers"
+            f" without a tenant), A = {d['versions']['A']}, B = {d['versions']['B']}."
+            f" {provenance(d)} {source(name)}"
+        )
+    same_header = [
+        "server",
+        "function",
+        "calls compared",
+        "identical",
+        "within 1e-12",
+        "different",
+        "largest score difference",
+    ]
+    ab = []
+    runs = {p.name: load(p.name) for p in RESULTS.glob("sql_ab-*.json")}
+    for name, d in sorted(
+        runs.items(), key=lambda r: (r[1]["size"], r[1].get("isolated_tenants", 0), r[0])
+    ):
+        rows = [
+            [
+                f"`{fname}`",
+                pair(f["A"]["p50_ms"], f["A"]["p95_ms"], 2),
+                pair(f["B"]["p50_ms"], f["B"]["p95_ms"], 2),
+                f"{_ab_cell(f['ratio_p50'])} / {_ab_cell(f['ratio_p95'])}",
+                _ab_cell(f["median_paired_ratio"]) if "median_paired_ratio" in f else "–",
+                str(f["queries_with_different_rows"]),
+            ]
+            for fname, f in d["functions"].items()
+        ]
+        header = [
+            "function",
+            "A p50 / p95",
+            "B p50 / p95",
+            "B/A p50 / p95",
+            "B/A paired, median",
+            "queries with other rows",
+        ]
+        ab.append(
+            f"""### {_ab_label(d)}
+
+A = {d["versions"]["A"]}, B = {d["versions"]["B"]}; {d["queries"]} claims{f" × {d['rounds']} rounds" if d.get("rounds", 1) > 1 else ""}, ms:
+
+{table(header, rows)}
+
+{provenance(d)} {source(name)}
+"""
+        )
+    return f"""## A change to the search SQL, version against version (`benchmarks/same_results.py`, `benchmarks/sql_ab.py`)
+
+A change that restructures the search functions must return the same rows and scores and cost no
+more. `benchmarks/same_results.py` loads the SciFact abstracts into a database installed from the
+`sql/` of version A (tenant `scifact` in the shared graph, tenant `isolated` with a graph of its
+own, tenant `small` below the exact-scan threshold and published), runs every SciFact test claim
+through every search function as each tenant (also with a `source_types` and a `document_ids`
+filter) and without a tenant (`service_role`, `anon`, the owner), upgrades the same database to
+version B (`pgrag migrate`: the rows and graphs stay) and runs them again. Every column must be
+equal, double precision scores within 1e-12 (a restructured statement may evaluate a formula in
+another order, which changes the last bits); the script exits 1 otherwise. With `--citus` it does
+the same on a Citus coordinator and two workers.
+
+{table(same_header, same_rows)}
+
+{(chr(10) * 2).join(same_notes)}
+
+`benchmarks/sql_ab.py` times the two versions on the same data: it loads a synthetic SciFact corpus
+into a database installed from A, copies it (`CREATE DATABASE ... TEMPLATE`: the same rows and
+index pages), upgrades the copy to B, and calls every function with the same claims on both,
+alternately (A then B, then B then A), as tenant `t0` through row-level security. With
+`--isolated N` the server holds N tenants with graphs of their own, `t0` among them. Every query
+runs once untimed on both first (pages read, plans made, rows compared). "Paired" is the median
+over the calls of B's time divided by the A call made next to it, steadier than a ratio of
+percentiles when other work loads the machine. A ratio above 1.05 is in bold.
+
+{chr(10).join(ab)}"""
 
 
 def plan_switch() -> str:
@@ -627,12 +734,10 @@ def plan_switch() -> str:
     return f"""\
 ## A search's plans do not depend on its caller (`benchmarks/plan_switch.py`)
 
-PL/pgSQL keeps each statement's plan for the session. Under PostgreSQL's default
-`plan_cache_mode` (`auto`) a statement is planned with the call's values five times; from the
-sixth call the plan cache may keep one generic plan, which knows neither the tenant nor how many
-rows a candidate list holds: with many tenants on the server, a tenant's rows look as few as the
-average tenant's. Every pgrag search function therefore sets its own plan cache mode (and a
-function that sets none runs with its caller's). The script calls each function ten times in a
+Under PostgreSQL's default `plan_cache_mode` (`auto`) PL/pgSQL may keep, from the sixth call of
+a session, one generic plan per statement, which knows neither the tenant nor how many rows a
+candidate list holds; every pgrag search function therefore sets its own plan cache mode
+([the idempotent tier's "Plans"](../sql/idempotent/README.md#plans)). This measures what that does. The script calls each function ten times in a
 row with the same arguments through one connection, as tenant `t0` through row-level security,
 on pgrag's SQL and, as a baseline of what the default does, on the SQL of `{base}` (a version in
 which only the vector functions set a mode) with the same rows. Tenant `t0` holds {d["documents"]} documents of
@@ -1099,6 +1204,7 @@ SECTIONS: list[Callable[[], str]] = [
     bm25_pruning,
     isolated_tenants,
     plan_switch,
+    versions_ab,
     filtered,
     cli,
     ingest,

@@ -29,6 +29,14 @@ ISSUE_WORDS = re.compile(
 # "#12" in prose (a heading's "#", an anchor such as "page.md#6-step" and code blocks are not).
 HASH_NUMBER = re.compile(r"(?<![\w/&#])#\d+\b")
 SHARED_FOLDER = re.compile(r"\.\./shared\b|/work/shared\b")
+# A link to a section of another Markdown file of the clone: [text](path.md#anchor).
+SECTION_LINK = re.compile(r"\]\(([^)#\s]+\.md)#([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.*)$", re.MULTILINE)
+
+
+def anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def prose_lines(text: str) -> list[tuple[int, str, bool]]:
@@ -90,3 +98,17 @@ def test_the_issue_check_catches_each_form_and_spares_ranks_in_examples(tmp_path
         "names an issue number ('#12')",
         "refers to a folder outside the clone ('../shared')",
     ]
+
+
+def test_every_link_to_a_section_of_another_document_finds_its_heading() -> None:
+    # The planning reasoning lives in one section that other documents link to by its anchor.
+    broken = []
+    for path in DOCS:
+        for m in SECTION_LINK.finditer(path.read_text(encoding="utf-8")):
+            target = (path.parent / m.group(1)).resolve()
+            if not target.is_file():
+                continue
+            headings = {anchor(h) for h in HEADING.findall(target.read_text(encoding="utf-8"))}
+            if m.group(2) not in headings:
+                broken.append(f"{path.relative_to(REPO)}: {m.group(0)}")
+    assert not broken, "\n".join(broken)
