@@ -75,9 +75,9 @@ from common import insert_ready_document, sql_versions  # noqa: E402
 from latency import CHUNKS_PER_DOC, EMBED_CHARS, embed_cached, load_scifact  # noqa: E402
 from sql_ab import sql_of_revision  # noqa: E402
 
-from pgrag.citus import SESSION_SETTINGS, _with_options, migrate_citus  # noqa: E402
 from pgrag.db import connect, set_request_tenant  # noqa: E402
-from pgrag.migrator import Migrator  # noqa: E402
+from pgrag.install.citus import SESSION_SETTINGS, _with_options, migrate_citus  # noqa: E402
+from pgrag.install.migrator import Migrator  # noqa: E402
 from pgrag.testing import create_database, drop_database, server  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "same_results.json"
