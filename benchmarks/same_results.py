@@ -76,7 +76,7 @@ from latency import CHUNKS_PER_DOC, EMBED_CHARS, embed_cached, load_scifact  # n
 from sql_ab import sql_of_revision  # noqa: E402
 
 from pgrag.db import connect, set_request_tenant  # noqa: E402
-from pgrag.install.citus import SESSION_SETTINGS, _with_options, migrate_citus  # noqa: E402
+from pgrag.install.citus import migrate_citus  # noqa: E402
 from pgrag.install.migrator import Migrator  # noqa: E402
 from pgrag.testing import create_database, drop_database, server  # noqa: E402
 
@@ -241,7 +241,7 @@ class Target:
 
     def install(self, root: Path) -> None:
         if self.citus:
-            Migrator(_with_options(self.dsn, *SESSION_SETTINGS), root=root, citus=True).migrate()
+            migrate_citus(self.dsn, root=root)
         else:
             Migrator(self.dsn, root=root).migrate()
 

@@ -25,6 +25,7 @@ Re-running with nothing new to apply is a no-op.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -62,13 +63,16 @@ def _check_citus(conn: psycopg.Connection[Any]) -> bool:
     return bool(row and row[0])
 
 
-def migrate_citus(dsn: str, dims: int | None = None, *, dry_run: bool = False) -> MigrateResult:
-    """Migrate as :meth:`Migrator.migrate`, then distribute pgrag's tables over Citus."""
+def migrate_citus(
+    dsn: str, dims: int | None = None, *, dry_run: bool = False, root: Path | None = None
+) -> MigrateResult:
+    """Migrate as :meth:`Migrator.migrate`, then distribute pgrag's tables over Citus; ``root``
+    as :class:`Migrator`'s (the SQL of another version, for benchmarks comparing two)."""
     with connect(dsn, autocommit=True) as conn:
         distributed = _check_citus(conn)
     settings = list(SESSION_SETTINGS)
     if distributed:
-        pending = Migrator(dsn, citus=True).migrate(dims, dry_run=True).applied
+        pending = Migrator(dsn, root=root, citus=True).migrate(dims, dry_run=True).applied
         incremental = [name for name in pending if name.startswith("incremental/")]
         if incremental:
             raise MigrationError(
@@ -78,4 +82,5 @@ def migrate_citus(dsn: str, dims: int | None = None, *, dry_run: bool = False) -
                 "Limits and known differences."
             )
         settings.extend(UPGRADE_SETTINGS)
-    return Migrator(_with_options(dsn, *settings), citus=True).migrate(dims, dry_run=dry_run)
+    migrator = Migrator(_with_options(dsn, *settings), root=root, citus=True)
+    return migrator.migrate(dims, dry_run=dry_run)
