@@ -284,7 +284,7 @@ def test_eval_folds_reports_the_cross_validated_choice(
     table = CliRunner().invoke(main, args, catch_exceptions=False)
     assert table.exit_code == 0, table.output
     assert "cross-validation: 3 folds of 1, 1, 1 queries" in table.output
-    assert "out-of-fold selection" in table.output and "optimism" in table.output
+    assert "out-of-fold choice" in table.output and "optimism" in table.output
 
 
 @pytest.mark.parametrize(

@@ -173,13 +173,17 @@ def _echo_cross_validation(cv: CrossValidation) -> None:
     sizes = ", ".join(str(len(f)) for f in cv.folds)
     click.echo(f"\ncross-validation: {n} folds of {sizes} queries (split by sha256 of query id)")
     click.echo(
-        f"{'nDCG@10 per fold':<24}" + "".join(f"{'fold ' + str(k + 1):>11}" for k in range(n))
+        f"{'nDCG@10 per fold':<24}" + "".join(f"{'fold ' + str(k + 1):>10} " for k in range(n))
     )
     for name, means in cv.fold_means.items():
-        click.echo(f"{name:<24}" + "".join(f"{v:>11.4f}" for v in means))
-    click.echo(f"{'chosen':<24}" + "".join(f"{c:>11}" for c in cv.chosen))
+        marks = ("*" if cv.chosen[k] == name else " " for k in range(n))
+        click.echo(
+            f"{name:<24}" + "".join(f"{v:>10.4f}{m}" for v, m in zip(means, marks, strict=True))
+        )
+    click.echo("* the fold's choice: the candidate with the best nDCG@10 on the other folds")
+    click.echo(f"{'':<24}" + "".join(f"{m:>11}" for m in METRIC_NAMES))
     figures = "".join(f"{cv.out_of_fold[m]:>11.4f}" for m in METRIC_NAMES)
-    click.echo(f"{'out-of-fold selection':<24}{figures}")
+    click.echo(f"{'out-of-fold choice':<24}{figures}")
     name, full = cv.best_full_test
     click.echo(
         f"best full-test nDCG@10 {full:.4f} ({name}); out-of-fold {cv.out_of_fold['ndcg@10']:.4f}; "
