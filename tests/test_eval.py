@@ -262,6 +262,13 @@ def test_a_tie_on_the_other_folds_goes_to_the_first_candidate_given() -> None:
     assert cross_validate({"b": same, "a": same}, 2).chosen == ["b", "b"]
 
 
+def test_a_single_candidate_reports_only_its_per_fold_means() -> None:
+    folds = assign_folds([f"q{i}" for i in range(4)], 2)
+    report = cross_validate({"only": per_query_values(folds, [0.5, 0.7])}, 2).as_dict()
+    assert report["fold_ndcg@10"] == {"only": [0.5, 0.7]}
+    assert "chosen" not in report and "out_of_fold" not in report
+
+
 def test_eval_folds_reports_the_cross_validated_choice(
     db: str, tiny: Path, local_embedder: Any
 ) -> None:

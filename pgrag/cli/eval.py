@@ -174,10 +174,13 @@ def _echo_cross_validation(cv: CrossValidation) -> None:
     click.echo(f"\ncross-validation: {n} folds of {sizes} queries (split by sha256 of query id)")
     folds = "".join(f"{'fold ' + str(k + 1):>10} " for k in range(n))
     click.echo(f"{'nDCG@10 per fold':<24}{folds}".rstrip())
+    single = len(cv.fold_means) == 1  # nothing to choose: the per-fold means alone
     for name, means in cv.fold_means.items():
-        marks = ("*" if cv.chosen[k] == name else " " for k in range(n))
+        marks = ("*" if cv.chosen[k] == name and not single else " " for k in range(n))
         cells = "".join(f"{v:>10.4f}{m}" for v, m in zip(means, marks, strict=True))
         click.echo(f"{name:<24}{cells}".rstrip())
+    if single:
+        return
     click.echo("* the fold's choice: the candidate with the best nDCG@10 on the other folds")
     click.echo(f"{'':<24}" + "".join(f"{m:>11}" for m in METRIC_NAMES))
     figures = "".join(f"{cv.out_of_fold[m]:>11.4f}" for m in METRIC_NAMES)

@@ -53,12 +53,18 @@ class CrossValidation:
         return self.best_full_test[1] - self.out_of_fold[SELECTION_METRIC]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        """The figures for ``--json``; with a single candidate only its per-fold means."""
+        folds = {
             "folds": len(self.folds),
             "split": "queries sorted by sha256 of their id, dealt round-robin",
-            "selection_metric": SELECTION_METRIC,
             "fold_sizes": [len(f) for f in self.folds],
             "fold_ndcg@10": {m: [round(v, 4) for v in vs] for m, vs in self.fold_means.items()},
+        }
+        if len(self.fold_means) == 1:
+            return folds
+        return {
+            **folds,
+            "selection_metric": SELECTION_METRIC,
             "chosen": self.chosen,
             "out_of_fold": {k: round(v, 4) for k, v in self.out_of_fold.items()},
             "best_full_test": {
