@@ -217,6 +217,13 @@ def main(argv: list[str] | None = None) -> int:
         help="session setting for every query (e.g. pgrag.exact_search_max_rows=0)",
     )
     parser.add_argument(
+        "--folds",
+        type=int,
+        metavar="N",
+        help="also cross-validate the choice among the hybrid modes run (the fusion candidates): "
+        "each of N query folds scores the one best on the other folds (as pgrag eval --folds)",
+    )
+    parser.add_argument(
         "--quality-only",
         action="store_true",
         help="skip the timed 10-row pass (latency then comes from the ranked pass)",
@@ -224,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     dataset = ev.load_beir(args.data, limit_queries=args.limit_queries)
+    if args.folds is not None:
+        ev.assign_folds(dataset.queries, args.folds)  # a bad N fails before any work
     tenant = args.tenant or f"beir-{dataset.name}"
     dsn = database_url(args.dsn)
     with connect(dsn) as conn:
@@ -255,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         conn.rollback()
         assert counts is not None
         jobs: list[tuple[str, Callable[[], ev.ModeResult]]] = []
+        fusion: list[str] = []  # the hybrid modes: candidates for the fusion default
         for spec in args.modes or ev.DEFAULT_EVAL_MODES:
             name, options = ev.parse_mode(spec)
+            if options.mode == "hybrid":
+                fusion.append(name)
             jobs.append(
                 (
                     name,
@@ -289,10 +301,12 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
         rankings: dict[str, dict[str, list[str]]] = {}
+        per_query: dict[str, dict[str, dict[str, float]]] = {}
         for name, job in jobs:
             started = time.perf_counter()
             result = job()
             rankings[name] = result.rankings
+            per_query[name] = result.per_query
             results[name] = result.as_dict()
             print(
                 f"{name}: nDCG@10 {results[name]['ndcg@10']:.4f}, "
@@ -305,6 +319,13 @@ def main(argv: list[str] | None = None) -> int:
         fused = python_rrf(rankings["keyword"], rankings["vector"])
         row = ev.ModeResult("", ev.metrics(dataset.qrels, fused), [], fused).as_dict()
         results["python RRF of keyword + vector documents"] = row
+
+    cross_validation = None
+    if args.folds is not None and fusion:
+        # Out-of-fold figures of choosing the fusion by nDCG@10 on the other folds: what the
+        # choice is worth on queries it was not made on (the full-test best is optimistic).
+        cv = ev.cross_validate({name: per_query[name] for name in fusion}, args.folds)
+        cross_validation = {"candidates": fusion, **cv.as_dict()}
 
     home = os.environ.get("PGRAG_HOME")
     command = (
@@ -330,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command,
         "git_head": git_head(),
         "modes": results,
+        **({"cross_validation": cross_validation} if cross_validation else {}),
         "reference_ndcg@10": REFERENCE,
         "targets": {k: {"ndcg@10": q, "latency_p50_ms": ms} for k, (q, ms) in TARGETS.items()},
     }
@@ -360,6 +382,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"target {mode}: nDCG@10 >= {quality} and p50 <= {p50} ms: "
                 f"{'met' if ok else 'MISSED'}"
             )
+    if cross_validation:
+        cv_row = cross_validation
+        print(
+            f"cross-validated fusion ({cv_row['folds']} folds): chosen {cv_row['chosen']}, "
+            f"out-of-fold nDCG@10 {cv_row['out_of_fold']['ndcg@10']:.4f} vs best full-test "
+            f"{cv_row['best_full_test']['ndcg@10']:.4f} ({cv_row['best_full_test']['mode']}), "
+            f"optimism {cv_row['optimism_ndcg@10']:+.4f}"
+        )
     print(f"written to {args.out}")
     return 0
 

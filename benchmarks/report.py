@@ -215,11 +215,51 @@ a warm-up, query embedding excluded.
 
 Bars: {"; ".join(bars)}. Earlier reference figures on this data (nDCG@10): {refs}.
 
+{beir_cross_validation(d)}
+
 **Disclosure:** the default vector weight 0.8 was chosen on these same 300 test queries; when it
 was chosen, vector weights from 0.5 to 0.9 scored within 0.01 of it. A new dataset may prefer other weights: tune
 with `pgrag eval DIR --mode hybrid:vector_weight=X` ([cli.md](cli.md)). The same figures for
 pgrag's modes come from `pgrag eval $PGRAG_SHARED_DIR/data/scifact --json`.
 """
+
+
+def beir_cross_validation(d: Json) -> str:
+    """The fusion choice cross-validated: full-test and per-fold nDCG@10 of each candidate, each
+    fold's choice and the out-of-fold figures (``beir.py --folds N``; in its own results file,
+    ``beir_folds.json``, when that run was a quality-only one)."""
+    if (RESULTS / "beir_folds.json").exists():
+        d = load("beir_folds.json")
+    cv = d.get("cross_validation")
+    if not cv:
+        return (
+            "**Cross-validated choice:** not in this run; `benchmarks/beir.py --folds 5` adds the "
+            "out-of-fold figures of choosing among the hybrid modes it runs."
+        )
+    n = cv["folds"]
+    header = ["candidate", "full test", *(f"fold {k + 1}" for k in range(n))]
+    rows = []
+    for name in cv["candidates"]:
+        folds = [
+            num(v, 4) + (" ✓" if cv["chosen"][k] == name else "")
+            for k, v in enumerate(cv["fold_ndcg@10"][name])
+        ]
+        rows.append([f"`{name}`", num(d["modes"][name]["ndcg@10"], 4), *folds])
+    oof = cv["out_of_fold"]
+    full = cv["best_full_test"]
+    sizes = ", ".join(str(x) for x in cv["fold_sizes"])
+    return f"""\
+**Cross-validated choice** on {d["dataset"]} ({n} folds of {sizes} queries, split by the SHA-256 of the query id,
+as `pgrag eval --folds {n}`): each fold scores the candidate with the best nDCG@10 on the other
+folds (✓). nDCG@10:
+
+{table(header, rows)}
+
+Out of fold, the choice scores nDCG@10 **{num(oof["ndcg@10"], 4)}** (recall@10
+{num(oof["recall@10"], 4)}, recall@100 {num(oof["recall@100"], 4)}, MRR@10 {num(oof["mrr@10"], 4)});
+the best full-test figure, `{full["mode"]}` at {num(full["ndcg@10"], 4)}, overstates what
+choosing on these queries is worth by {num(cv["optimism_ndcg@10"], 4)}. {provenance(d)}
+{source("beir_folds.json") if "beir_folds.json" in _read else ""}"""
 
 
 def relevance_floor() -> str:

@@ -15,6 +15,8 @@ from pgrag.cli import main
 from pgrag.errors import ConfigError
 from pgrag.eval import (
     BeirDataset,
+    assign_folds,
+    cross_validate,
     document_ranking,
     load_beir,
     metrics,
@@ -213,3 +215,95 @@ def test_eval_without_the_eval_extra_says_how_to_install_it(
         "Error: pgrag eval needs the eval extra (pytrec-eval-terrier): "
         "pip install 'pgrag-sql[eval]'.\n"
     )
+
+
+# -- choosing a mode by cross-validation --------------------------------------------------------
+
+
+def test_folds_are_deterministic_and_partition_the_queries() -> None:
+    qids = [f"q{i}" for i in range(7)]
+    folds = assign_folds(qids, 3)
+    # A hash of the id alone decides the split: pinned, so it is the same on every machine ...
+    assert folds == [["q4", "q3", "q1"], ["q5", "q6"], ["q0", "q2"]]
+    # ... and in whatever order the queries come.
+    assert assign_folds(list(reversed(qids)), 3) == folds
+    assert sorted(q for fold in folds for q in fold) == qids
+
+
+def per_query_values(folds: list[list[str]], ndcg_per_fold: list[float]) -> dict[str, Any]:
+    """Every query of fold k gets ``ndcg_per_fold[k]`` as nDCG@10 (and 1 - it as recall@10)."""
+    return {
+        q: {"ndcg@10": v, "recall@10": 1 - v, "recall@100": 1.0, "mrr@10": v}
+        for fold, v in zip(folds, ndcg_per_fold, strict=True)
+        for q in fold
+    }
+
+
+def test_each_fold_scores_the_candidate_best_on_the_other_folds() -> None:
+    folds = assign_folds([f"q{i}" for i in range(6)], 3)  # three folds of two queries
+    # "spiky" wins the full test on the strength of fold 1 alone; on every held-out fold the
+    # candidate chosen on the others is the worse one there, so the selection scores 0.
+    per_query = {
+        "spiky": per_query_values(folds, [1.0, 0.0, 0.0]),
+        "steady": per_query_values(folds, [0.0, 0.4, 0.4]),
+    }
+    cv = cross_validate(per_query, 3)
+    assert cv.folds == folds
+    assert cv.fold_means == {"spiky": [1.0, 0.0, 0.0], "steady": [0.0, 0.4, 0.4]}
+    assert cv.chosen == ["steady", "spiky", "spiky"]
+    assert cv.out_of_fold == {"ndcg@10": 0.0, "recall@10": 1.0, "recall@100": 1.0, "mrr@10": 0.0}
+    assert cv.best_full_test == ("spiky", pytest.approx(1 / 3))
+    assert cv.optimism == pytest.approx(1 / 3)
+
+
+def test_a_tie_on_the_other_folds_goes_to_the_first_candidate_given() -> None:
+    folds = assign_folds([f"q{i}" for i in range(4)], 2)
+    same = per_query_values(folds, [0.5, 0.7])
+    assert cross_validate({"b": same, "a": same}, 2).chosen == ["b", "b"]
+
+
+def test_a_single_candidate_reports_only_its_per_fold_means() -> None:
+    folds = assign_folds([f"q{i}" for i in range(4)], 2)
+    report = cross_validate({"only": per_query_values(folds, [0.5, 0.7])}, 2).as_dict()
+    assert report["fold_ndcg@10"] == {"only": [0.5, 0.7]}
+    assert "chosen" not in report and "out_of_fold" not in report
+
+
+def test_eval_folds_reports_the_cross_validated_choice(
+    db: str, tiny: Path, local_embedder: Any
+) -> None:
+    args = ["--dsn", db, "eval", str(tiny), "--mode", "keyword", "--mode", "vector", "--folds", "3"]
+    result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    cv = report["cross_validation"]
+    assert cv["folds"] == 3 and cv["fold_sizes"] == [1, 1, 1]
+    assert set(cv["fold_ndcg@10"]) == {"keyword", "vector"}
+    # One query per fold: each fold's nDCG@10 is that query's, and their mean the full test's.
+    for mode in ("keyword", "vector"):
+        assert sum(cv["fold_ndcg@10"][mode]) / 3 == pytest.approx(report[mode]["ndcg@10"], 1e-3)
+    assert all(choice in ("keyword", "vector") for choice in cv["chosen"])
+    assert set(cv["out_of_fold"]) == {"ndcg@10", "recall@10", "recall@100", "mrr@10"}
+    best = max(report[m]["ndcg@10"] for m in ("keyword", "vector"))
+    assert cv["best_full_test"]["ndcg@10"] == best
+    assert cv["optimism_ndcg@10"] == pytest.approx(best - cv["out_of_fold"]["ndcg@10"], abs=2e-4)
+
+    table = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert table.exit_code == 0, table.output
+    assert "cross-validation: 3 folds of 1, 1, 1 queries" in table.output
+    assert "out-of-fold choice" in table.output and "optimism" in table.output
+
+
+@pytest.mark.parametrize(
+    ("folds", "message"),
+    [
+        ("1", "Invalid value for '--folds': 1 is not in the range x>=2."),
+        ("4", "--folds 4: only 3 queries; use at most 3 folds."),
+    ],
+)
+def test_a_bad_number_of_folds_exits_2_with_one_line(tiny: Path, folds: str, message: str) -> None:
+    # A usage error before any work: the database is unreachable here.
+    args = ["--dsn", "postgresql://nobody@127.0.0.1:1/none", "eval", str(tiny), "--folds", folds]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert result.output == f"Error: {message} (see 'main eval --help')\n"

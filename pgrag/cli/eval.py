@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,6 +12,9 @@ from pgrag.cli.state import CliState
 from pgrag.db import connect, wait_for_replay
 from pgrag.query_cache import QueryEmbeddings
 from pgrag.search import query_embedder
+
+if TYPE_CHECKING:
+    from pgrag.eval import CrossValidation
 
 
 def _checked_modes(
@@ -58,6 +62,13 @@ def _checked_modes(
     help="Chunks fetched per query for the metrics (recall@100 needs at least 100).",
 )
 @click.option(
+    "--folds",
+    type=click.IntRange(min=2),
+    metavar="N",
+    help="Cross-validate: the modes given are candidates; each of N query folds scores the "
+    "one best (nDCG@10) on the other folds. Reports the out-of-fold figures.",
+)
+@click.option(
     "--no-ingest", is_flag=True, help="Skip the (incremental) ingest; the tenant already holds it."
 )
 @tenant_option(default=None, help_text="Tenant holding the corpus (default beir-<dataset name>).")
@@ -71,6 +82,7 @@ def evaluate(
     modes: tuple[str, ...],
     limit_queries: int | None,
     fetch: int,
+    folds: int | None,
     no_ingest: bool,
     tenant: str | None,
     progress: bool | None,
@@ -83,13 +95,24 @@ def evaluate(
     search call returning 10 rows, query embedding excluded. Query embeddings come from the
     query-embedding cache when an earlier run embedded them. With --read-dsn the ingest writes
     to --dsn and the searches run on the read DSN once it has replayed the ingest.
+
+    With --folds N the modes are candidates for a ranking default: the queries are split into
+    N folds (by a hash of their id: the same split on every run), each fold scores the
+    candidate best on the other folds, and the out-of-fold nDCG@10 says what choosing a
+    candidate is worth on queries it was not chosen on (the full-test best is optimistic).
     """
     from pgrag import eval as ev
+    from pgrag.errors import ConfigError
     from pgrag.progress import Progress, ProgressMode
 
     ev.trec_eval()  # the eval extra: before any work, say how to install it when it is missing
     dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
     parsed = [ev.parse_mode(spec) for spec in (modes or ev.DEFAULT_EVAL_MODES)]
+    if folds is not None:
+        try:  # before any work: more folds than queries is a usage error
+            ev.assign_folds(dataset.queries, folds)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from exc
     tenant = tenant or f"beir-{dataset.name}"
     mode: ProgressMode = "off" if progress is False or (as_json and not progress) else "auto"
     if no_ingest:
@@ -123,13 +146,47 @@ def evaluate(
                     fetch=fetch,
                     advance=bar.advance,
                 )
-    report = {name: result.as_dict() for name, result in results.items()}
+    report: dict[str, Any] = {name: result.as_dict() for name, result in results.items()}
+    cv = None
+    if folds is not None:
+        cv = ev.cross_validate({name: r.per_query for name, r in results.items()}, folds)
+        report["cross_validation"] = cv.as_dict()
     if as_json:
         echo_json(report)
         return
     click.echo(f"{dataset.name}: {len(dataset.corpus)} documents, {len(dataset.queries)} queries")
     header = f"{'mode':<24}" + "".join(f"{m:>11}" for m in ev.METRIC_NAMES) + "   p50 ms   p95 ms"
     click.echo(header)
-    for name, row in report.items():
+    for name in results:
+        row = report[name]
         figures = "".join(f"{row[m]:>11.4f}" for m in ev.METRIC_NAMES)
         click.echo(f"{name:<24}{figures}{row['latency_p50_ms']:>9.1f}{row['latency_p95_ms']:>9.1f}")
+    if cv is not None:
+        _echo_cross_validation(cv)
+
+
+def _echo_cross_validation(cv: CrossValidation) -> None:
+    """Per-fold nDCG@10 of each candidate, each fold's choice and the out-of-fold figures."""
+    from pgrag.eval import METRIC_NAMES
+
+    n = len(cv.folds)
+    sizes = ", ".join(str(len(f)) for f in cv.folds)
+    click.echo(f"\ncross-validation: {n} folds of {sizes} queries (split by sha256 of query id)")
+    folds = "".join(f"{'fold ' + str(k + 1):>10} " for k in range(n))
+    click.echo(f"{'nDCG@10 per fold':<24}{folds}".rstrip())
+    single = len(cv.fold_means) == 1  # nothing to choose: the per-fold means alone
+    for name, means in cv.fold_means.items():
+        marks = ("*" if cv.chosen[k] == name and not single else " " for k in range(n))
+        cells = "".join(f"{v:>10.4f}{m}" for v, m in zip(means, marks, strict=True))
+        click.echo(f"{name:<24}{cells}".rstrip())
+    if single:
+        return
+    click.echo("* the fold's choice: the candidate with the best nDCG@10 on the other folds")
+    click.echo(f"{'':<24}" + "".join(f"{m:>11}" for m in METRIC_NAMES))
+    figures = "".join(f"{cv.out_of_fold[m]:>11.4f}" for m in METRIC_NAMES)
+    click.echo(f"{'out-of-fold choice':<24}{figures}")
+    name, full = cv.best_full_test
+    click.echo(
+        f"best full-test nDCG@10 {full:.4f} ({name}); out-of-fold {cv.out_of_fold['ndcg@10']:.4f}; "
+        f"optimism {cv.optimism:+.4f}"
+    )

@@ -8,7 +8,15 @@ rankings (a document ranks at its best chunk); ``metrics`` scores the rankings w
 """
 
 from pgrag.eval.dataset import BeirDataset, load_beir, load_qrels
-from pgrag.eval.metrics import METRIC_NAMES, metrics, trec_eval, trec_run
+from pgrag.eval.folds import CrossValidation, assign_folds, cross_validate
+from pgrag.eval.metrics import (
+    METRIC_NAMES,
+    mean_metrics,
+    metrics,
+    per_query_metrics,
+    trec_eval,
+    trec_run,
+)
 from pgrag.eval.run import (
     DEFAULT_EVAL_MODES,
     DEFAULT_FETCH,
@@ -29,14 +37,19 @@ __all__ = [
     "EVAL_MODES",
     "METRIC_NAMES",
     "BeirDataset",
+    "CrossValidation",
     "ModeResult",
+    "assign_folds",
+    "cross_validate",
     "document_ranking",
     "embed_queries",
     "ingest_dataset",
     "load_beir",
     "load_qrels",
+    "mean_metrics",
     "metrics",
     "parse_mode",
+    "per_query_metrics",
     "run_mode",
     "trec_eval",
     "trec_run",

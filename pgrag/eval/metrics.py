@@ -6,6 +6,7 @@ production install: :func:`trec_eval` says in one line how to install it when it
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -36,8 +37,10 @@ def trec_run(
     return run
 
 
-def metrics(qrels: dict[str, dict[str, int]], rankings: dict[str, list[str]]) -> dict[str, float]:
-    """nDCG@10, recall@10, recall@100 and MRR@10 averaged over every judged query.
+def per_query_metrics(
+    qrels: dict[str, dict[str, int]], rankings: dict[str, list[str]]
+) -> dict[str, dict[str, float]]:
+    """nDCG@10, recall@10, recall@100 and MRR@10 of every judged query (query id -> name -> value).
 
     Computed by ``pytrec_eval``; a query with no result counts as 0 (trec_eval would skip it).
     """
@@ -51,10 +54,26 @@ def metrics(qrels: dict[str, dict[str, int]], rankings: dict[str, list[str]]) ->
     # MRR@10: reciprocal rank over the first 10 documents only.
     top10 = per_query({"recip_rank"}, trec_run(rankings, depth=10))
     names = {"ndcg@10": "ndcg_cut_10", "recall@10": "recall_10", "recall@100": "recall_100"}
-    n = len(qrels)
-    out = {
-        name: sum(full.get(qid, {}).get(key, 0.0) for qid in qrels) / n
-        for name, key in names.items()
-    }
-    out["mrr@10"] = sum(top10.get(qid, {}).get("recip_rank", 0.0) for qid in qrels) / n
+    out: dict[str, dict[str, float]] = {}
+    for qid in qrels:
+        row = {name: float(full.get(qid, {}).get(key, 0.0)) for name, key in names.items()}
+        row["mrr@10"] = float(top10.get(qid, {}).get("recip_rank", 0.0))
+        out[qid] = row
     return out
+
+
+def mean_metrics(
+    per_query: Mapping[str, Mapping[str, float]], qids: Iterable[str] | None = None
+) -> dict[str, float]:
+    """Each metric's mean over ``qids`` (default: every query of ``per_query``)."""
+    chosen = list(per_query) if qids is None else list(qids)
+    n = len(chosen)
+    return {name: sum(per_query[q][name] for q in chosen) / n for name in METRIC_NAMES}
+
+
+def metrics(qrels: dict[str, dict[str, int]], rankings: dict[str, list[str]]) -> dict[str, float]:
+    """nDCG@10, recall@10, recall@100 and MRR@10 averaged over every judged query.
+
+    Computed by ``pytrec_eval``; a query with no result counts as 0 (trec_eval would skip it).
+    """
+    return mean_metrics(per_query_metrics(qrels, rankings))

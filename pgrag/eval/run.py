@@ -18,7 +18,7 @@ import psycopg
 
 from pgrag.errors import ConfigError
 from pgrag.eval.dataset import BeirDataset
-from pgrag.eval.metrics import metrics
+from pgrag.eval.metrics import mean_metrics, per_query_metrics
 from pgrag.pipeline.embedders import Embedder
 from pgrag.progress import ProgressMode
 from pgrag.search import SearchHit, SearchOptions, search
@@ -92,6 +92,7 @@ class ModeResult:
     metrics: dict[str, float]
     latencies_ms: list[float]
     rankings: dict[str, list[str]] = field(repr=False)
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         lat = np.asarray(self.latencies_ms, dtype=float)
@@ -159,7 +160,8 @@ def run_mode(
             latencies.append(one(qid, latency_k)[1])
             if advance:
                 advance()
-    return ModeResult(mode, metrics(dataset.qrels, rankings), latencies, rankings)
+    per_query = per_query_metrics(dataset.qrels, rankings)  # once: folds re-weigh these
+    return ModeResult(mode, mean_metrics(per_query), latencies, rankings, per_query)
 
 
 def ingest_dataset(
