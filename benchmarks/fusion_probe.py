@@ -47,7 +47,9 @@ FETCH = 100  # chunks per query, as pgrag eval fetches for the metrics
 Candidates = dict[str, Any]  # one query's dump
 
 
-# -- the dump: the SQL arms' candidates, once ---------------------------------------------------
+# -- the dump: the SQL arms' candidates, once ----------------------------------------------------
+# (BM25 lengths and tf from the postings; every candidate's cosine similarity, also of those the
+# vector arm did not return)
 
 
 def dump(dsn: str, dataset: ev.BeirDataset, tenant: str, count: int) -> dict[str, Candidates]:
@@ -88,8 +90,10 @@ def dump(dsn: str, dataset: ev.BeirDataset, tenant: str, count: int) -> dict[str
                 rows = conn.execute(
                     """
                     select ch.id, d.source_uri, ch.chunk_index,
-                           (select coalesce(sum(pg_catalog.array_length(u.positions, 1)), 0)
-                            from pg_catalog.unnest(ch.fts) as u),
+                           (select p.doc_len from pgrag.bm25_postings as p
+                            where p.tenant_id = ch.tenant_id and p.chunk_id = ch.id
+                              and p.lexeme = (select u.lexeme from pg_catalog.unnest(ch.fts) as u
+                                              limit 1)),
                            (select pg_catalog.jsonb_object_agg(p.lexeme, p.tf)
                             from pgrag.bm25_postings as p
                             where p.tenant_id = ch.tenant_id and p.chunk_id = ch.id
@@ -101,7 +105,8 @@ def dump(dsn: str, dataset: ev.BeirDataset, tenant: str, count: int) -> dict[str
                             where u.lexeme = any(%s::text[])),
                            (select coalesce(sum(pg_catalog.array_length(u.positions, 1)), 0)
                             from pg_catalog.unnest(pg_catalog.to_tsvector(%s::regconfig,
-                                                   coalesce(d.title, ''))) as u)
+                                                   coalesce(d.title, ''))) as u),
+                           1 - (ch.embedding operator(public.<=>) %s)
                     from pgrag.chunks as ch
                     join pgrag.documents as d on d.tenant_id = ch.tenant_id
                                              and d.id = ch.document_id
@@ -112,6 +117,7 @@ def dump(dsn: str, dataset: ev.BeirDataset, tenant: str, count: int) -> dict[str
                         terms[3] if terms else "english",
                         lexemes,
                         terms[3] if terms else "english",
+                        embeddings[qid],
                         ids,
                     ),
                 ).fetchall()
@@ -129,6 +135,7 @@ def dump(dsn: str, dataset: ev.BeirDataset, tenant: str, count: int) -> dict[str
                         "tf": r[4] or {},
                         "title_tf": r[5] or {},
                         "title_len": r[6],
+                        "similarity": r[7],
                     }
                     for r in rows
                 },
@@ -141,36 +148,32 @@ def dump(dsn: str, dataset: ev.BeirDataset, tenant: str, count: int) -> dict[str
 ArmScores = dict[int, float]
 
 
-def minmax(scores: ArmScores) -> ArmScores:
+def minmax(scores: ArmScores) -> Callable[[float], float]:
     """Today's normalisation (pgrag.fused_candidates): (s - min) / (max - min) over the arm."""
-    if not scores:
-        return {}
     lo, hi = min(scores.values()), max(scores.values())
-    return {c: (s - lo) / (hi - lo) if hi > lo else 1.0 for c, s in scores.items()}
+    return lambda s: (s - lo) / (hi - lo) if hi > lo else 1.0
 
 
-def zscore(scores: ArmScores) -> ArmScores:
+def _mean_sd(scores: ArmScores) -> tuple[float, float]:
+    vals = list(scores.values())
+    mean = sum(vals) / len(vals)
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in vals) / len(vals))
+
+
+def zscore(scores: ArmScores) -> Callable[[float], float]:
     """(s - mean) / population standard deviation over the arm's candidates."""
-    if not scores:
-        return {}
-    vals = list(scores.values())
-    mean = sum(vals) / len(vals)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in vals) / len(vals))
-    return {c: (s - mean) / sd if sd > 0 else 0.0 for c, s in scores.items()}
+    mean, sd = _mean_sd(scores)
+    return lambda s: (s - mean) / sd if sd > 0 else 0.0
 
 
-def dbsf(scores: ArmScores) -> ArmScores:
+def dbsf(scores: ArmScores) -> Callable[[float], float]:
     """Distribution-based score fusion: min-max between mean - 3 sd and mean + 3 sd."""
-    if not scores:
-        return {}
-    vals = list(scores.values())
-    mean = sum(vals) / len(vals)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in vals) / len(vals))
+    mean, sd = _mean_sd(scores)
     lo, hi = mean - 3 * sd, mean + 3 * sd
-    return {c: (s - lo) / (hi - lo) if hi > lo else 1.0 for c, s in scores.items()}
+    return lambda s: (s - lo) / (hi - lo) if hi > lo else 1.0
 
 
-NORMS: dict[str, Callable[[ArmScores], ArmScores]] = {
+NORMS: dict[str, Callable[[ArmScores], Callable[[float], float]]] = {
     "minmax": minmax,
     "zscore": zscore,
     "dbsf": dbsf,
@@ -178,14 +181,41 @@ NORMS: dict[str, Callable[[ArmScores], ArmScores]] = {
 
 
 def fuse_scores(
-    vec: ArmScores, kw: ArmScores, norm: str, vw: float, kwt: float, missing: str = "zero"
+    vec: ArmScores,
+    kw: ArmScores,
+    norm: str,
+    vw: float,
+    kwt: float,
+    missing: str = "zero",
+    full: tuple[ArmScores, ArmScores] | None = None,
 ) -> dict[int, float]:
-    """Weighted sum of the normalised arm scores; a chunk one arm missed gets 0 from it
-    (``missing="zero"``, as today) or that arm's lowest normalised score (``"floor"``)."""
-    nv, nk = NORMS[norm](vec), NORMS[norm](kw)
-    fv = min(nv.values()) if missing == "floor" and nv else 0.0
-    fk = min(nk.values()) if missing == "floor" and nk else 0.0
-    return {c: vw * nv.get(c, fv) + kwt * nk.get(c, fk) for c in set(nv) | set(nk)}
+    """Weighted sum of the arm scores, each normalised by its own candidates' statistics. A
+    chunk one arm missed gets 0 from it (``missing="zero"``, as today), that arm's lowest
+    normalised score (``"floor"``), or with ``full`` (every candidate's cosine similarity and
+    BM25 score) its real score in that arm, normalised alike (``"fill"``)."""
+    out: dict[int, float] = {}
+    parts = []
+    for arm, w, everyone in (
+        (vec, vw, full[0] if full else {}),
+        (kw, kwt, full[1] if full else {}),
+    ):
+        if not arm:
+            parts.append((arm, w, None, 0.0, everyone))
+            continue
+        t = NORMS[norm](arm)
+        floor = min(t(s) for s in arm.values()) if missing == "floor" else 0.0
+        parts.append((arm, w, t, floor, everyone))
+    for c in set(vec) | set(kw):
+        total = 0.0
+        for arm, w, t, floor, everyone in parts:
+            if c in arm and t is not None:
+                total += w * t(arm[c])
+            elif missing == "fill" and t is not None and c in everyone:
+                total += w * t(everyone[c])
+            else:
+                total += w * floor
+        out[c] = total
+    return out
 
 
 def rrf_scores(vec: ArmScores, kw: ArmScores, k: float, vw: float, kwt: float) -> dict[int, float]:
@@ -200,15 +230,15 @@ def rrf_scores(vec: ArmScores, kw: ArmScores, k: float, vw: float, kwt: float) -
 def bm25f(
     q: Candidates, title_weight: float, k1: float = 1.5, b: float = 0.75, field: bool = False
 ) -> ArmScores:
-    """BM25 of the keyword candidates with the document title counted ``title_weight`` times
+    """BM25 of every dumped candidate with the document title counted ``title_weight`` times
     in every chunk of the document (tf + (w - 1) * title tf; the length likewise); w = 1 is
     the arm's own score (k1 1.5, b 0.75). With ``field`` the title is a field of weight w of
     every chunk: the first chunk (whose text starts with the title) adds w - 1 copies, the
-    others w. IDF and avgdl stay the corpus'; only the arm's candidates are re-scored."""
+    others w. IDF and avgdl stay the corpus'."""
     out: ArmScores = {}
     avgdl = q["avgdl"] or 1.0
-    for cid, _ in q["keyword"]:
-        ch = q["chunks"][str(cid)]
+    for key, ch in q["chunks"].items():
+        cid = int(key)
         extra = title_weight - (1.0 if not field or ch["index"] == 0 else 0.0)
         dl = ch["len"] + extra * ch["title_len"]
         s = 0.0
@@ -262,6 +292,10 @@ def variants() -> dict[str, dict[str, dict[str, Any]]]:
     fam["zscore, missing arm at its floor, vector_weight grid"] = {
         f"zscore-floor vw={w}": {"norm": "zscore", "vw": w, "missing": "floor"} for w in weights
     }
+    for norm in NORMS:
+        fam[f"{norm}, missing arm filled with its real score, vector_weight grid"] = {
+            f"{norm}-fill vw={w}": {"norm": norm, "vw": w, "missing": "fill"} for w in weights
+        }
     fam["rrf, k grid"] = {f"rrf k={k}": {"rrf": k} for k in (10, 20, 40, 60, 100)}
     fam["minmax 0.8, document aggregation"] = {
         f"minmax vw=0.8 {a}": {"norm": "minmax", "vw": 0.8, "agg": a}
@@ -305,9 +339,20 @@ def variants() -> dict[str, dict[str, dict[str, Any]]]:
         for w in weights
         for t in (1.0, 1.5, 2.0, 3.0)
     }
+    # Switching the default: today's fusion or one alternative, chosen on four folds.
+    for name, spec in (
+        ("zscore vw=0.8", {"norm": "zscore", "vw": 0.8}),
+        ("zscore vw=1.0", {"norm": "zscore", "vw": 1.0}),
+        ("zscore vw=1.2", {"norm": "zscore", "vw": 1.2}),
+        ("dbsf vw=0.8", {"norm": "dbsf", "vw": 0.8}),
+    ):
+        fam[f"default switch: today or {name}"] = {
+            "minmax vw=0.8": {"norm": "minmax", "vw": 0.8},
+            name: spec,
+        }
     everything: dict[str, dict[str, Any]] = {}
     for name, members in fam.items():
-        if name.startswith("keyword"):
+        if name.startswith(("keyword", "default switch")):
             continue
         everything.update(members)
     fam["every hybrid variant above"] = everything
@@ -321,19 +366,26 @@ def ranking(q: Candidates, spec: Mapping[str, Any]) -> list[str]:
     vec = {c: s for c, s in q["vector"]}
     kw = {c: s for c, s in q["keyword"]}
     if spec.get("field") or any(spec.get(p, d) != d for p, d in BM25_DEFAULTS.items()):
-        kw = bm25f(
+        rescored = bm25f(
             q,
             spec.get("title", 1.0),
             spec.get("k1", 1.5),
             spec.get("b", 0.75),
             spec.get("field", False),
         )
+        kw = {c: rescored[c] for c in kw}  # the arm's candidates, re-scored
     if spec.get("keyword_only"):
         scores: Mapping[int, float] = kw
     elif "rrf" in spec:
         scores = rrf_scores(vec, kw, spec["rrf"], 1.0, 1.0)
     else:
-        scores = fuse_scores(vec, kw, spec["norm"], spec["vw"], 1.0, spec.get("missing", "zero"))
+        full = None
+        if spec.get("missing") == "fill":
+            sims = {int(c): ch["similarity"] for c, ch in q["chunks"].items()}
+            full = (sims, bm25f(q, 1.0))
+        scores = fuse_scores(
+            vec, kw, spec["norm"], spec["vw"], 1.0, spec.get("missing", "zero"), full
+        )
     return doc_ranking(q, scores, spec.get("agg", "max"))
 
 
