@@ -2,19 +2,24 @@
 
 Two steps:
 
-* ``--dump FILE``: for every test query, each arm's candidates as pgrag's SQL arms return them
-  (``pgrag.vector_candidates`` and ``pgrag.keyword_candidates``, ``--candidates`` each, what
-  ``hybrid_search`` fuses for 100 rows), with each chunk's document and, for the BM25F probe,
-  the query lexemes' term frequencies in the chunk and in its document's title.
-* then (always): every variant re-ranks those candidates offline, the chunk ranking is folded
-  into documents as ``pgrag eval`` does (a document at its best chunk), and the choice among
-  the variants of each family is cross-validated (5 folds, ``pgrag.eval.folds``): picked on
-  four folds, scored on the fifth. The full-test figure of a variant is reported beside its
-  family's out-of-fold figure; only the latter says what a choice is worth.
+* ``--dump FILE`` (when FILE does not exist yet): for every test query, each arm's candidates
+  as pgrag's SQL arms return them (``pgrag.vector_candidates`` and ``pgrag.keyword_candidates``,
+  ``--candidates`` each, what ``hybrid_search`` fuses for 100 rows), with each chunk's
+  document, cosine similarity, BM25 length and the query lexemes' term frequencies in the chunk
+  and in its document's title.
+* then: every variant re-ranks those candidates offline, the chunk ranking is folded into
+  documents as ``pgrag eval`` does (a document at its best chunk), and the choice among the
+  variants of each family is cross-validated (5 folds, ``pgrag.eval.folds``): picked on four
+  folds, scored on the fifth. The full-test figure of a variant is reported beside its family's
+  out-of-fold figure; only the latter says what a choice is worth. The alternatives that beat
+  today's default on the full test are also compared with it query by query (a paired
+  randomisation test).
 
 The re-ranking here is a model of the SQL (``pgrag.fused_candidates``), checked by
-reproducing today's default from the same candidates: the ``weighted`` row must equal the
-``hybrid`` row of ``benchmarks/beir.py``. What wins is then built in SQL and measured there.
+reproducing both SQL figures from the same candidates: today's default must equal the
+``hybrid`` row of ``benchmarks/results/beir_folds.json`` and the BM25 model its ``keyword`` row
+(written into the results as ``reproduces_beir_folds_ndcg@10``). What wins is then built in SQL
+and measured there.
 
     PGRAG_HOME=/tmp/fusion-home .venv/bin/python benchmarks/fusion_probe.py \\
         --dump /tmp/scifact-candidates.json.gz
@@ -27,6 +32,7 @@ import gzip
 import json
 import math
 import os
+import random
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -339,6 +345,28 @@ def variants() -> dict[str, dict[str, dict[str, Any]]]:
         for w in weights
         for t in (1.0, 1.5, 2.0, 3.0)
     }
+    # Candidates per arm: hybrid_search fetches greatest(4 x match_count, 40) per arm, so an
+    # application asking for 10 rows fuses 40, and the evaluation (100 rows) 400.
+    for norm, w in (("minmax", 0.8), ("zscore", 0.8)):
+        fam[f"{norm} {w}, candidates per arm"] = {
+            f"{norm} vw={w} candidates={n}": {"norm": norm, "vw": w, "candidates": n}
+            for n in (40, 100, 200, 400)
+        }
+    at40 = {"candidates": 40}
+    fam["minmax, vector_weight grid, 40 candidates per arm"] = {
+        f"minmax vw={w} candidates=40": {"norm": "minmax", "vw": w, **at40} for w in weights
+    }
+    fam["zscore, vector_weight grid, 40 candidates per arm"] = {
+        f"zscore vw={w} candidates=40": {"norm": "zscore", "vw": w, **at40} for w in weights
+    }
+    fam["minmax or zscore, vector_weight grids, 40 candidates per arm"] = {
+        **fam["minmax, vector_weight grid, 40 candidates per arm"],
+        **fam["zscore, vector_weight grid, 40 candidates per arm"],
+    }
+    fam["default switch, 40 candidates per arm: today or zscore vw=0.8"] = {
+        "minmax vw=0.8 candidates=40": {"norm": "minmax", "vw": 0.8, **at40},
+        "zscore vw=0.8 candidates=40": {"norm": "zscore", "vw": 0.8, **at40},
+    }
     # Switching the default: today's fusion or one alternative, chosen on four folds.
     for name, spec in (
         ("zscore vw=0.8", {"norm": "zscore", "vw": 0.8}),
@@ -352,7 +380,7 @@ def variants() -> dict[str, dict[str, dict[str, Any]]]:
         }
     everything: dict[str, dict[str, Any]] = {}
     for name, members in fam.items():
-        if name.startswith(("keyword", "default switch")):
+        if name.startswith(("keyword", "default switch")) or "40 candidates" in name:
             continue
         everything.update(members)
     fam["every hybrid variant above"] = everything
@@ -363,8 +391,9 @@ BM25_DEFAULTS = {"title": 1.0, "k1": 1.5, "b": 0.75}
 
 
 def ranking(q: Candidates, spec: Mapping[str, Any]) -> list[str]:
-    vec = {c: s for c, s in q["vector"]}
-    kw = {c: s for c, s in q["keyword"]}
+    n = spec.get("candidates", len(q["vector"]) + len(q["keyword"]))
+    vec = {c: s for c, s in q["vector"][:n]}
+    kw = {c: s for c, s in q["keyword"][:n]}
     if spec.get("field") or any(spec.get(p, d) != d for p, d in BM25_DEFAULTS.items()):
         rescored = bm25f(
             q,
@@ -415,7 +444,42 @@ def evaluate(
             row["out_of_fold_ndcg@10"] = round(cv.out_of_fold["ndcg@10"], 4)
         families[family] = row
         print(f"{family}: OOF {row['out_of_fold_ndcg@10']:.4f}", file=sys.stderr)
-    return families
+    paired = {
+        f"{other} vs {base}": sign_flip(cache[base], cache[other])
+        for base, others in PAIRED.items()
+        for other in others
+    }
+    return {"families": families, "paired_against_today": paired}
+
+
+# Today's default (400 candidates: the evaluation's 100 rows; 40: an application's 10 rows)
+# against the alternatives that beat it on the full test.
+PAIRED = {
+    "minmax vw=0.8": ["zscore vw=0.8", "zscore vw=1.2", "zscore-floor vw=0.8"],
+    "minmax vw=0.8 candidates=40": ["zscore vw=0.8 candidates=40", "zscore vw=0.9 candidates=40"],
+}
+
+
+def sign_flip(
+    base: Mapping[str, Mapping[str, float]],
+    other: Mapping[str, Mapping[str, float]],
+    rounds: int = 10000,
+) -> dict[str, float]:
+    """Paired randomisation test of the mean nDCG@10 difference over the queries (each query's
+    difference kept or negated at random, seeded): the share of rounds at least as far from 0."""
+    diffs = [other[q]["ndcg@10"] - base[q]["ndcg@10"] for q in base]
+    observed = sum(diffs) / len(diffs)
+    rnd = random.Random(0)
+    extreme = sum(
+        abs(sum(d if rnd.random() < 0.5 else -d for d in diffs)) / len(diffs) >= abs(observed)
+        for _ in range(rounds)
+    )
+    return {
+        "mean_difference": round(observed, 4),
+        "p_value": round(extreme / rounds, 3),
+        "queries_better": sum(d > 0 for d in diffs),
+        "queries_worse": sum(d < 0 for d in diffs),
+    }
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -437,7 +501,8 @@ def main(argv: Iterable[str] | None = None) -> int:
             json.dump(cands, f)
     with gzip.open(args.dump, "rt") as f:
         cands = json.load(f)
-    families = evaluate(dataset, cands, args.folds)
+    evaluated = evaluate(dataset, cands, args.folds)
+    families = evaluated["families"]
     # The model of the SQL checked against it: the same figures as beir.py's SQL runs.
     sql_rows = json.loads((ROOT / "benchmarks" / "results" / "beir_folds.json").read_text())
     reproduces = {
@@ -466,6 +531,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "reproduces_beir_folds_ndcg@10": reproduces,
         "families": families,
+        "paired_against_today": evaluated["paired_against_today"],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
