@@ -320,8 +320,63 @@ def test_weighted_fusion_follows_the_weights(seeded: dict[str, list[int]], as_te
 
 
 def test_unknown_fusion_is_refused(seeded: dict[str, list[int]], as_tenant: Any) -> None:
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="rrf"):
+    with pytest.raises(
+        psycopg.errors.InvalidParameterValue, match="use 'weighted', 'zscore' or 'rrf'"
+    ):
         as_tenant("hybrid_search", query_text="x", query_embedding="x", fusion="borda")
+
+
+def standardised(scores: Sequence[float]) -> list[float]:
+    """Each score minus their mean, divided by their population standard deviation."""
+    mean = sum(scores) / len(scores)
+    sd = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5
+    return [(s - mean) / sd for s in scores]
+
+
+def test_zscore_fusion_scores_the_weighted_sum_of_each_arms_standardised_scores(
+    seeded: dict[str, list[int]], as_tenant: Any
+) -> None:
+    query = "ERR-4471 payment error or I lost my password"
+    # Each arm fetches candidate_count candidates: those vector_search and keyword_search return.
+    vec = as_tenant("vector_search", query_embedding=query, match_count=5)
+    kw = as_tenant("keyword_search", query_text=query, match_count=5)
+    expected: dict[int, float] = {}
+    for arm, column, weight in ((vec, "similarity", 0.5), (kw, "score", 2.0)):
+        assert len(arm) >= 2
+        for r, z in zip(arm, standardised([r[column] for r in arm]), strict=True):
+            expected[r["chunk_id"]] = expected.get(r["chunk_id"], 0.0) + weight * z
+    rows = as_tenant(
+        "hybrid_search",
+        query_text=query,
+        query_embedding=query,
+        fusion="zscore",
+        vector_weight=0.5,
+        keyword_weight=2.0,
+        candidate_count=5,
+        match_count=5,
+    )
+
+    assert ids_of(rows) == sorted(expected, key=lambda c: -expected[c])[:5]
+    assert [r["score"] for r in rows] == pytest.approx([expected[c] for c in ids_of(rows)])
+    assert rows[0]["chunk_id"] == seeded["Payment errors"][0]
+
+
+def test_zscore_fusion_of_arms_without_spread_ties_at_zero_broken_by_vector_rank(
+    seeded: dict[str, list[int]], as_tenant: Any
+) -> None:
+    # match_count 1: one candidate per arm, so neither arm has a spread to standardise by.
+    # Both score 0 and the tie goes to the vector arm's hit, the same at every call (the
+    # weighted fusion gives each its full weight, so the keyword arm's hit wins there).
+    query = "ERR-4471 or I lost my password"
+    args = {"query_text": query, "query_embedding": query, "candidate_count": 1, "match_count": 1}
+    rows = as_tenant("hybrid_search", fusion="zscore", **args)
+    weighted = as_tenant("hybrid_search", fusion="weighted", **args)
+
+    assert [(r["chunk_id"], r["score"], r["vector_rank"]) for r in rows] == [
+        (seeded["Account recovery"][0], 0.0, 1)
+    ]
+    assert ids_of(weighted) == [seeded["Payment errors"][0]]
+    assert as_tenant("hybrid_search", fusion="zscore", **args) == rows
 
 
 def test_documents_not_ready_are_never_searched(

@@ -1070,7 +1070,7 @@ def widest_examples(corpus: Corpus, fn: Function) -> list[dict[str, Any]]:
         return []  # an argument this example cannot fill: the generated examples cover it
     out = [base]
     if "fusion" in names:
-        out.append({**base, "fusion": "rrf"})
+        out.extend({**base, "fusion": fusion} for fusion in ("rrf", "zscore"))
     if "mmr_lambda" in names:
         out.append({**base, "mmr_lambda": 0.5})
     return out

@@ -1,7 +1,8 @@
 -- Fusion, MMR and windows: from the two arms' candidates to ranked results and merged windows.
--- Contract. Provides: pgrag.fused_candidates (RRF or weighted fusion, min_score, MMR),
---   pgrag.mmr_order and pgrag.windows (hits expanded to neighbouring chunks, merged) with its
---   lookup of the hits' tenants for a caller without one, pgrag.window_hits_unfenced. Relies on:
+-- Contract. Provides: pgrag.fused_candidates (weighted min-max, z-score or RRF fusion,
+--   min_score, MMR), pgrag.mmr_order and pgrag.windows (hits expanded to neighbouring chunks,
+--   merged) with its lookup of the hits' tenants for a caller without one,
+--   pgrag.window_hits_unfenced. Relies on:
 --   the arms (022-vector-arm.sql, 025-keyword-arm.sql), argument checks and
 --   pgrag.current_tenant_id (001-helpers.sql). Callers: the public API (027-api.sql), as the
 --   calling role.
@@ -141,9 +142,9 @@ declare
         coalesce(pgrag.check_argument('candidate_count', candidate_count, 1, 1000, true), 40),
         v_select, 1);
 begin
-    if v_fusion not in ('rrf', 'weighted') then
-        raise exception 'unknown fusion %: use ''rrf'' or ''weighted''', pg_catalog.left(fusion, 100)
-            using errcode = '22023';
+    if v_fusion not in ('rrf', 'weighted', 'zscore') then
+        raise exception 'unknown fusion %: use ''weighted'', ''zscore'' or ''rrf''',
+            pg_catalog.left(fusion, 100) using errcode = '22023';
     end if;
     -- A similarity floor: any number but NaN (above 1 nothing passes, below -1 everything).
     perform pgrag.check_argument('min_score', min_score, '-Infinity', 'Infinity');
@@ -173,10 +174,14 @@ begin
                v.r as vr, v.s as vs, k.r as kr, k.s as ks
         from v full join k on k.tenant_id = v.tenant_id and k.chunk_id = v.chunk_id
     ),
-    -- Materialised: computed once, never re-run for each candidate by a nested loop (quadratic).
+    -- Each arm's score statistics over its own candidates (a null score is a chunk the arm did
+    -- not return). Materialised: computed once, never re-run for each candidate by a nested
+    -- loop (quadratic).
     mm as materialized (
         select pg_catalog.min(f.vs) as vmin, pg_catalog.max(f.vs) as vmax,
-               pg_catalog.min(f.ks) as kmin, pg_catalog.max(f.ks) as kmax
+               pg_catalog.avg(f.vs) as vmean, pg_catalog.stddev_pop(f.vs) as vsd,
+               pg_catalog.min(f.ks) as kmin, pg_catalog.max(f.ks) as kmax,
+               pg_catalog.avg(f.ks) as kmean, pg_catalog.stddev_pop(f.ks) as ksd
         from f
     ),
     scored as (
@@ -185,6 +190,13 @@ begin
                f.kr, f.ks,
                case when v_fusion = 'rrf' then
                    coalesce(v_vw / (v_rrf_k + f.vr), 0) + coalesce(v_kw / (v_rrf_k + f.kr), 0)
+               -- z-scores: an arm adds nothing for a chunk it did not return, nor when all its
+               -- candidates score alike (no spread to standardise by).
+               when v_fusion = 'zscore' then
+                   case when mm.vsd > 0 then coalesce(v_vw * (f.vs - mm.vmean) / mm.vsd, 0)
+                        else 0 end
+                   + case when mm.ksd > 0 then coalesce(v_kw * (f.ks - mm.kmean) / mm.ksd, 0)
+                          else 0 end
                else
                    case when f.vs is null then 0
                         when mm.vmax > mm.vmin then v_vw * (f.vs - mm.vmin) / (mm.vmax - mm.vmin)
@@ -229,7 +241,7 @@ begin
 end
 $$;
 comment on function pgrag.fused_candidates(text, @extschema:vector@.vector, integer, integer, text, integer, double precision, double precision, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Hybrid candidates: both arms (greatest(candidate_count, select_count) each, at most 2,000; filters inside), fused by RRF or weighted min-max scores, min_score as a cosine-similarity floor, optionally re-ordered by MMR (at most 500 picks from the best 1,000); select_count rows, best first. Arguments outside their limits (docs/security.md) raise SQLSTATE 22023.';
+'Hybrid candidates: both arms (greatest(candidate_count, select_count) each, at most 2,000; filters inside), fused by weighted min-max scores (weighted), weighted z-scores (zscore: each arm standardised by the mean and population standard deviation of its candidates'' scores) or RRF (rrf), min_score as a cosine-similarity floor, optionally re-ordered by MMR (at most 500 picks from the best 1,000); select_count rows, best first. Arguments outside their limits (docs/security.md) raise SQLSTATE 22023.';
 
 -- The hits' tenants for a caller without one: pgrag.windows' lookup, by chunk id among every
 -- tenant's chunks the caller may see, planned at every call so that the condition left out for
