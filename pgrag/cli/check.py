@@ -8,6 +8,7 @@ result (docs/cli.md, "Checked answers").
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,13 @@ class CheckRequest:
         chosen = self.checker if self.checker != AUTO else ("llm" if chat else "local")
         checker: Checker = "llm" if chosen == "llm" else "local"
         return CheckOptions(checker, self.min_confidence, self.min_support, self.judge_model)
+
+
+def _a_number(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """Refuse NaN, which no similarity is at least."""
+    if math.isnan(value):
+        raise click.BadParameter("must be a number, not NaN.")
+    return value
 
 
 def check_options(func: F) -> F:
@@ -88,6 +96,7 @@ def check_options(func: F) -> F:
         click.option(
             "--min-support",
             type=float,
+            callback=_a_number,
             default=DEFAULT_MIN_SUPPORT,
             show_default=True,
             help="--check local: the similarity of a sentence to its cited source at which "
