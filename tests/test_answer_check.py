@@ -406,3 +406,29 @@ def test_a_cross_encoder_returning_too_few_scores_is_one_line(local_embedder: An
             embedder=local_embedder,
             scorer=Short(),
         )
+
+
+def test_a_refusal_needs_no_citation(corpus: str) -> None:
+    refusal = "The sources do not contain enough information to answer."
+    result = ask(corpus, answer=refusal)
+    assert result.exit_code == 0, result.output
+    assert "Check: 0 of 0 sentences supported, confidence 1.00 (local," in result.output
+
+
+def test_a_nan_min_support_is_a_usage_error(corpus: str) -> None:
+    result = ask(corpus, "--min-support", "nan", answer=FAITHFUL)
+    assert result.exit_code == 2
+    assert "not NaN" in result.output
+
+
+def test_a_judge_finding_an_unmatched_claim_is_shown_below_min_confidence_0(
+    corpus: str, openai_chat: Chat
+) -> None:
+    judged = json.dumps(
+        {"faithful": False, "unsupported_claims": ["Widgets are blue."], "confidence": 0.7}
+    )
+    openai_chat(FAITHFUL, judged)
+    result = ask(corpus, "--check", "llm", "--min-confidence", "0")
+    assert result.exit_code == 0, result.output
+    assert "Check: 2 of 2 sentences supported, confidence 0.00 (llm," in result.output
+    assert "  the judge found the answer unfaithful: 'Widgets are blue.'" in result.output

@@ -10,9 +10,10 @@ The rules (docs/cli.md, "Checked answers"):
 * ``[Source 2]``, ``[Source 1][Source 3]``, ``[Source 1, Source 3]`` and ``[Sources 1, 3]``
   cite sources 1-3 as read.
 * A sentence is **exempt** (claims nothing that needs a source) when, citations removed, it has
-  no letter or digit; when it ends with ``:`` (a lead-in such as ``In summary:`` or ``The steps
-  are:``); when it is a Markdown heading; or when it says that the sources do not contain the
-  answer (the refusal the answer prompt asks for). Every other sentence must cite a source.
+  no letter or digit; when it ends with ``:`` (a lead-in such as ``In summary:``, ``The steps
+  are:`` or ``**Note:**``); when it is a Markdown heading; or when it says that the sources do
+  not contain the answer (the refusal the answer prompt asks for). Every other sentence must
+  cite a source.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def is_exempt(sentence: str) -> bool:
     claim = CITATION.sub(" ", sentence).strip()
     return (
         not _WORD.search(claim)
-        or claim.endswith(":")
+        or claim.rstrip("*_ ").endswith(":")  # **Note:** too
         or bool(_HEADING.match(sentence))
         or bool(_REFUSAL.search(claim))
     )

@@ -21,6 +21,7 @@ from pgrag.check import (
     Checker,
     CheckOptions,
     CheckResult,
+    SupportScorer,
     check_for_tenant,
 )
 from pgrag.cli.common import F
@@ -147,10 +148,19 @@ def run_check(
     *,
     tenant: str,
     dsn: str,
+    scorer: SupportScorer | None = None,
 ) -> CheckResult:
-    """The check ``check`` asks for (usage recorded as ``tenant``'s)."""
+    """The check ``check`` asks for (usage recorded as ``tenant``'s); ``scorer``: a
+    cross-encoder for the local checker instead of the embedding model's similarity."""
     return check_for_tenant(
-        question, answer, context, check.options(chat), tenant=tenant, dsn=dsn, chat=chat
+        question,
+        answer,
+        context,
+        check.options(chat),
+        tenant=tenant,
+        dsn=dsn,
+        chat=chat,
+        scorer=scorer,
     )
 
 
@@ -159,6 +169,9 @@ def print_check(result: CheckResult) -> None:
     click.echo(f"Check: {result.summary()}.")
     for verdict in result.unsupported:
         click.echo(f"  unsupported: {verdict.sentence!r}: {verdict.reason}")
+    if result.faithful is False and not result.unsupported:
+        claims = "; ".join(repr(c) for c in result.unsupported_claims) or "(no claim named)"
+        click.echo(f"  the judge found the answer unfaithful: {claims}")
 
 
 def withheld(result: CheckResult) -> AnswerWithheld:
