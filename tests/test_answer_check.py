@@ -432,3 +432,19 @@ def test_a_judge_finding_an_unmatched_claim_is_shown_below_min_confidence_0(
     assert result.exit_code == 0, result.output
     assert "Check: 2 of 2 sentences supported, confidence 0.00 (llm," in result.output
     assert "  the judge found the answer unfaithful: 'Widgets are blue.'" in result.output
+
+
+def test_a_cross_encoder_returning_nan_is_one_line(local_embedder: Any) -> None:
+    class Broken(SharedWords):
+        def score(self, query: str, documents: Sequence[str]) -> list[float]:
+            return [float("nan")] * len(documents)
+
+    with pytest.raises(CheckFailed, match="returned a score that is not a number"):
+        check_answer(
+            QUESTION,
+            FAITHFUL,
+            CONTEXT,
+            CheckOptions("local"),
+            embedder=local_embedder,
+            scorer=Broken(),
+        )

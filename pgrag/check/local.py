@@ -12,6 +12,7 @@ changed number or name in a sentence on the source's subject (the LLM checker ca
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -94,6 +95,10 @@ def _scores(
         raise CheckFailed(
             f"the cross-encoder {checker.scorer.name} returned {len(scores)} scores for "
             f"{len(candidates)} passages."
+        )
+    if not all(math.isfinite(s) for s in scores):
+        raise CheckFailed(
+            f"the cross-encoder {checker.scorer.name} returned a score that is not a number."
         )
     return scores
 
