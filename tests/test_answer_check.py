@@ -415,6 +415,12 @@ def test_a_refusal_needs_no_citation(corpus: str) -> None:
     assert "Check: 0 of 0 sentences supported, confidence 1.00 (local," in result.output
 
 
+def test_an_empty_answer_is_a_usage_error(corpus: str) -> None:
+    result = ask(corpus, answer="  ")
+    assert result.exit_code == 2
+    assert "must not be empty" in result.output
+
+
 def test_a_nan_min_support_is_a_usage_error(corpus: str) -> None:
     result = ask(corpus, "--min-support", "nan", answer=FAITHFUL)
     assert result.exit_code == 2

@@ -57,6 +57,13 @@ def _a_number(ctx: click.Context, param: click.Parameter, value: float) -> float
     return value
 
 
+def _not_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse an empty answer: it would pass any check, claiming nothing."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty.")
+    return value
+
+
 def check_options(func: F) -> F:
     """``ask``'s check options, handed to the command as one ``check`` argument (a
     :class:`CheckRequest`, or None without ``--check`` and ``--answer``)."""
@@ -112,6 +119,7 @@ def check_options(func: F) -> F:
             "--answer",
             "given_answer",
             metavar="TEXT",
+            callback=_not_blank,
             help="Check this answer (e.g. from your own LLM) instead of asking the chat "
             "endpoint for one; implies --check.",
         ),
