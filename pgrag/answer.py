@@ -87,6 +87,15 @@ def answer(question: str, context: str, config: ChatConfig) -> str:
 
 def answer_with_usage(question: str, context: str, config: ChatConfig) -> Answer:
     """:func:`answer`, with the prompt and completion tokens of the response's usage."""
+    return complete(grounded_messages(question, context), config)
+
+
+def complete(
+    messages: list[ChatCompletionMessageParam], config: ChatConfig, **options: Any
+) -> Answer:
+    """The chat endpoint's reply to ``messages`` (temperature 0; ``options`` passed on, e.g.
+    ``response_format``) and its tokens; a failure is a one-line :class:`ChatError` caused by
+    the client's error."""
     import openai
 
     client = openai.OpenAI(
@@ -99,9 +108,7 @@ def answer_with_usage(question: str, context: str, config: ChatConfig) -> Answer
     where = f"{config.endpoint} (model {config.model})"
     try:
         response = client.chat.completions.create(
-            model=config.model,
-            messages=grounded_messages(question, context),
-            temperature=0,
+            model=config.model, messages=messages, temperature=0, **options
         )
     except openai.APIError as exc:
         raise ChatError(

@@ -128,6 +128,18 @@ class QueueFull(PgragError):
     """The tenant has as many documents queued as the operator allows."""
 
 
+class CheckFailed(PgragError):
+    """An answer could not be checked (``pgrag ask --check``): the judge's reply is not the
+    JSON object asked for, or a scorer misbehaved."""
+
+
+class AnswerWithheld(PgragError):
+    """``pgrag ask --check`` withheld an answer whose confidence is below the threshold; the
+    message says why (docs/cli.md, "Checked answers")."""
+
+    exit_code = 4
+
+
 # -- SQLSTATE -> exception ---------------------------------------------------------------------
 
 

@@ -5,7 +5,8 @@ model, as sharded counters); this module only calls it as the tenant. Document e
 recorded by the ingester (``ingest``), ``pgrag reembed`` (``reembed``) and the document
 queue's worker (``worker``: the same loader as ``ingest``, which records each batch's tokens in
 the transaction that stages it); query embeddings and query-cache hits by
-``pgrag search``/``ask``/``eval`` (``query``); chat completions by ``pgrag ask`` (``chat``).
+``pgrag search``/``ask``/``eval`` (``query``, with the sentence embeddings of ``ask --check
+local``); chat completions by ``pgrag ask`` and its ``--check llm`` judge (``chat``).
 Cost is computed in SQL too (``pgrag.usage_costs``, with the operator's ``pgrag.model_prices``).
 """
 

@@ -2,7 +2,8 @@
 
 Every failure ends as one line on stderr and a documented exit status (docs/cli.md):
 0 success, 1 an error (pgrag's own, a database error mapped by SQLSTATE, or an unexpected
-one), 2 a usage error, 3 nothing to work on, 130 interrupted (Ctrl-C), 141 stdout closed by
+one), 2 a usage error, 3 nothing to work on, 4 an answer withheld by ``ask --check``,
+130 interrupted (Ctrl-C), 141 stdout closed by
 its reader (``pgrag search ... | head -1``: quietly, as a Unix tool killed by SIGPIPE).
 """
 

@@ -11,6 +11,15 @@ from typing import Any
 
 import click
 
+from pgrag.cli.check import (
+    CheckRequest,
+    answer_to_check,
+    check_options,
+    print_check,
+    refuse_context_only,
+    run_check,
+    withheld,
+)
 from pgrag.cli.common import (
     F,
     echo_json,
@@ -318,6 +327,7 @@ def print_sources(ctx: Context) -> None:
 @click.option(
     "--context-only", is_flag=True, help="Print the context and sources; do not call the LLM."
 )
+@check_options
 @filter_options
 @tenant_option()
 @json_option
@@ -332,6 +342,7 @@ def ask(
     mmr_lambda: float | None,
     chat_model: str | None,
     context_only: bool,
+    check: CheckRequest | None,
     document_ids: tuple[int, ...],
     metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
@@ -345,9 +356,14 @@ def ask(
     The context comes from build_context in SQL. With an OpenAI-compatible chat endpoint
     configured (OPENAI_API_KEY and/or OPENAI_BASE_URL) the answer is generated from those
     sources only; without one, the context and sources are printed.
+
+    With --check, each sentence of the answer must cite a [Source N] that supports it, as
+    judged by the chat endpoint (llm) or the local embedding model (local); an answer whose
+    confidence is below --min-confidence is withheld with the reason, exit status 4.
     """
     from pgrag.answer import ChatConfig, answer_for_tenant
 
+    refuse_context_only(check, context_only)
     options = ContextOptions(
         token_budget=token_budget,
         limit=limit,
@@ -364,29 +380,42 @@ def ask(
             echo_json(NO_ANSWER)
         raise NothingToDo(run.tenant_empty)
     config = None if context_only else ChatConfig.from_env(chat_model)
+    given = answer_to_check(check, config)
     if ctx.empty:
         if as_json:
             echo_json(NO_ANSWER)
         else:
             click.echo(NOTHING_FOUND)
         return
-    text = None
-    if config is not None:
+    text = given
+    if text is None and config is not None:
         text = answer_for_tenant(question, ctx.context, config, tenant=tenant, dsn=state.dsn())
+    checked = None
+    if check is not None and text is not None:
+        checked = run_check(
+            check, question, text, ctx.context, config, tenant=tenant, dsn=state.dsn()
+        )
     if as_json:
         echo_json(
             {
-                "answer": text,
+                "answer": None if checked and checked.withheld else text,
                 "found": True,
-                "chat_model": config.model if config else None,
+                "chat_model": config.model if config and given is None else None,
                 "context": ctx.context,
                 "sources": ctx.sources,
+                **({"check": checked.as_dict()} if checked else {}),
             }
         )
+    if checked is not None and checked.withheld:
+        raise withheld(checked)
+    if as_json:
         return
     if text is not None:
         click.echo(text)
         click.echo()
+        if checked is not None:
+            print_check(checked)
+            click.echo()
         print_sources(ctx)
         return
     if not context_only:

@@ -1,4 +1,5 @@
-"""A local OpenAI-compatible embeddings server (pytest-httpserver), for tests that switch models.
+"""Local OpenAI-compatible servers (pytest-httpserver): embeddings, for tests that switch models,
+and chat completions with scripted replies (fixture ``openai_chat``), for the answer check.
 
 Fixture ``openai_embeddings``: the server answering ``POST /v1/embeddings`` with deterministic
 vectors (:func:`fake_vector`: seeded by the text, of the requested ``dimensions``, else the
@@ -94,6 +95,85 @@ def openai_embeddings(
         httpserver.expect_request(EMBEDDINGS_PATH, method="POST").respond_with_handler(fake.handle)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        return fake
+
+    return start
+
+
+# -- chat completions ------------------------------------------------------------------------
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+def chat_completion(text: str, model: str, prompt_tokens: int, completion_tokens: int) -> str:
+    """A chat-completions response body whose message is ``text``."""
+    return json.dumps(
+        {
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+    )
+
+
+@dataclass
+class FakeChat:
+    """A chat endpoint answering with the replies a test scripted, in order (the last one
+    again once they run out). Each request's prompt tokens are 100 times its position (1, 2,
+    ...) and its completion tokens the reply's word count, so a test can tell which call's
+    tokens were recorded. ``refuse_json_mode``: answer HTTP 400 to a request asking for
+    ``response_format`` (an endpoint without JSON mode)."""
+
+    server: HTTPServer
+    replies: list[str]
+    refuse_json_mode: bool = False
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    answered: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def base_url(self) -> str:
+        return self.server.url_for("/v1")
+
+    def handle(self, request: Request) -> Response:
+        body = json.loads(request.data)
+        with self.lock:
+            self.bodies.append(body)
+            if self.refuse_json_mode and "response_format" in body:
+                error = {"error": {"message": "response_format is not supported"}}
+                return Response(json.dumps(error), status=400, content_type="application/json")
+            self.answered += 1
+            n = self.answered
+        text = self.replies[min(n, len(self.replies)) - 1]
+        payload = chat_completion(text, body["model"], 100 * n, len(text.split()))
+        return Response(payload, content_type="application/json")
+
+
+@pytest.fixture
+def openai_chat(httpserver: HTTPServer, monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeChat]:
+    """``openai_chat(*replies, refuse_json_mode=False)`` starts answering chat completions
+    with ``replies`` (``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` set for the test)."""
+
+    def start(*replies: str, refuse_json_mode: bool = False) -> FakeChat:
+        fake = FakeChat(httpserver, list(replies), refuse_json_mode)
+        httpserver.expect_request(CHAT_PATH, method="POST").respond_with_handler(fake.handle)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.delenv("PGRAG_CHAT_MODEL", raising=False)
+        monkeypatch.delenv("PGRAG_CHECK_MODEL", raising=False)
         return fake
 
     return start
