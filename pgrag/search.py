@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -36,6 +36,7 @@ from pgrag.documents import tenant_is_empty
 from pgrag.errors import ConfigError, from_database_error
 from pgrag.pipeline.embedders import Embedder, embedder_for_database
 from pgrag.query_cache import QueryEmbeddings
+from pgrag.rerank import RerankSettings, checked_scores, rerank
 from pgrag.search_log import LogMode, log_search
 
 API_SCHEMA = "public"
@@ -147,9 +148,19 @@ class SearchHit:
     """The chunks ``content`` spans: a window (hybrid search with ``window``) runs from
     ``first_chunk_index`` to ``last_chunk_index``; without one both are ``chunk_index``."""
     last_chunk_index: int | None = None
+    fused_rank: int | None = None
+    """With a re-ranker: the rank the search gave the hit (``rank`` is then its re-ranked
+    rank, ``rerank_rank``, and ``rerank_score`` the re-ranker's score); else None."""
+    rerank_rank: int | None = None
+    rerank_score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The hit's fields; the re-ranking ones only when a re-ranker ordered it."""
+        data = asdict(self)
+        if self.rerank_score is None:
+            for name in ("fused_rank", "rerank_rank", "rerank_score"):
+                del data[name]
+        return data
 
 
 @dataclass(frozen=True)
@@ -424,6 +435,8 @@ class SearchRun:
     hits: list[SearchHit]
     latency_ms: float
     tenant_empty: str | None = None
+    rerank_ms: float | None = None
+    """The re-ranker's time (ms) when one ordered the hits."""
 
 
 @dataclass(frozen=True)
@@ -443,14 +456,24 @@ def run_search(
     *,
     tenant: str,
     writer: psycopg.Connection[Any] | None = None,
+    reranking: RerankSettings | None = None,
 ) -> SearchRun:
     """Search ``query_text`` as ``tenant`` the way ``pgrag search`` does.
 
     The search reads from ``reader`` (e.g. a hot standby); its side writes (query-embedding
     cache, usage, search log) go to ``writer`` (default: ``reader``) and never fail it
-    (:func:`after_search`)."""
+    (:func:`after_search`). With ``reranking``, the search fetches ``reranking.top``
+    candidates (at least ``options.limit``) and the re-ranker keeps the best ``options.limit``
+    of them (:func:`rerank_hits`); the logged latency includes the re-ranker's."""
     queries = QueryEmbeddings(writer or reader, tenant)
-    hits, latency_ms = search_text(reader, query_text, options, tenant=tenant, queries=queries)
+    fetch = (
+        options if reranking is None else replace(options, limit=max(options.limit, reranking.top))
+    )
+    hits, latency_ms = search_text(reader, query_text, fetch, tenant=tenant, queries=queries)
+    rerank_ms = None
+    if reranking is not None:
+        hits, rerank_ms = rerank_hits(query_text, hits, reranking, options.limit)
+        latency_ms += rerank_ms
     empty = after_search(
         reader,
         queries,
@@ -462,7 +485,23 @@ def run_search(
         top_score=hits[0].score if hits else None,
         found=bool(hits),
     )
-    return SearchRun(hits, latency_ms, empty)
+    return SearchRun(hits, latency_ms, empty, rerank_ms)
+
+
+def rerank_hits(
+    query_text: str, hits: Sequence[SearchHit], reranking: RerankSettings, keep: int
+) -> tuple[list[SearchHit], float]:
+    """The best ``keep`` of the first ``reranking.top`` hits by the re-ranker's scores of
+    their text, and the re-ranker's time (ms)."""
+    candidates = list(hits[: reranking.top])
+    started = time.perf_counter()
+    reranker = reranking.reranker
+    scores = reranker.score(query_text, [hit.content for hit in candidates])
+    scores = checked_scores(reranker.name, scores, len(candidates))
+    elapsed = (time.perf_counter() - started) * 1000.0
+    if not candidates:
+        return [], elapsed
+    return rerank(candidates, scores, keep), elapsed
 
 
 def run_context(

@@ -20,6 +20,7 @@ from pgrag.cli.common import (
     pass_state,
     tenant_option,
 )
+from pgrag.cli.rerank import rerank_options, rerank_settings
 from pgrag.cli.state import CliState
 from pgrag.errors import ConfigError, NothingToDo
 from pgrag.search import (
@@ -120,7 +121,8 @@ def _snippet(content: str, width: int = 300) -> str:
 
 
 def explain(hit: SearchHit, options: SearchOptions) -> str:
-    """Why this source: each arm's rank and score, and the fused score."""
+    """Why this source: each arm's rank and score, the fused score, and with a re-ranker its
+    rank among the candidates, the rank it came from and its score."""
 
     def arm(name: str, rank: int | None, score: float | None, label: str) -> str:
         where = f"#{rank}" if rank is not None else "not among its candidates"
@@ -128,12 +130,17 @@ def explain(hit: SearchHit, options: SearchOptions) -> str:
 
     vector = arm("vector", hit.vector_rank, hit.vector_score, "cosine similarity")
     keyword = arm("keyword", hit.keyword_rank, hit.keyword_score, "BM25")
+    reranked = (
+        f" -> re-ranked #{hit.rerank_rank} from #{hit.fused_rank} (score {hit.rerank_score:.4f})"
+        if hit.rerank_score is not None
+        else ""
+    )
     if options.mode == "vector":
-        return vector
+        return vector + reranked
     if options.mode == "keyword":
-        return keyword
+        return keyword + reranked
     fused = "RRF" if options.fusion == "rrf" else "weighted"  # SQL default: weighted
-    return f"{vector}; {keyword} -> {fused} score {hit.score:.4f}"
+    return f"{vector}; {keyword} -> {fused} score {hit.score:.4f}{reranked}"
 
 
 def print_hits(hits: list[SearchHit], options: SearchOptions, show_explain: bool) -> None:
@@ -210,6 +217,7 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option("--language", help="Text-search configuration of the query (english, simple, ...).")
 @click.option("--explain", "show_explain", is_flag=True, help="Show each arm's rank and score.")
+@rerank_options
 @filter_options
 @tenant_option()
 @json_option
@@ -225,6 +233,8 @@ def search(
     min_score: float | None,
     language: str | None,
     show_explain: bool,
+    rerank_spec: str | None,
+    rerank_top: int,
     document_ids: tuple[int, ...],
     metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
@@ -253,8 +263,9 @@ def search(
             filters=make_filters(document_ids, metadata, source_types, after, before),
         )
     )
+    reranking = rerank_settings(rerank_spec, rerank_top)
     with state.connect_read_and_write() as (conn, writer):
-        run = run_search(conn, query, options, tenant=tenant, writer=writer)
+        run = run_search(conn, query, options, tenant=tenant, writer=writer, reranking=reranking)
     if run.tenant_empty:
         if as_json:
             echo_json([])
