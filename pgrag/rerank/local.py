@@ -107,15 +107,15 @@ class CrossEncoderReranker:
                 "cross-encoder/ms-marco-MiniLM-L-6-v2."
             )
         limit = _model_limit(encoder)
-        if limit is not None and (encoder.max_length is None or encoder.max_length > limit):
-            encoder.max_length = limit  # longer pairs are truncated, never an index error
+        if limit is not None and (encoder.max_seq_length is None or encoder.max_seq_length > limit):
+            encoder.max_seq_length = limit  # longer pairs are truncated, never an index error
         self._encoder = encoder
         return encoder
 
     @property
     def max_length(self) -> int | None:
         """Word pieces of one (query, document) pair the model reads; longer pairs are cut."""
-        value = self._load().max_length
+        value = self._load().max_seq_length
         return None if value is None else int(value)
 
     def score(self, query: str, documents: Sequence[str]) -> list[float]:
