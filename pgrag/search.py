@@ -511,11 +511,20 @@ def run_context(
     *,
     tenant: str,
     writer: psycopg.Connection[Any] | None = None,
+    reranking: RerankSettings | None = None,
 ) -> ContextRun:
     """The context for ``query_text`` as ``tenant``, the way ``pgrag ask`` builds it: as
-    :func:`run_search`, with ``build_context`` (logged as mode ``context``)."""
+    :func:`run_search`, with ``build_context`` (logged as mode ``context``).
+
+    With ``reranking``: hybrid search fetches ``reranking.top`` candidates (the same filters,
+    MMR and cosine floor), the re-ranker orders them, and ``build_context_for`` builds the
+    block from them in that order (windows, budget and ``limit`` as ``build_context``); each
+    source's score is then the re-ranker's."""
     queries = QueryEmbeddings(writer or reader, tenant)
-    ctx, latency_ms = context_text(reader, query_text, options, tenant=tenant, queries=queries)
+    if reranking is None:
+        ctx, latency_ms = context_text(reader, query_text, options, tenant=tenant, queries=queries)
+    else:
+        ctx, latency_ms = _reranked_context(reader, query_text, options, tenant, queries, reranking)
     top = ctx.sources[0].get("score") if ctx.sources else None
     empty = after_search(
         reader,
@@ -529,6 +538,50 @@ def run_context(
         found=not ctx.empty,
     )
     return ContextRun(ctx, latency_ms, empty)
+
+
+CONTEXT_MIN_SCORE = 0.3
+"""``build_context``'s default cosine floor, applied to the candidates of a re-ranked context so
+that ``pgrag ask`` answers (or says it found nothing) alike with and without a re-ranker."""
+
+
+def _reranked_context(
+    reader: psycopg.Connection[Any],
+    query_text: str,
+    options: ContextOptions,
+    tenant: str,
+    queries: QueryEmbeddings,
+    reranking: RerankSettings,
+) -> tuple[Context, float]:
+    """The context of :func:`run_context` with a re-ranker, and its latency (ms)."""
+    floor = CONTEXT_MIN_SCORE if options.min_score is None else options.min_score
+    candidates = SearchOptions(
+        mode="hybrid",
+        limit=reranking.top,
+        mmr_lambda=options.mmr_lambda,
+        min_score=floor,
+        filters=options.filters,
+    )
+    hits, latency_ms = search_text(reader, query_text, candidates, tenant=tenant, queries=queries)
+    ranked, rerank_ms = rerank_hits(query_text, hits, reranking, len(hits) or 1)
+    if not ranked:
+        return Context("", []), latency_ms + rerank_ms
+    args = _without_none(
+        {
+            "chunk_ids": [hit.chunk_id for hit in ranked],
+            "scores": [hit.rerank_score for hit in ranked],
+            "token_budget": options.token_budget,
+            "match_count": options.limit,
+            "window_size": options.window or None,
+        }
+    )
+    started = time.perf_counter()
+    rows = _call(reader, "build_context_for", args, tenant)
+    latency_ms += rerank_ms + (time.perf_counter() - started) * 1000.0
+    sources = rows[0]["sources"] if rows else []
+    if isinstance(sources, str):
+        sources = json.loads(sources)
+    return Context(rows[0]["context"] or "" if rows else "", list(sources or [])), latency_ms
 
 
 def after_search(

@@ -162,3 +162,29 @@ def test_eval_rerank_with_the_judgements_reaches_the_judged_maximum(
     # every query was re-ranked (for the metrics, then timed), each mode after a warm-up
     assert len(rerank_api.bodies) == 2 * (2 * len(QUERIES) + 1)
     assert {b["query"] for b in rerank_api.bodies} == set(QUERIES.values())
+
+
+# -- ask ---------------------------------------------------------------------------------------
+
+
+def test_ask_rerank_builds_the_context_in_the_rerankers_order(
+    corpus: str, rerank_api: RerankApi
+) -> None:
+    rerank_api.scoring = by_length
+    question = "Which port does the widget service listen on?"
+    args = ["--dsn", corpus, "ask", question, "--context-only", "--json", "--min-score", "-1"]
+    result = CliRunner().invoke(main, [*args, "--rerank", rerank_api.url, "-k", "3"])
+    assert result.exit_code == 0, result.output
+    sources = json.loads(result.output)["sources"]
+    assert len(sources) == 3
+    scores = [s["score"] for s in sources]
+    assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)  # -length
+    (body,) = rerank_api.bodies
+    assert sorted(len(d) for d in body["documents"])[:3] == [-s for s in scores]
+
+
+def test_ask_rerank_below_the_floor_finds_nothing(corpus: str, rerank_api: RerankApi) -> None:
+    args = ["--dsn", corpus, "ask", "zzqx vlorp frabjous", "--context-only", "--json"]
+    result = CliRunner().invoke(main, [*args, "--rerank", rerank_api.url])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["found"] is False and rerank_api.bodies == []

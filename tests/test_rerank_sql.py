@@ -145,3 +145,30 @@ def test_plpython_checks_its_arguments_before_loading_a_model(plpy: PlpyStub) ->
     with pytest.raises(SPIError) as caught:
         run_plpython(rerank_scores_body(), plpy, gd, query_text="q", documents=["d"] * 201)
     assert caught.value.sqlstate == "22023" and RERANKER_KEY not in gd
+
+
+def test_build_context_for_keeps_the_order_given_and_hides_other_tenants(
+    two_tenants: Loaded,
+) -> None:
+    own = two_tenants.chunks["acme"]
+    private_other = [c for c in two_tenants.chunks["globex"] if c not in two_tenants.public_chunks]
+    given = [*reversed(own), *private_other]
+    scores = [float(len(given) - i) for i in range(len(given))]
+    with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
+        (context, sources) = conn.execute(
+            "select context, sources from public.build_context_for(%s, %s, 100000, 50)",
+            (given, scores),
+        ).fetchone()  # type: ignore[misc]
+    firsts = [s["chunk_ids"][0] for s in sources]
+    assert firsts == list(reversed(own))  # the order given; globex's chunks left out
+    assert [s["score"] for s in sources] == scores[: len(own)]
+    assert context.startswith("[Source 1] ") and f"[Source {len(own)}]" in context
+
+
+def test_build_context_for_keeps_within_its_budget(two_tenants: Loaded) -> None:
+    own = two_tenants.chunks["acme"]
+    with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
+        (sources,) = conn.execute(
+            "select sources from public.build_context_for(%s, null, 40, 8)", (own,)
+        ).fetchone()  # type: ignore[misc]
+    assert sum(s["token_count"] for s in sources) <= 40 and len(sources) < len(own)

@@ -36,6 +36,7 @@ API_FUNCTIONS = (
     "build_context",
     "hybrid_search_text",
     "rerank",
+    "build_context_for",
     "log_search",
 )
 # The document queue's RPCs: a tenant submits and reads its queue (authenticated and

@@ -329,6 +329,7 @@ def print_sources(ctx: Context) -> None:
 @click.option(
     "--context-only", is_flag=True, help="Print the context and sources; do not call the LLM."
 )
+@rerank_options
 @filter_options
 @tenant_option()
 @json_option
@@ -343,6 +344,8 @@ def ask(
     mmr_lambda: float | None,
     chat_model: str | None,
     context_only: bool,
+    rerank_spec: str | None,
+    rerank_top: int,
     document_ids: tuple[int, ...],
     metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
@@ -367,8 +370,11 @@ def ask(
         mmr_lambda=mmr_lambda,
         filters=make_filters(document_ids, metadata, source_types, after, before),
     )
+    reranking = rerank_settings(rerank_spec, rerank_top)
     with state.connect_read_and_write() as (conn, writer):
-        run = run_context(conn, question, options, tenant=tenant, writer=writer)
+        run = run_context(
+            conn, question, options, tenant=tenant, writer=writer, reranking=reranking
+        )
     ctx = run.context
     if run.tenant_empty:
         if as_json:

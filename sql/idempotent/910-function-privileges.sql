@@ -162,8 +162,8 @@ begin
         where p.pronamespace = 'public'::regnamespace
           and p.proname = any (array[
               'vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows',
-              'build_context', 'hybrid_search_text', 'rerank', 'log_search', 'submit_document',
-              'document_status', 'queue_status'
+              'build_context', 'hybrid_search_text', 'rerank', 'build_context_for', 'log_search',
+              'submit_document', 'document_status', 'queue_status'
           ])
           -- never an extension's function of the same name
           and not exists (select 1 from pg_catalog.pg_depend as d
