@@ -8,16 +8,17 @@ re-ranks the 50 texts and keeps 10 (:func:`pgrag.search.rerank_hits`, what ``pgr
 --rerank`` runs), timed per query:
 
   * ``local``: a tiny cross-encoder (2 layers, hidden size 32, seeded random weights: the test
-    suite's, built here) through sentence-transformers on the CPU (``PGRAG_THREADS`` or torch's
-    default threads); a real MiniLM-L-6 cross-encoder reads ~10x more per pair;
+    suite's, built here) through sentence-transformers on the CPU, with 1 torch thread (as
+    inside PostgreSQL, ``PGRAG_RERANK_THREADS=1``) and with one per core (torch's default); a
+    real MiniLM-L-6 cross-encoder computes far more per pair (6 layers of width 384);
   * ``http``: a local HTTP server speaking the common re-rank protocol with a trivial scoring
     (query words found): what the protocol itself costs (JSON, loopback HTTP, one connection
     per call);
-  * ``http+local``: the same server scoring with the tiny cross-encoder: an API in front of a
-    model, as Hugging Face TEI serves one.
+  * ``http+local``: the same server scoring with the tiny cross-encoder (1 thread): an API in
+    front of a model, as Hugging Face TEI serves one.
 
 The tiny model's scores are random, so no quality figure is reported: measure quality with a
-real cross-encoder and ``pgrag eval --rerank`` (docs/search.md, "Re-ranking").
+real cross-encoder and ``pgrag eval --rerank`` (docs/cli.md, "Re-ranking").
 
     PGRAG_HOME=/tmp/pgrag-bench .venv/bin/python benchmarks/rerank.py
 
@@ -84,6 +85,19 @@ def serve(scoring: Any) -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/v1/rerank"
 
 
+class WithThreads:
+    """``reranker`` run with ``threads`` torch threads (torch's setting is per process)."""
+
+    def __init__(self, reranker: CrossEncoderReranker, threads: int) -> None:
+        self.reranker, self.threads, self.name = reranker, threads, reranker.name
+
+    def score(self, query: str, documents: Any) -> list[float]:
+        import torch
+
+        torch.set_num_threads(self.threads)
+        return self.reranker.score(query, documents)
+
+
 def word_overlap(query: str, documents: list[str]) -> list[float]:
     words = query.lower().split()
     return [float(sum(w in d.lower() for w in words)) for d in documents]
@@ -110,10 +124,12 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         print(f"ingest: {time.perf_counter() - started:.1f} s", file=sys.stderr)
         local = CrossEncoderReranker(str(model_dir))
         http_server, http_url = serve(word_overlap)
-        model_server, model_url = serve(local.score)
+        cores = os.cpu_count() or 1
+        model_server, model_url = serve(WithThreads(local, 1).score)
         servers += [http_server, model_server]
         backends: dict[str, Reranker] = {
-            "local": local,
+            "local, 1 thread": WithThreads(local, 1),
+            f"local, {cores} threads": WithThreads(local, cores),
             "http": HttpReranker(http_url),
             "http+local": HttpReranker(model_url),
         }
@@ -148,8 +164,6 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
             summary = latency_summary(ms)
             summary["over_search_p50"] = round(summary["p50_ms"] / search_summary["p50_ms"], 1)
             results[name] = summary
-        import torch
-
         return {
             "server_version": version[0] if version else None,
             "documents": len(dataset.corpus),
@@ -158,7 +172,6 @@ def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
             "top": args.top,
             "keep": args.keep,
             "candidates_p50": sorted(candidates)[len(candidates) // 2],
-            "torch_threads": torch.get_num_threads(),
             "model": "tiny BERT cross-encoder: 2 layers, hidden 32, 2 heads, random weights",
             "search": search_summary,
             "rerank": results,

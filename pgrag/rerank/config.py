@@ -5,7 +5,7 @@ cache); ``http://...`` or ``https://...`` an HTTP re-rank API. The environment c
 ``PGRAG_RERANK`` (the specification when no option gives one), ``PGRAG_RERANK_API_KEY`` (the
 API's key), ``PGRAG_RERANK_MODEL`` (the model the API should use), ``PGRAG_RERANK_TIMEOUT``
 (seconds per call, default 30), ``PGRAG_RERANK_BATCH`` (pairs per batch of a local model,
-default 32) and ``PGRAG_THREADS`` (a local model's CPU threads).
+default 32) and ``PGRAG_RERANK_THREADS`` (a local model's CPU threads).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ The model is a local folder or the name of a model already in the Hugging Face c
 (``HF_HUB_OFFLINE`` is set unless the caller set it: pgrag never downloads at query time). It
 must have one output (a relevance logit, as ``cross-encoder/ms-marco-MiniLM-L-6-v2``); pairs
 longer than the model reads are truncated to its maximum length, and pairs are scored in
-batches. ``threads`` (default ``PGRAG_THREADS``, else torch's default) caps torch's intra-op
-threads, as the embedder's setting caps ONNX Runtime's.
+batches. ``threads`` (default ``PGRAG_RERANK_THREADS``, else torch's default: one per core)
+sets torch's intra-op threads, as the embedder's ``threads`` sets ONNX Runtime's (1 inside
+PostgreSQL; on a busy machine 1 thread can be faster than one per core).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ DEFAULT_BATCH_SIZE = 32
 
 
 def _threads_from_env() -> int | None:
-    raw = os.environ.get("PGRAG_THREADS")
+    raw = os.environ.get("PGRAG_RERANK_THREADS")
     if not raw:
         return None
     try:
@@ -30,7 +31,7 @@ def _threads_from_env() -> int | None:
     except ValueError:
         threads = 0
     if threads < 1:
-        raise ConfigError(f"PGRAG_THREADS={raw!r} must be a whole number of at least 1.")
+        raise ConfigError(f"PGRAG_RERANK_THREADS={raw!r} must be a whole number of at least 1.")
     return threads
 
 
