@@ -15,6 +15,11 @@ Three layers, each calling the one before:
   what any other client that wants the same behaviour calls: the above, then the side effects
   of a search (query-embedding usage recorded, the search logged when the operator turned the
   search log on) and, when nothing was found, why the tenant cannot answer anything.
+
+With a re-ranker (:mod:`pgrag.rerank`: a cross-encoder or a re-rank API, which run outside the
+database), :func:`run_search` and :func:`run_context` fetch more candidates, have them scored
+(:func:`rerank_hits`) and keep the best; ``ask``'s context is then built in SQL from them in the
+re-ranker's order (``public.build_context_for``).
 """
 
 from __future__ import annotations
