@@ -117,7 +117,7 @@ def test_the_stub_and_the_plpython_body_share_one_signature() -> None:
 def test_plpython_scores_with_the_servers_model(
     plpy: PlpyStub, tiny_cross_encoder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PGRAG_RERANK_MODEL", str(tiny_cross_encoder))
+    monkeypatch.setenv("PGRAG_RERANK_MODEL_PATH", str(tiny_cross_encoder))
     documents = ["The widget listens on port 8443.", "Tomatoes need sun.", ""]
     gd: dict[str, Any] = {}
     scores = run_plpython(
@@ -133,7 +133,7 @@ def test_plpython_scores_with_the_servers_model(
 def test_plpython_without_a_configured_model_raises_pr303(
     plpy: PlpyStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("PGRAG_RERANK_MODEL", raising=False)
+    monkeypatch.delenv("PGRAG_RERANK_MODEL_PATH", raising=False)
     with pytest.raises(Error) as caught:
         run_plpython(rerank_scores_body(), plpy, {}, query_text="q", documents=["d"])
     assert caught.value.sqlstate == "PR303"

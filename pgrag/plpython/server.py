@@ -6,7 +6,7 @@ Each function's body imports this module and calls one function here with ``plpy
   ONNX Runtime (:class:`pgrag.pipeline.embedders.LocalEmbedder`), as pgvector's text form;
 * :func:`chunk_text` — the chunks of a text by pgrag's own chunker (:mod:`pgrag.pipeline.chunking`);
 * :func:`rerank_scores` — one relevance score per document by the local cross-encoder
-  (:mod:`pgrag.rerank.local`) that ``PGRAG_RERANK_MODEL`` names in the server's environment
+  (:mod:`pgrag.rerank.local`) that ``PGRAG_RERANK_MODEL_PATH`` names in the server's environment
   (``sql/idempotent/052-rerank.sql``), kept in ``GD`` like the embedder.
 
 Each first checks its arguments with the SQL check functions (``pgrag.check_query_text``,
@@ -212,14 +212,15 @@ def chunk_text(
 # -- re-ranking (sql/idempotent/052-rerank.sql) --------------------------------------------------
 
 RERANKER_KEY = "pgrag.plpython.reranker"
-RERANK_MODEL_ENV = "PGRAG_RERANK_MODEL"
+RERANK_MODEL_ENV = "PGRAG_RERANK_MODEL_PATH"
 RERANK_RUNTIME = (("torch", "torch"), ("sentence_transformers", "sentence-transformers"))
 RERANK_DOCUMENT_CHARS = 20_000  # a cross-encoder reads a few hundred word pieces at most
 
 
 def reranker(plpy: Plpy, GD: dict[str, Any]) -> Any:
     """The session's :class:`~pgrag.rerank.local.CrossEncoderReranker` (made once, kept in
-    ``GD``) of the model ``PGRAG_RERANK_MODEL`` names in the server's environment (else PR303)."""
+    ``GD``) of the model ``PGRAG_RERANK_MODEL_PATH`` names in the server's environment (else
+    PR303)."""
     import os
 
     model = os.environ.get(RERANK_MODEL_ENV, "").strip()

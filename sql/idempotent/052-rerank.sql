@@ -7,7 +7,7 @@
 --   text functions' variant is (051-text-search.sql, setting pgrag.text_search_variant):
 --     plpython  PL/Python (plpython3u) importing pgrag.plpython.server, which scores with the
 --               package's own local re-ranker (pgrag.rerank.local: sentence-transformers'
---               CrossEncoder on the CPU, offline), the model named by PGRAG_RERANK_MODEL in the
+--               CrossEncoder on the CPU, offline), the model named by PGRAG_RERANK_MODEL_PATH in the
 --               server's environment and loaded once per backend (GD);
 --     stub      PL/pgSQL raising SQLSTATE PR301 naming the alternative (re-rank on the client:
 --               pgrag search --rerank, or any re-rank API).
@@ -104,7 +104,7 @@ end
 $do$;
 
 comment on function pgrag.rerank_scores(text, text[]) is
-'One relevance score per element of documents for query_text (same order; higher is more relevant), by the local cross-encoder named by PGRAG_RERANK_MODEL in the database server''s environment (pgrag.rerank.local, loaded once per backend). Arguments checked by pgrag.check_rerank_arguments first (22023); each document is cut to 20,000 characters (the model reads far less). SQLSTATE PR303 when no model is configured or it or its runtime is missing for the server''s Python, PR302 when the server''s Python cannot import pgrag. Stub variant (no PL/Python): raises PR301 naming the alternative.';
+'One relevance score per element of documents for query_text (same order; higher is more relevant), by the local cross-encoder named by PGRAG_RERANK_MODEL_PATH in the database server''s environment (pgrag.rerank.local, loaded once per backend). Arguments checked by pgrag.check_rerank_arguments first (22023); each document is cut to 20,000 characters (the model reads far less). SQLSTATE PR303 when no model is configured or it or its runtime is missing for the server''s Python, PR302 when the server''s Python cannot import pgrag. Stub variant (no PL/Python): raises PR301 naming the alternative.';
 
 create or replace function public.rerank(
     query_text text,

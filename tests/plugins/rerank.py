@@ -126,7 +126,12 @@ class RerankApi:
 @pytest.fixture
 def rerank_api(httpserver: HTTPServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[RerankApi]:
     """The local re-rank API, with no re-rank environment of the caller's leaking in."""
-    for name in ("PGRAG_RERANK", "PGRAG_RERANK_API_KEY", "PGRAG_RERANK_MODEL"):
+    for name in (
+        "PGRAG_RERANK",
+        "PGRAG_RERANK_API_KEY",
+        "PGRAG_RERANK_MODEL",
+        "PGRAG_RERANK_MODEL_PATH",
+    ):
         monkeypatch.delenv(name, raising=False)
     api = RerankApi(httpserver)
     httpserver.expect_request(RERANK_PATH, method="POST").respond_with_handler(api.handle)
