@@ -398,6 +398,41 @@ CORPORA = [("10000", "copies 10k"), ("100000", "copies 100k")]
 CORPORA += [("mixed 10000", "mixed 10k"), ("mixed 100000", "mixed 100k")]
 
 
+def rerank() -> str:
+    d = load("rerank.json")
+    search = d["search"]
+    labels = {
+        "http": "HTTP re-rank API, local server, trivial scoring (the protocol's own cost)",
+        "http+local": "HTTP re-rank API, local server running the tiny model (1 thread)",
+    }
+    rows = [
+        ["`hybrid_search` alone (50 candidates)", pair(search["p50_ms"], search["p95_ms"]), "—"]
+    ]
+    for name, r in d["rerank"].items():
+        label = labels.get(name) or f"tiny cross-encoder in the process, {name.partition(', ')[2]}"
+        rows.append([label, pair(r["p50_ms"], r["p95_ms"]), f"{num(r['over_search_p50'], 1)}×"])
+    return f"""\
+## Re-ranking (`benchmarks/rerank.py`)
+
+What `--rerank` adds per query: {d["queries"]} SciFact test queries over {d["documents"]:,} abstracts
+({d["chunks"]:,} chunks); `hybrid_search` returns the top {d["top"]} candidates (embedding computed
+beforehand), each backend scores them and the best {d["keep"]} are kept, timed client-side per query.
+The model ({d["model"]}) is the test suite's, built by the script since no weights can
+be downloaded on this machine; its scores are random, so this measures time only. A real
+cross-encoder such as `cross-encoder/ms-marco-MiniLM-L-6-v2` (6 layers of width 384) costs
+many times more per pair; measure it, and what it buys, with
+`pgrag eval DATASET --rerank local:cross-encoder/ms-marco-MiniLM-L-6-v2` (docs/cli.md, "Re-ranking").
+
+{table(["per query", "p50 / p95 ms", "p50 over the search"], rows)}
+
+The protocol itself (JSON over a loopback connection per call) costs about what the search
+does; the model's time dominates everything else. On this shared 2-core machine torch with one
+thread per core was slower than with one thread (`PGRAG_RERANK_THREADS=1`): both are shown.
+
+{provenance(d)} {source("rerank.json")}
+"""
+
+
 def latency() -> str:
     d = load("latency.json")
     sizes = d["sizes"]
@@ -1346,6 +1381,7 @@ Details: [ingest.md](ingest.md#benchmark-benchmarksworkerpy).
 SECTIONS: list[Callable[[], str]] = [
     beir,
     relevance_floor,
+    rerank,
     latency,
     vector_arm,
     bm25_pruning,

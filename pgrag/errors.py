@@ -78,6 +78,11 @@ class EmbeddingError(PgragError):
     """The embedding backend failed."""
 
 
+class RerankError(PgragError):
+    """The re-ranker failed: its model could not be loaded, or its API refused, timed out or
+    answered something that is no re-ranking."""
+
+
 class ExtractionError(PgragError):
     """A document could not be read or yielded no text."""
 

@@ -15,6 +15,11 @@ Three layers, each calling the one before:
   what any other client that wants the same behaviour calls: the above, then the side effects
   of a search (query-embedding usage recorded, the search logged when the operator turned the
   search log on) and, when nothing was found, why the tenant cannot answer anything.
+
+With a re-ranker (:mod:`pgrag.rerank`: a cross-encoder or a re-rank API, which run outside the
+database), :func:`run_search` and :func:`run_context` fetch more candidates, have them scored
+(:func:`rerank_hits`) and keep the best; ``ask``'s context is then built in SQL from them in the
+re-ranker's order (``public.build_context_for``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -36,6 +41,7 @@ from pgrag.documents import tenant_is_empty
 from pgrag.errors import ConfigError, from_database_error
 from pgrag.pipeline.embedders import Embedder, embedder_for_database
 from pgrag.query_cache import QueryEmbeddings
+from pgrag.rerank import RerankSettings, checked_scores, rerank
 from pgrag.search_log import LogMode, log_search
 
 API_SCHEMA = "public"
@@ -43,8 +49,8 @@ API_SCHEMA = "public"
 
 Mode = Literal["hybrid", "vector", "keyword"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
-Fusion = Literal["rrf", "weighted"]
-FUSIONS: tuple[Fusion, ...] = ("rrf", "weighted")
+Fusion = Literal["rrf", "weighted", "zscore"]
+FUSIONS: tuple[Fusion, ...] = ("rrf", "weighted", "zscore")
 
 
 @dataclass(frozen=True)
@@ -147,9 +153,19 @@ class SearchHit:
     """The chunks ``content`` spans: a window (hybrid search with ``window``) runs from
     ``first_chunk_index`` to ``last_chunk_index``; without one both are ``chunk_index``."""
     last_chunk_index: int | None = None
+    fused_rank: int | None = None
+    """With a re-ranker: the rank the search gave the hit (``rank`` is then its re-ranked
+    rank, ``rerank_rank``, and ``rerank_score`` the re-ranker's score); else None."""
+    rerank_rank: int | None = None
+    rerank_score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The hit's fields; the re-ranking ones only when a re-ranker ordered it."""
+        data = asdict(self)
+        if self.rerank_score is None:
+            for name in ("fused_rank", "rerank_rank", "rerank_score"):
+                del data[name]
+        return data
 
 
 @dataclass(frozen=True)
@@ -424,6 +440,8 @@ class SearchRun:
     hits: list[SearchHit]
     latency_ms: float
     tenant_empty: str | None = None
+    rerank_ms: float | None = None
+    """The re-ranker's time (ms) when one ordered the hits."""
 
 
 @dataclass(frozen=True)
@@ -443,14 +461,24 @@ def run_search(
     *,
     tenant: str,
     writer: psycopg.Connection[Any] | None = None,
+    reranking: RerankSettings | None = None,
 ) -> SearchRun:
     """Search ``query_text`` as ``tenant`` the way ``pgrag search`` does.
 
     The search reads from ``reader`` (e.g. a hot standby); its side writes (query-embedding
     cache, usage, search log) go to ``writer`` (default: ``reader``) and never fail it
-    (:func:`after_search`)."""
+    (:func:`after_search`). With ``reranking``, the search fetches ``reranking.top``
+    candidates (at least ``options.limit``) and the re-ranker keeps the best ``options.limit``
+    of them (:func:`rerank_hits`); the logged latency includes the re-ranker's."""
     queries = QueryEmbeddings(writer or reader, tenant)
-    hits, latency_ms = search_text(reader, query_text, options, tenant=tenant, queries=queries)
+    fetch = (
+        options if reranking is None else replace(options, limit=max(options.limit, reranking.top))
+    )
+    hits, latency_ms = search_text(reader, query_text, fetch, tenant=tenant, queries=queries)
+    rerank_ms = None
+    if reranking is not None:
+        hits, rerank_ms = rerank_hits(query_text, hits, reranking, options.limit)
+        latency_ms += rerank_ms
     empty = after_search(
         reader,
         queries,
@@ -462,7 +490,23 @@ def run_search(
         top_score=hits[0].score if hits else None,
         found=bool(hits),
     )
-    return SearchRun(hits, latency_ms, empty)
+    return SearchRun(hits, latency_ms, empty, rerank_ms)
+
+
+def rerank_hits(
+    query_text: str, hits: Sequence[SearchHit], reranking: RerankSettings, keep: int
+) -> tuple[list[SearchHit], float]:
+    """The best ``keep`` of the first ``reranking.top`` hits by the re-ranker's scores of
+    their text, and the re-ranker's time (ms)."""
+    candidates = list(hits[: reranking.top])
+    started = time.perf_counter()
+    reranker = reranking.reranker
+    scores = reranker.score(query_text, [hit.content for hit in candidates])
+    scores = checked_scores(reranker.name, scores, len(candidates))
+    elapsed = (time.perf_counter() - started) * 1000.0
+    if not candidates:
+        return [], elapsed
+    return rerank(candidates, scores, keep), elapsed
 
 
 def run_context(
@@ -472,11 +516,20 @@ def run_context(
     *,
     tenant: str,
     writer: psycopg.Connection[Any] | None = None,
+    reranking: RerankSettings | None = None,
 ) -> ContextRun:
     """The context for ``query_text`` as ``tenant``, the way ``pgrag ask`` builds it: as
-    :func:`run_search`, with ``build_context`` (logged as mode ``context``)."""
+    :func:`run_search`, with ``build_context`` (logged as mode ``context``).
+
+    With ``reranking``: hybrid search fetches ``reranking.top`` candidates (the same filters,
+    MMR and cosine floor), the re-ranker orders them, and ``build_context_for`` builds the
+    block from them in that order (windows, budget and ``limit`` as ``build_context``); each
+    source's score is then the re-ranker's."""
     queries = QueryEmbeddings(writer or reader, tenant)
-    ctx, latency_ms = context_text(reader, query_text, options, tenant=tenant, queries=queries)
+    if reranking is None:
+        ctx, latency_ms = context_text(reader, query_text, options, tenant=tenant, queries=queries)
+    else:
+        ctx, latency_ms = _reranked_context(reader, query_text, options, tenant, queries, reranking)
     top = ctx.sources[0].get("score") if ctx.sources else None
     empty = after_search(
         reader,
@@ -490,6 +543,50 @@ def run_context(
         found=not ctx.empty,
     )
     return ContextRun(ctx, latency_ms, empty)
+
+
+CONTEXT_MIN_SCORE = 0.3
+"""``build_context``'s default cosine floor, applied to the candidates of a re-ranked context so
+that ``pgrag ask`` answers (or says it found nothing) alike with and without a re-ranker."""
+
+
+def _reranked_context(
+    reader: psycopg.Connection[Any],
+    query_text: str,
+    options: ContextOptions,
+    tenant: str,
+    queries: QueryEmbeddings,
+    reranking: RerankSettings,
+) -> tuple[Context, float]:
+    """The context of :func:`run_context` with a re-ranker, and its latency (ms)."""
+    floor = CONTEXT_MIN_SCORE if options.min_score is None else options.min_score
+    candidates = SearchOptions(
+        mode="hybrid",
+        limit=reranking.top,
+        mmr_lambda=options.mmr_lambda,
+        min_score=floor,
+        filters=options.filters,
+    )
+    hits, latency_ms = search_text(reader, query_text, candidates, tenant=tenant, queries=queries)
+    ranked, rerank_ms = rerank_hits(query_text, hits, reranking, len(hits) or 1)
+    if not ranked:
+        return Context("", []), latency_ms + rerank_ms
+    args = _without_none(
+        {
+            "chunk_ids": [hit.chunk_id for hit in ranked],
+            "scores": [hit.rerank_score for hit in ranked],
+            "token_budget": options.token_budget,
+            "match_count": options.limit,
+            "window_size": options.window or None,
+        }
+    )
+    started = time.perf_counter()
+    rows = _call(reader, "build_context_for", args, tenant)
+    latency_ms += rerank_ms + (time.perf_counter() - started) * 1000.0
+    sources = rows[0]["sources"] if rows else []
+    if isinstance(sources, str):
+        sources = json.loads(sources)
+    return Context(rows[0]["context"] or "" if rows else "", list(sources or [])), latency_ms
 
 
 def after_search(

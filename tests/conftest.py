@@ -29,6 +29,8 @@ pytest_plugins = [
     "plugins.dev_tools",
     "plugins.embedder",
     "plugins.queue",
+    # Re-rankers: a tiny cross-encoder built by the tests, a local re-rank API.
+    "plugins.rerank",
     "plugins.openai_server",
     # pgrag's PL/Python functions: outside the server (plpy stub) and on PostgreSQL 15.
     "plugins.plpython",

@@ -35,6 +35,8 @@ API_FUNCTIONS = (
     "chunk_windows",
     "build_context",
     "hybrid_search_text",
+    "rerank",
+    "build_context_for",
     "log_search",
 )
 # The document queue's RPCs: a tenant submits and reads its queue (authenticated and
@@ -475,6 +477,7 @@ PGRAG_FUNCTIONS = (
     "check_filters",
     "check_query_embedding",
     "check_query_text(text)",
+    "check_rerank_arguments(text,integer,integer)",
     "chunk_fts",
     "compute_query_embedding(text)",
     "current_tenant_id()",
@@ -492,6 +495,7 @@ PGRAG_FUNCTIONS = (
     "own_graph_walk_sql(text,boolean)",
     "propagate_request_claims()",
     "query_cache_key(text)",
+    "rerank_scores(text,text[])",
     "searchable",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",

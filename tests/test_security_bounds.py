@@ -65,6 +65,8 @@ NEED_PLPYTHON = {
     "pgrag.embed_query",
     "pgrag.compute_query_embedding",
     "pgrag.chunk_text",
+    "public.rerank",
+    "pgrag.rerank_scores",
 }
 # Volatile (writing) functions executable by authenticated/service_role (never anon). They are
 # fuzzed like the others, each call in a transaction that is rolled back afterwards. Besides

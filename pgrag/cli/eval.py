@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pgrag.cli.common import echo_json, json_option, pass_state, progress_option, tenant_option
+from pgrag.cli.rerank import rerank_options, rerank_settings
 from pgrag.cli.state import CliState
 from pgrag.db import connect, wait_for_replay
 from pgrag.query_cache import QueryEmbeddings
@@ -15,6 +16,8 @@ from pgrag.search import query_embedder
 
 if TYPE_CHECKING:
     from pgrag.eval import CrossValidation
+    from pgrag.rerank import RerankSettings
+    from pgrag.search import SearchOptions
 
 
 def _checked_modes(
@@ -71,6 +74,7 @@ def _checked_modes(
 @click.option(
     "--no-ingest", is_flag=True, help="Skip the (incremental) ingest; the tenant already holds it."
 )
+@rerank_options
 @tenant_option(default=None, help_text="Tenant holding the corpus (default beir-<dataset name>).")
 @progress_option
 @json_option
@@ -84,6 +88,8 @@ def evaluate(
     fetch: int,
     folds: int | None,
     no_ingest: bool,
+    rerank_spec: str | None,
+    rerank_top: int,
     tenant: str | None,
     progress: bool | None,
     as_json: bool,
@@ -100,6 +106,9 @@ def evaluate(
     N folds (by a hash of their id: the same split on every run), each fold scores the
     candidate best on the other folds, and the out-of-fold nDCG@10 says what choosing a
     candidate is worth on queries it was not chosen on (the full-test best is optimistic).
+
+    With --rerank each mode is measured as it is and re-ranked (MODE+rerank): the re-ranker
+    re-orders each query's first --rerank-top chunks; its time counts in the latency.
     """
     from pgrag import eval as ev
     from pgrag.errors import ConfigError
@@ -108,6 +117,11 @@ def evaluate(
     ev.trec_eval()  # the eval extra: before any work, say how to install it when it is missing
     dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
     parsed = [ev.parse_mode(spec) for spec in (modes or ev.DEFAULT_EVAL_MODES)]
+    reranking = rerank_settings(rerank_spec, rerank_top)
+    runs: list[tuple[str, SearchOptions, RerankSettings | None]]
+    runs = [(name, options, None) for name, options in parsed]
+    if reranking is not None:
+        runs += [(f"{name}+rerank", options, reranking) for name, options in parsed]
     if folds is not None:
         try:  # before any work: more folds than queries is a usage error
             ev.assign_folds(dataset.queries, folds)
@@ -133,7 +147,7 @@ def evaluate(
         queries = QueryEmbeddings(writer, tenant, embedder)
         embeddings = ev.embed_queries(embedder, dataset, queries)
         queries.record_usage()
-        for name, options in parsed:
+        for name, options, reranker in runs:
             total = 2 * len(dataset.queries)
             with Progress(f"eval {name}", total, mode, unit="searches") as bar:
                 results[name] = ev.run_mode(
@@ -145,6 +159,7 @@ def evaluate(
                     embeddings=embeddings,
                     fetch=fetch,
                     advance=bar.advance,
+                    reranking=reranker,
                 )
     report: dict[str, Any] = {name: result.as_dict() for name, result in results.items()}
     cv = None

@@ -29,6 +29,7 @@ from pgrag.cli.common import (
     pass_state,
     tenant_option,
 )
+from pgrag.cli.rerank import rerank_options, rerank_settings
 from pgrag.cli.state import CliState
 from pgrag.errors import ConfigError, NothingToDo
 from pgrag.search import (
@@ -129,7 +130,8 @@ def _snippet(content: str, width: int = 300) -> str:
 
 
 def explain(hit: SearchHit, options: SearchOptions) -> str:
-    """Why this source: each arm's rank and score, and the fused score."""
+    """Why this source: each arm's rank and score, the fused score, and with a re-ranker its
+    rank among the candidates, the rank it came from and its score."""
 
     def arm(name: str, rank: int | None, score: float | None, label: str) -> str:
         where = f"#{rank}" if rank is not None else "not among its candidates"
@@ -137,12 +139,17 @@ def explain(hit: SearchHit, options: SearchOptions) -> str:
 
     vector = arm("vector", hit.vector_rank, hit.vector_score, "cosine similarity")
     keyword = arm("keyword", hit.keyword_rank, hit.keyword_score, "BM25")
+    reranked = (
+        f" -> re-ranked #{hit.rerank_rank} from #{hit.fused_rank} (score {hit.rerank_score:.4f})"
+        if hit.rerank_score is not None
+        else ""
+    )
     if options.mode == "vector":
-        return vector
+        return vector + reranked
     if options.mode == "keyword":
-        return keyword
+        return keyword + reranked
     fused = "RRF" if options.fusion == "rrf" else "weighted"  # SQL default: weighted
-    return f"{vector}; {keyword} -> {fused} score {hit.score:.4f}"
+    return f"{vector}; {keyword} -> {fused} score {hit.score:.4f}{reranked}"
 
 
 def print_hits(hits: list[SearchHit], options: SearchOptions, show_explain: bool) -> None:
@@ -208,8 +215,8 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
     "--fusion",
     type=click.Choice(FUSIONS),
     default=None,
-    help="How hybrid search fuses its arms: weighted scores (the default; keyword 1, "
-    "vector 0.8) or reciprocal rank fusion (k 60).",
+    help="How hybrid search fuses its arms: weighted min-max scores (the default; keyword 1, "
+    "vector 0.8), weighted z-scores (zscore) or reciprocal rank fusion (rrf, k 60).",
 )
 @click.option(
     "--min-score",
@@ -219,6 +226,7 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 )
 @click.option("--language", help="Text-search configuration of the query (english, simple, ...).")
 @click.option("--explain", "show_explain", is_flag=True, help="Show each arm's rank and score.")
+@rerank_options
 @filter_options
 @tenant_option()
 @json_option
@@ -234,6 +242,8 @@ def search(
     min_score: float | None,
     language: str | None,
     show_explain: bool,
+    rerank_spec: str | None,
+    rerank_top: int,
     document_ids: tuple[int, ...],
     metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
@@ -262,8 +272,9 @@ def search(
             filters=make_filters(document_ids, metadata, source_types, after, before),
         )
     )
+    reranking = rerank_settings(rerank_spec, rerank_top)
     with state.connect_read_and_write() as (conn, writer):
-        run = run_search(conn, query, options, tenant=tenant, writer=writer)
+        run = run_search(conn, query, options, tenant=tenant, writer=writer, reranking=reranking)
     if run.tenant_empty:
         if as_json:
             echo_json([])
@@ -328,6 +339,7 @@ def print_sources(ctx: Context) -> None:
     "--context-only", is_flag=True, help="Print the context and sources; do not call the LLM."
 )
 @check_options
+@rerank_options
 @filter_options
 @tenant_option()
 @json_option
@@ -343,6 +355,8 @@ def ask(
     chat_model: str | None,
     context_only: bool,
     check: CheckRequest | None,
+    rerank_spec: str | None,
+    rerank_top: int,
     document_ids: tuple[int, ...],
     metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
@@ -372,8 +386,11 @@ def ask(
         mmr_lambda=mmr_lambda,
         filters=make_filters(document_ids, metadata, source_types, after, before),
     )
+    reranking = rerank_settings(rerank_spec, rerank_top)
     with state.connect_read_and_write() as (conn, writer):
-        run = run_context(conn, question, options, tenant=tenant, writer=writer)
+        run = run_context(
+            conn, question, options, tenant=tenant, writer=writer, reranking=reranking
+        )
     ctx = run.context
     if run.tenant_empty:
         if as_json:
@@ -393,7 +410,14 @@ def ask(
     checked = None
     if check is not None and text is not None:
         checked = run_check(
-            check, question, text, ctx.context, config, tenant=tenant, dsn=state.dsn()
+            check,
+            question,
+            text,
+            ctx.context,
+            config,
+            tenant=tenant,
+            dsn=state.dsn(),
+            scorer=reranking.reranker if reranking is not None else None,
         )
     if as_json:
         echo_json(

@@ -21,7 +21,10 @@ from pgrag.eval.dataset import BeirDataset
 from pgrag.eval.metrics import mean_metrics, per_query_metrics
 from pgrag.pipeline.embedders import Embedder
 from pgrag.progress import ProgressMode
-from pgrag.search import SearchHit, SearchOptions, search
+from pgrag.search import SearchHit, SearchOptions, rerank_hits, search
+
+if TYPE_CHECKING:
+    from pgrag.rerank import RerankSettings
 
 if TYPE_CHECKING:
     from pgrag.ingest import IngestSummary
@@ -128,20 +131,32 @@ def run_mode(
     fetch: int = DEFAULT_FETCH,
     latency_k: int | None = DEFAULT_LATENCY_K,
     advance: Callable[[], None] | None = None,
+    reranking: RerankSettings | None = None,
 ) -> ModeResult:
     """Run every query in ``mode``: a ranked pass of ``fetch`` chunks for the metrics, then
     (when ``latency_k`` is set) a timed pass asking for ``latency_k`` rows, as applications do.
-    Latency is the database round trip of one search call (query embedding excluded)."""
+    Latency is the database round trip of one search call (query embedding excluded).
+
+    With ``reranking``, the first ``reranking.top`` chunks of each search are re-ordered by
+    the re-ranker (the rest keep their order behind them), and the timed pass fetches
+    ``reranking.top`` candidates and re-ranks them: its latency includes the re-ranker's."""
 
     def one(qid: str, limit: int) -> tuple[list[SearchHit], float]:
         start = time.perf_counter()
+        query = dataset.queries[qid]
+        if reranking is not None:
+            limit = max(limit, reranking.top)
         hits = search(
             conn,
-            dataset.queries[qid],
+            query,
             replace(options, limit=limit),
             tenant=tenant,
             query_embedding=embeddings[qid],
         )
+        if reranking is not None:
+            # the re-ranked head keeps ranks 1..top, the tail its ranks after them
+            head, _ = rerank_hits(query, hits, reranking, reranking.top)
+            hits = head + hits[reranking.top :]
         return hits, (time.perf_counter() - start) * 1000.0
 
     first = next(iter(dataset.queries))

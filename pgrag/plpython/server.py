@@ -4,7 +4,10 @@ Each function's body imports this module and calls one function here with ``plpy
 
 * :func:`compute_query_embedding` — the query's embedding by the bundled all-MiniLM-L6-v2 on
   ONNX Runtime (:class:`pgrag.pipeline.embedders.LocalEmbedder`), as pgvector's text form;
-* :func:`chunk_text` — the chunks of a text by pgrag's own chunker (:mod:`pgrag.pipeline.chunking`).
+* :func:`chunk_text` — the chunks of a text by pgrag's own chunker (:mod:`pgrag.pipeline.chunking`);
+* :func:`rerank_scores` — one relevance score per document by the local cross-encoder
+  (:mod:`pgrag.rerank.local`) that ``PGRAG_RERANK_MODEL_PATH`` names in the server's environment
+  (``sql/idempotent/052-rerank.sql``), kept in ``GD`` like the embedder.
 
 Each first checks its arguments with the SQL check functions (``pgrag.check_query_text``,
 ``pgrag.check_chunk_arguments``: the limits are written once, in SQL), since the functions can
@@ -204,3 +207,62 @@ def chunk_text(
     return [
         (c.index, c.content, c.token_count, list(c.heading_path), c.overlap_chars) for c in chunks
     ]
+
+
+# -- re-ranking (sql/idempotent/052-rerank.sql) --------------------------------------------------
+
+RERANKER_KEY = "pgrag.plpython.reranker"
+RERANK_MODEL_ENV = "PGRAG_RERANK_MODEL_PATH"
+RERANK_RUNTIME = (("torch", "torch"), ("sentence_transformers", "sentence-transformers"))
+RERANK_DOCUMENT_CHARS = 20_000  # a cross-encoder reads a few hundred word pieces at most
+
+
+def reranker(plpy: Plpy, GD: dict[str, Any]) -> Any:
+    """The session's :class:`~pgrag.rerank.local.CrossEncoderReranker` (made once, kept in
+    ``GD``) of the model ``PGRAG_RERANK_MODEL_PATH`` names in the server's environment (else
+    PR303)."""
+    import os
+
+    model = os.environ.get(RERANK_MODEL_ENV, "").strip()
+    found = GD.get(RERANKER_KEY)
+    if found is not None and found.model == model:
+        return found
+    if not model:
+        plpy.error(
+            "no re-rank model is configured for the database server",
+            hint=f"ask the database operator to set {RERANK_MODEL_ENV} in the server's "
+            'environment to a cross-encoder folder (docs/sql-api.md, "Re-ranking"); meanwhile '
+            "re-rank on the client with pgrag search --rerank",
+            sqlstate=MODEL_MISSING,
+        )
+    missing = [distribution for module, distribution in RERANK_RUNTIME if not _installed(module)]
+    if missing:
+        _missing(
+            plpy, f"{', '.join(missing)} not installed: the re-ranker cannot run in the database"
+        )
+    from pgrag.rerank.local import CrossEncoderReranker
+
+    made = CrossEncoderReranker(model, batch_size=16, threads=1)
+    GD[RERANKER_KEY] = made
+    return made
+
+
+def rerank_scores(
+    plpy: Plpy, GD: dict[str, Any], query_text: str | None, documents: list[str | None] | None
+) -> list[float]:
+    """One score per document for ``query_text`` (a null document scores as an empty text)."""
+    count = None if documents is None else len(documents)
+    check = "select pgrag.check_rerank_arguments($1, $2, null)"
+    _plan(plpy, GD, check, ("text", "integer")).execute([query_text, count])
+    if query_text is None or documents is None:
+        return []  # the check refuses both: not reached
+    from pgrag.errors import RerankError
+
+    local = reranker(plpy, GD)
+    texts = [(d or "")[:RERANK_DOCUMENT_CHARS] for d in documents]
+    try:
+        return local.score(query_text, texts)  # type: ignore[no-any-return]
+    except RerankError as exc:
+        _missing(plpy, str(exc))
+    except ImportError as exc:
+        _missing(plpy, f"{exc.name or exc} is not installed for the server's Python")

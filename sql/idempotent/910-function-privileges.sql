@@ -48,6 +48,8 @@ begin
               'check_query_text', 'normalize_query', 'query_cache_key', 'chunk_text',
               'check_chunk_arguments', 'query_cache_get', 'query_cache_put', 'prune_query_cache',
               'query_cache_max_entries',
+              -- re-ranking in the database (052-rerank.sql)
+              'rerank_scores', 'check_rerank_arguments',
               -- the search log's bound (032-search-log.sql: its trigger runs as the writer)
               'search_log_max_rows',
               -- the keyword arm's steps (023-bm25-maxscore.sql to 025-keyword-arm.sql) and the
@@ -160,8 +162,8 @@ begin
         where p.pronamespace = 'public'::regnamespace
           and p.proname = any (array[
               'vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows',
-              'build_context', 'hybrid_search_text', 'log_search', 'submit_document',
-              'document_status', 'queue_status'
+              'build_context', 'hybrid_search_text', 'rerank', 'build_context_for', 'log_search',
+              'submit_document', 'document_status', 'queue_status'
           ])
           -- never an extension's function of the same name
           and not exists (select 1 from pg_catalog.pg_depend as d
