@@ -188,3 +188,16 @@ def test_ask_rerank_below_the_floor_finds_nothing(corpus: str, rerank_api: Reran
     result = CliRunner().invoke(main, [*args, "--rerank", rerank_api.url])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["found"] is False and rerank_api.bodies == []
+
+
+def test_ask_check_local_scores_support_with_the_reranker(
+    corpus: str, rerank_api: RerankApi
+) -> None:
+    rerank_api.scoring = lambda query, document: 0.0  # the re-ranker supports nothing
+    question = "Which port does the widget service listen on?"
+    answer = "The widget service listens on port 8443 [Source 1]."
+    args = ["--dsn", corpus, "ask", question, "--answer", answer, "--check", "local"]
+    result = CliRunner().invoke(main, [*args, "--rerank", rerank_api.url, "--min-score", "-1"])
+    assert result.exit_code == 4, result.output  # withheld: no sentence supported
+    checked = [b for b in rerank_api.bodies if b["query"].startswith("The widget service")]
+    assert checked, "the check's sentence was never sent to the re-ranker"
