@@ -10,8 +10,9 @@ block only.
 
     .venv/bin/python benchmarks/answer_check.py [--data DIR] [--limit N]   # about 5 minutes
 
-Prints, per threshold, the share of claims passing with each context, and the check's time per
-answer with the model loaded.
+Writes benchmarks/results/answer_check.json (rendered into docs/benchmarks.md by report.py):
+per threshold, the share of claims passing with each context, the median scores and the
+check's time per answer with the model loaded.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
 import statistics
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -34,6 +37,7 @@ from pgrag.check import CheckOptions, check_answer
 from pgrag.pipeline.embedders import LocalEmbedder
 
 THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7)
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "answer_check.json"
 
 
 def read_jsonl(path: Path) -> dict[str, dict[str, str]]:
@@ -49,7 +53,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=SCIFACT)
     parser.add_argument("--limit", type=int, default=100, help="claims checked (default 100)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results file")
     args = parser.parse_args()
+    began = datetime.now(UTC)
     if not (args.data / "corpus.jsonl").exists():
         print(f"no SciFact data in {args.data}", file=sys.stderr)
         return 1
@@ -89,19 +95,28 @@ def main() -> int:
             # A claim cut into several sentences passes when every one of them does.
             scores[name].append(min(v.score or 0.0 for v in result.verdicts if not v.exempt))
     n = len(scores["judged"])
-    print(f"{n} SciFact test claims, one judged abstract each; share of claims passing:")
-    print("threshold  " + "  ".join(f"{name:>13}" for name in scores))
-    for t in THRESHOLDS:
-        shares = [sum(s >= t for s in values) / n for values in scores.values()]
-        print(f"{t:9.2f}  " + "  ".join(f"{share:13.1%}" for share in shares))
-    print(
-        "median score  "
-        + "  ".join(f"{statistics.median(v):.3f} ({name})" for name, v in scores.items())
-    )
-    print(
-        "check time per answer (one sentence, one abstract): median "
-        f"{statistics.median(seconds) * 1000:.1f} ms"
-    )
+    result = {
+        "benchmark": "answer_check",
+        "command": "benchmarks/answer_check.py " + " ".join(sys.argv[1:]),
+        "started": began.isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_avg_at_end": os.getloadavg(),
+            "python": platform.python_version(),
+        },
+        "claims": n,
+        "checker": "local (all-MiniLM-L6-v2 cosine similarity)",
+        "passing": {
+            f"{t:.2f}": {name: round(sum(s >= t for s in v) / n, 4) for name, v in scores.items()}
+            for t in THRESHOLDS
+        },
+        "median_score": {name: round(statistics.median(v), 4) for name, v in scores.items()},
+        "check_ms_p50": round(statistics.median(seconds) * 1000, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["passing"], indent=2))
     return 0
 
 

@@ -433,6 +433,34 @@ thread per core was slower than with one thread (`PGRAG_RERANK_THREADS=1`): both
 """
 
 
+def answer_check() -> str:
+    d = load("answer_check.json")
+    contexts = list(d["median_score"])
+    rows = [
+        [f"{threshold}" + (" (default)" if threshold == "0.55" else "")]
+        + [f"{shares[name] * 100:.0f} %" for name in contexts]
+        for threshold, shares in d["passing"].items()
+    ]
+    rows.append(["median score"] + [f"{d['median_score'][name]:.2f}" for name in contexts])
+    return f"""\
+## Offline answer check (`benchmarks/answer_check.py`)
+
+How `pgrag ask --check local` separates a citation of the right source from a wrong one:
+{d["claims"]} SciFact test claims, each checked as a one-sentence answer citing `[Source 1]`,
+with three sources in turn: its judged abstract (it should pass), the most similar abstract by
+title that is not judged relevant (a plausible wrong citation) and a random abstract (an
+unrelated citation). Share of claims passing at each `--min-support`:
+
+{table(["--min-support", *contexts], rows)}
+
+The check measures topic, not facts: it rejects unrelated citations but lets most citations of
+a wrong paper on the same subject through; use `--check llm` where that matters. Check time per
+answer with the model loaded: {num(d["check_ms_p50"])} ms (median).
+
+{provenance(d)} {source("answer_check.json")}
+"""
+
+
 def latency() -> str:
     d = load("latency.json")
     sizes = d["sizes"]
@@ -1382,6 +1410,7 @@ SECTIONS: list[Callable[[], str]] = [
     beir,
     relevance_floor,
     rerank,
+    answer_check,
     latency,
     vector_arm,
     bm25_pruning,
