@@ -62,6 +62,11 @@ CALLS = {
         "(select array_agg(chunk_id order by rank) from public.keyword_search(%(q)s, 4)), 1)"
     ),
     "build_context": "select * from public.build_context(%(q)s, %(e)s, 1200, 5, 0.0, 1)",
+    "build_context_for": (
+        "with h as (select chunk_id, score, rank from public.hybrid_search(%(q)s, %(e)s, 6)) "
+        "select * from public.build_context_for((select array_agg(chunk_id order by rank desc) "
+        "from h), (select array_agg(score order by rank desc) from h), 1200, 5, 1)"
+    ),
 }
 
 

@@ -85,8 +85,16 @@ CALLS: list[tuple[str, str, Callable[[str, Any, list[int]], tuple[Any, ...]]]] =
         "select * from public.build_context(%s, %s, min_score => -1)",
         lambda q, e, ids: (q, e),
     ),
-    # The embedded server has no PL/Python: the text search answers from the query-embedding
+    # The context of chunks in an order the caller chose (here hybrid_search's, reversed).
+    (
+        "build_context_for",
+        "select * from public.build_context_for(%s, null, 400, 4, 1)",
+        lambda q, e, ids: (list(reversed(ids)),),
+    ),
+    # The embedded server has no PL/Python: re-ranking in the database is refused (PR301) on
+    # both alike; the text search answers from the query-embedding
     # cache (filled on the primary for both tenants) and refuses anon with PR301.
+    ("rerank", "select * from public.rerank(%s, %s, 3)", lambda q, e, ids: (q, ids)),
     (
         "hybrid_search_text",
         "select * from public.hybrid_search_text(%s, 5)",
@@ -113,6 +121,7 @@ WRITERS = {"log_search", "submit_document"}
 QUEUED_URI = "note://replica/queued"
 QUEUE_READERS = {"queue_status", "document_status"}
 TEXT_SEARCH = next(statement for name, statement, _ in CALLS if name == "hybrid_search_text")
+RERANK = next(statement for name, statement, _ in CALLS if name == "rerank")
 
 
 @pytest.fixture(scope="module")
@@ -207,8 +216,9 @@ def test_every_client_function_returns_on_the_standby_what_the_primary_returns(
         assert found and {r[-1] for r in found} == {caller}
     anon = on_primary[("anon", QUERIES[0], CALLS[0][1])]
     assert anon and all("getting-started" in r[4] for r in anon)
-    # Refused alike on both: anon's text search (no tenant, so no cache, and no PL/Python) and
-    # anon's queue calls (executable by authenticated only); nothing else.
+    # Refused alike on both: anon's text search (no tenant, so no cache, and no PL/Python),
+    # anon's queue calls (executable by authenticated only) and every re-ranking (no PL/Python);
+    # nothing else.
     refused = {
         key: rows[0][1] for key, rows in on_primary.items() if rows and rows[0][0] == "error"
     }
@@ -216,6 +226,7 @@ def test_every_client_function_returns_on_the_standby_what_the_primary_returns(
     assert refused == {
         **{("anon", q, TEXT_SEARCH): "PR301" for q in QUERIES},
         **{("anon", q, statement): "42501" for q in QUERIES for statement in queue_calls},
+        **{(caller, q, RERANK): "PR301" for caller in CALLERS for q in QUERIES},
     }
     # acme's queued document shows in its queue and its status; globex's queue is empty.
     queue = next(statement for name, statement, _ in CALLS if name == "queue_status")
@@ -263,10 +274,11 @@ def test_client_functions_run_in_a_read_only_transaction_on_the_primary(
                 except psycopg.errors.ReadOnlySqlTransaction:
                     raise
                 except psycopg.Error as exc:
-                    assert caller == "anon", (caller, name, exc.sqlstate)
-                    assert (name, exc.sqlstate) in {("hybrid_search_text", "PR301")} | {
-                        (reader, "42501") for reader in QUEUE_READERS
-                    }
+                    assert caller == "anon" or name == "rerank", (caller, name, exc.sqlstate)
+                    assert (name, exc.sqlstate) in {
+                        ("hybrid_search_text", "PR301"),
+                        ("rerank", "PR301"),
+                    } | {(reader, "42501") for reader in QUEUE_READERS}
 
 
 # -- what a reader on the standby sees while the primary writes ---------------------------------

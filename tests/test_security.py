@@ -480,6 +480,7 @@ PGRAG_FUNCTIONS = (
     "check_rerank_arguments(text,integer,integer)",
     "chunk_fts",
     "compute_query_embedding(text)",
+    "context_from_hits",
     "current_tenant_id()",
     "distributed()",
     "embed_query(text)",

@@ -333,9 +333,10 @@ def test_windows_read_only_rows_that_exist(corpus: Corpus) -> None:
         sources = conn.execute(
             "select p.proname, p.prosrc from pg_proc p where p.pronamespace in "
             "('public'::regnamespace, 'pgrag'::regnamespace) "
-            "and p.proname in ('windows', 'chunk_windows', 'hybrid_search', 'build_context')"
+            "and p.proname in ('windows', 'chunk_windows', 'hybrid_search', 'build_context', "
+            "'build_context_for', 'context_from_hits')"
         ).fetchall()
-    assert len(sources) == 4
+    assert len(sources) == 6
     for name, body in sources:
         assert "generate_series" not in body, name
     assert "n.chunk_index >= hc.chunk_index" in dict(sources)["windows"]
@@ -1068,6 +1069,10 @@ def widest_examples(corpus: Corpus, fn: Function) -> list[dict[str, Any]]:
         base["query_embedding"] = corpus.query_embedding
     if "chunk_ids" in names:
         base["chunk_ids"] = sorted(corpus.chunks["acme"])[:1000]
+        if "tenant_ids" in names:  # hits with their tenants (pgrag.context_from_hits)
+            base["tenant_ids"] = ["acme"] * len(base["chunk_ids"])
+    if "scores" in names:
+        base["scores"] = None
     if not {name for name, _, has_default in fn.args if not has_default} <= set(base):
         return []  # an argument this example cannot fill: the generated examples cover it
     out = [base]
@@ -1091,6 +1096,8 @@ def test_property_every_executable_function_bounds_hostile_arguments(corpus: Cor
         "public.hybrid_search",
         "public.chunk_windows",
         "public.build_context",
+        "public.build_context_for",
+        "pgrag.context_from_hits",
     } | (KNOWN_WRITERS - FUZZED_WRITERS) <= names
     by_type = strategies(corpus)
     missing = {t for f in functions for _, t, _ in f.args if t not in by_type}

@@ -4,10 +4,11 @@
 -- idempotent tier's CREATE OR REPLACE removes function settings; this tier, re-applied after
 -- it, sets them again.
 --
--- The search functions (sql/idempotent/020-search-rows.sql to 027-api.sql) say the caller's
+-- The search functions (sql/idempotent/020-search-rows.sql to 028-context.sql) say the caller's
 -- tenant of every table they read, as a PL/pgSQL variable, so that Citus can send each
 -- statement to the one shard group of that tenant ("Task Count: 1"). Two settings make sure it
--- does:
+-- does (public.rerank, 052-rerank.sql, reads its candidates by id on every shard: it gets them
+-- so that it too plans each call with the values):
 --
 -- plan_cache_mode = force_custom_plan: the statements are planned at every call with the
 --   variables' values, the tenant among them. A generic plan (which PL/pgSQL's plan cache may
@@ -39,7 +40,7 @@ begin
                l.lanname = 'plpgsql'
                and p.proname in ('vector_candidates', 'keyword_candidates', 'fused_candidates',
                                  'windows', 'vector_search', 'keyword_search', 'hybrid_search',
-                                 'build_context',
+                                 'build_context', 'build_context_for', 'context_from_hits', 'rerank',
                                  'vector_sizing', 'vector_walk_public', 'vector_walk_shared',
                                  'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general',
                                  'vector_exact_tenant', 'vector_exact',
@@ -51,7 +52,8 @@ begin
         join pg_catalog.pg_language as l on l.oid = p.prolang
         where (p.pronamespace = 'pgrag'::regnamespace
                and p.proname in ('vector_candidates', 'keyword_candidates', 'fused_candidates',
-                                 'windows', 'tenant_chunk_count', 'keyword_query', 'mmr_order',
+                                 'windows', 'context_from_hits', 'tenant_chunk_count', 'keyword_query',
+                                 'mmr_order',
                                  'vector_sizing', 'vector_walk_public', 'vector_walk_shared',
                                  'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general',
                                  'vector_exact_tenant', 'vector_exact',
@@ -61,7 +63,7 @@ begin
                                  'keyword_walk_unfenced', 'window_hits_unfenced'))
            or (p.pronamespace = 'public'::regnamespace
                and p.proname in ('vector_search', 'keyword_search', 'hybrid_search',
-                                 'chunk_windows', 'build_context')
+                                 'chunk_windows', 'build_context', 'build_context_for', 'rerank')
                and not exists (select 1 from pg_catalog.pg_depend as d
                                where d.classid = 'pg_catalog.pg_proc'::regclass
                                  and d.objid = p.oid and d.deptype = 'e'))

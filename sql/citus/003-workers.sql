@@ -37,7 +37,8 @@ begin
         where (p.pronamespace = 'pgrag'::regnamespace
                or (p.pronamespace = 'public'::regnamespace
                    and p.proname in ('vector_search', 'keyword_search', 'hybrid_search',
-                                     'chunk_windows', 'build_context')))
+                                     'chunk_windows', 'build_context', 'build_context_for',
+                                     'rerank')))
           and p.prokind = 'f'
           and not exists (select 1 from pg_catalog.pg_depend as d
                           where d.classid = 'pg_catalog.pg_proc'::regclass

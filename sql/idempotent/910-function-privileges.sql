@@ -38,6 +38,7 @@ begin
               'current_tenant_id', 'propagate_request_claims', 'tenant_chunk_count',
               'keyword_query', 'searchable', 'distributed',
               'vector_candidates', 'keyword_candidates', 'fused_candidates', 'mmr_order', 'windows',
+              'context_from_hits',
               'tenant_index_name', 'own_graph_walk_name', 'own_graph_walk_sql', 'chunk_fts',
               'identifier_terms', 'check_argument', 'check_length', 'check_filters',
               'check_query_embedding', 'text_search_config',
