@@ -1,6 +1,7 @@
--- The public API: the five functions clients call (schema public, what PostgREST exposes).
--- Contract. Provides: public.vector_search, public.keyword_search, public.hybrid_search,
---   public.chunk_windows and public.build_context, documented in docs/sql-api.md; their names,
+-- The public API: the search functions clients call (schema public, what PostgREST exposes);
+-- the context builders (build_context, build_context_for) are in 028-context.sql.
+-- Contract. Provides: public.vector_search, public.keyword_search, public.hybrid_search and
+--   public.chunk_windows, documented in docs/sql-api.md; their names,
 --   parameter names and result columns are stable across versions (PostgREST calls them by
 --   name). Relies on: 020-search-rows.sql to 026-fusion.sql and the argument checks
 --   (001-helpers.sql). Callers: anon, authenticated and service_role
