@@ -394,7 +394,8 @@ begin
         -- was applied with, on an empty table: that file sets the one asked for)
         if installed = {VECTOR_HNSW_MAX_DIMS} and wanted ~ '^[0-9]{{1,4}}$'
            and wanted::integer > {VECTOR_HNSW_MAX_DIMS}
-           and not exists (select from pgrag.schema_migrations as m where m.name = {literal(WIDE_FILE)}) then
+           and not exists (select from pgrag.schema_migrations as m
+                           where m.name = {literal(WIDE_FILE)}) then
             installed := wanted::integer;
         end if;
         if installed::text <> wanted then
@@ -454,8 +455,9 @@ def _wide_placeholder(f: MigrationFile) -> str:
     if f.name != WIDE_PLACEHOLDER_FILE:
         return ""
     setting = "pg_catalog.current_setting('pgrag.embedding_dims')"
-    return f"""    if {setting} ~ '^[0-9]{{1,4}}$' and {setting}::integer > {VECTOR_HNSW_MAX_DIMS} then
-        perform pg_catalog.set_config('pgrag.embedding_dims', {literal(str(VECTOR_HNSW_MAX_DIMS))}, true);
+    most = VECTOR_HNSW_MAX_DIMS
+    return f"""    if {setting} ~ '^[0-9]{{1,4}}$' and {setting}::integer > {most} then
+        perform pg_catalog.set_config('pgrag.embedding_dims', {literal(str(most))}, true);
     end if;
 """
 
