@@ -112,6 +112,13 @@ def test_a_database_installs_with_3072_dimensions_and_halfvec_graphs(wide_db: st
     assert "WHERE (is_public AND (embedding IS NOT NULL))" in graphs["chunks_public_embedding_hnsw"]
 
 
+def test_pgrag_migrate_installs_3072_dimensions_from_the_command_line(empty_db: str) -> None:
+    result = CliRunner().invoke(main, ["--dsn", empty_db, "migrate", "--dims", str(WIDE)])
+    assert result.exit_code == 0, result.output
+    assert "applied incremental/018-wide-embeddings.sql" in result.output
+    assert result.output.rstrip().endswith(f"pgrag is installed ({WIDE}-dimension embeddings).")
+
+
 def test_a_wide_install_migrates_again_as_a_no_op(wide_db: str) -> None:
     assert Migrator(wide_db).migrate(WIDE).nothing_to_do
     assert Migrator(wide_db).migrate().nothing_to_do
@@ -245,6 +252,23 @@ def test_an_isolated_tenant_walks_its_own_halfvec_graph(wconn: psycopg.Connectio
     assert {r[1] for r in rows} == {"acme"}
     (hnsw,) = walked_chunk_scans(marked_plan(plans, "walk_own"))
     assert hnsw["Index Name"] == own
+
+
+def test_anon_walks_the_public_halfvec_graph(wconn: psycopg.Connection[Any]) -> None:
+    wconn.execute("update pgrag.documents set is_public = true where source_uri like 'default/%'")
+    wconn.commit()
+    text = TEXTS["default/solar.md"]
+    rows, plans = run_with_plans(
+        wconn,
+        "select content from public.vector_search(%s, 3)",
+        (query(text),),
+        role="anon",
+        settings=ANALYZED,
+    )
+    assert rows[0][0] == text
+    assert not {r[0] for r in rows} & set(ACME.values())
+    (hnsw,) = walked_chunk_scans(marked_plan(plans, "walk_public"))
+    assert hnsw["Index Name"] == "chunks_public_embedding_hnsw"
 
 
 def test_a_filtered_search_walks_the_halfvec_graph_in_the_general_walk(
