@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from plugins.databases import psql
 from plugins.openai_server import FakeEmbeddings, expected_embedding
+from plugins.pgservers import Pg15Server
 from plugins.plans import ANALYZED, marked_plan, run_with_plans, walked_chunk_scans
 
 from pgrag.cli import main
@@ -117,6 +118,13 @@ def test_pgrag_migrate_installs_3072_dimensions_from_the_command_line(empty_db: 
     assert result.exit_code == 0, result.output
     assert "applied incremental/018-wide-embeddings.sql" in result.output
     assert result.output.rstrip().endswith(f"pgrag is installed ({WIDE}-dimension embeddings).")
+
+
+def test_a_wide_database_installs_on_postgresql_15(pg15_plpython: Pg15Server) -> None:
+    dsn = pg15_plpython.create_database()
+    assert Migrator(dsn).migrate(WIDE).dims == WIDE
+    with connect(dsn) as conn:
+        assert HALFVEC_KEY in hnsw_indexes(conn)["chunks_embedding_hnsw"]
 
 
 def test_a_wide_install_migrates_again_as_a_no_op(wide_db: str) -> None:
