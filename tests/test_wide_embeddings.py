@@ -9,7 +9,9 @@ text-embedding-3-large); the database, the searches and their plans are real.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,11 +25,11 @@ from plugins.plans import ANALYZED, marked_plan, run_with_plans, walked_chunk_sc
 
 from pgrag.cli import main
 from pgrag.db import connect
-from pgrag.errors import ConfigError
+from pgrag.errors import ConfigError, MigrationError
 from pgrag.ingest import ingest_documents
 from pgrag.install.bundle import bundle_sql, supabase_files
 from pgrag.install.citus import migrate_citus
-from pgrag.install.migrator import Migrator
+from pgrag.install.migrator import Migrator, sql_dir
 from pgrag.pipeline.embedders import LocalEmbedder, get_embedder
 from pgrag.pipeline.extract import ExtractedDocument
 from pgrag.reembed import reembed
@@ -138,6 +140,52 @@ def test_a_narrow_install_keeps_its_vector_graphs(db: str) -> None:
         graphs = hnsw_indexes(conn)
         assert conn.execute("select dims from pgrag.embedding_config").fetchone() == (384,)
     assert "(embedding vector_cosine_ops)" in graphs["chunks_embedding_hnsw"]
+
+
+@pytest.fixture
+def before_wide(tmp_path: Path) -> Path:
+    """pgrag's SQL without 018-wide-embeddings.sql: the schema an upgrade starts from."""
+    root = tmp_path / "sql"
+    shutil.copytree(sql_dir(), root)
+    (root / "incremental" / "018-wide-embeddings.sql").unlink()
+    return root
+
+
+def test_an_upgrade_keeps_a_narrow_database_as_it_is(empty_db: str, before_wide: Path) -> None:
+    Migrator(empty_db, root=before_wide).migrate(1536)
+    with connect(empty_db) as conn:
+        before = hnsw_indexes(conn)
+    applied = Migrator(empty_db).migrate().applied
+    assert "incremental/018-wide-embeddings.sql" in applied
+    with connect(empty_db) as conn:
+        assert conn.execute("select dims from pgrag.embedding_config").fetchone() == (1536,)
+        assert hnsw_indexes(conn) == before
+        # (a switch to a wide model is now allowed)
+        assert conn.execute(
+            "select pg_get_constraintdef(oid) from pg_constraint"
+            " where conname = 'reembeds_dims_check'"
+        ).fetchone() == ("CHECK (((dims >= 1) AND (dims <= 4000)))",)
+
+
+def test_a_database_of_2000_dimensions_with_chunks_is_not_widened(
+    empty_db: str, before_wide: Path
+) -> None:
+    Migrator(empty_db, root=before_wide).migrate(2000)
+    with connect(empty_db) as conn:
+        row = conn.execute(
+            "insert into pgrag.documents (tenant_id, source_type, source_uri, status)"
+            " values ('default', 'text', 'a.txt', 'ready') returning id"
+        ).fetchone()
+        conn.execute(
+            "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content,"
+            " embedding, content_sha256) values ('default', %s, 0, 'a', %s, 'x')",
+            (row[0], np.ones(2000, dtype=np.float32)),
+        )
+        conn.commit()
+    with pytest.raises(MigrationError, match="holds 2000-dimension embeddings, not 3072"):
+        Migrator(empty_db).migrate(WIDE)
+    with connect(empty_db) as conn:
+        assert conn.execute("select dims from pgrag.embedding_config").fetchone() == (2000,)
 
 
 def test_an_installed_database_is_not_widened(db: str) -> None:
