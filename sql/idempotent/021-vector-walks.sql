@@ -306,8 +306,7 @@ declare
                                  when public_only then 'c.is_public'
                                  else 'c.in_shared_graph' end];
     v_other text;
-    v_order text := pgrag.hnsw_order_sql('c.embedding', '$2',
-                                         (select e.dims from pgrag.embedding_config as e));
+    v_order text;
     v_sql text;
     v_tenants text[];
     v_ids bigint[];
@@ -326,6 +325,11 @@ begin
     perform pg_catalog.set_config('hnsw.ef_search', ef_search::text, true),
             pg_catalog.set_config('hnsw.iterative_scan',
                                   case when scoped then 'relaxed_order' else 'off' end, true);
+    -- What the graphs are keyed by: the query's dimension is the one pgrag.embedding_config
+    -- records (checked above), which is read only for a null query.
+    v_order := pgrag.hnsw_order_sql('c.embedding', '$2',
+        coalesce(@extschema:vector@.vector_dims(query_embedding),
+                 (select e.dims from pgrag.embedding_config as e)));
     if tenant is null and not public_only then
         v_other := (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
                     where not c.in_shared_graph);
