@@ -637,3 +637,15 @@ def test_new_incremental_files_are_refused_on_distributed_tables(installed: Inst
         finally:
             conn.execute("insert into pgrag.schema_migrations values (%s, %s, %s, %s, %s)", row)
     assert migrate_citus(installed.citus).applied == []
+
+
+def test_a_switch_to_a_wide_model_is_refused_on_distributed_tables(installed: Installed) -> None:
+    # Embeddings above 2,000 dimensions (halfvec graphs) are not supported on Citus: the
+    # re-embed stops before it adds a column, in one line.
+    with (
+        connect(installed.citus) as conn,
+        pytest.raises(psycopg.errors.FeatureNotSupported, match="not supported on Citus"),
+    ):
+        conn.execute("select * from pgrag.reembed_start('text-embedding-3-large', 'openai', 3072)")
+    with connect(installed.citus) as conn:
+        assert conn.execute("select count(*) from pgrag.reembeds").fetchone() == (0,)

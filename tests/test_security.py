@@ -485,6 +485,7 @@ PGRAG_FUNCTIONS = (
     "distributed()",
     "embed_query(text)",
     "fused_candidates",
+    "hnsw_order_sql",
     "identifier_terms",
     "keyword_candidates",
     "keyword_query",

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pgrag.install.bundle import SUPABASE_VECTOR_SCHEMA, bundle_sql, write_supabase
-from pgrag.install.migrator import DEFAULT_DIMS, DEFAULT_VECTOR_SCHEMA
+from pgrag.install.migrator import DEFAULT_DIMS, DEFAULT_VECTOR_SCHEMA, MAX_DIMS
 
 
 @click.command("sql-bundle")
@@ -21,7 +21,7 @@ from pgrag.install.migrator import DEFAULT_DIMS, DEFAULT_VECTOR_SCHEMA
 )
 @click.option(
     "--dims",
-    type=click.IntRange(1, 2000),
+    type=click.IntRange(1, MAX_DIMS),
     default=DEFAULT_DIMS,
     show_default=True,
     envvar="EMBEDDING_DIMENSION",

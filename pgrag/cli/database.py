@@ -70,7 +70,8 @@ def db_url() -> None:
     default=None,
     envvar="EMBEDDING_DIMENSION",
     help="Embedding dimension, chosen at first install (default 384, the local model's; "
-    "1536 for OpenAI text-embedding-3-small). Env EMBEDDING_DIMENSION.",
+    "1536 for OpenAI text-embedding-3-small, 3072 for text-embedding-3-large; above 2000 the "
+    "HNSW graphs index half-precision copies). Env EMBEDDING_DIMENSION.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the SQL that would run; change nothing.")
 @click.option(

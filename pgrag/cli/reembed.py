@@ -8,6 +8,7 @@ from pgrag.cli.common import echo_json, json_option, pass_state, progress_option
 from pgrag.cli.state import CliState
 from pgrag.db import connect
 from pgrag.errors import ConfigError, NothingToDo
+from pgrag.install.migrator import MAX_DIMS
 from pgrag.pipeline.embedders import PROVIDERS, get_embedder, provider_for_model
 from pgrag.progress import progress_mode
 from pgrag.reembed import (
@@ -70,7 +71,7 @@ def _print_summary(s: ReembedSummary) -> None:
 )
 @click.option(
     "--dims",
-    type=click.IntRange(1, 2000),
+    type=click.IntRange(1, MAX_DIMS),
     default=None,
     help="Dimension of the new embeddings (default: the model's own; text-embedding-3-* can "
     "make shorter ones).",

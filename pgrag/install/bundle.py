@@ -61,8 +61,8 @@ def bundle_sql(
         "\\set ON_ERROR_STOP on\n",
         "-- Settings (session-wide; read when the bundle runs).\n"
         "-- Embedding dimension, used by the first install only: 384 for the local model,\n"
-        "-- 1536 for OpenAI text-embedding-3-small, 768, ... A database installed with another\n"
-        "-- dimension is refused.\n"
+        "-- 1536 for OpenAI text-embedding-3-small, 3072 for text-embedding-3-large, 768, ...\n"
+        "-- (1 to 4000). A database installed with another dimension is refused.\n"
         f"{steps.settings.sql}"
         "-- Optional: statement timeouts for the API roles in this database (default: keep an\n"
         "-- existing one, else anon 3s and authenticated 8s).\n"

@@ -33,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgrag.db import connect
 from pgrag.errors import ConfigError, MigrationError
-from pgrag.install.migrator import MigrateResult, Migrator
+from pgrag.install.migrator import VECTOR_HNSW_MAX_DIMS, MigrateResult, Migrator
 
 SESSION_SETTINGS = ("citus.enable_unsafe_triggers=on", "citus.propagate_set_commands=none")
 UPGRADE_SETTINGS = ("citus.enable_ddl_propagation=off",)
@@ -68,6 +68,11 @@ def migrate_citus(
 ) -> MigrateResult:
     """Migrate as :meth:`Migrator.migrate`, then distribute pgrag's tables over Citus; ``root``
     as :class:`Migrator`'s (the SQL of another version, for benchmarks comparing two)."""
+    if dims is not None and dims > VECTOR_HNSW_MAX_DIMS:
+        raise ConfigError(
+            f"--dims {dims} is not supported with --citus: a distributed database holds "
+            f"embeddings of at most {VECTOR_HNSW_MAX_DIMS} dimensions."
+        )
     with connect(dsn, autocommit=True) as conn:
         distributed = _check_citus(conn)
     settings = list(SESSION_SETTINGS)

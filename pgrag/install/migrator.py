@@ -69,7 +69,15 @@ Kind = Literal["incremental", "idempotent", "citus"]
 KINDS: tuple[Kind, ...] = ("incremental", "idempotent")  # the tiers every installation runs
 FILE_NAME = re.compile(r"^\d{3}-[a-z][a-z0-9_-]*\.sql$")
 DEFAULT_DIMS = 384
-MAX_DIMS = 2000  # pgvector's HNSW limit for the vector type
+# pgvector's HNSW limits: 2,000 dimensions for vector, 4,000 for halfvec. A wider database keeps
+# vector(N) columns and indexes embedding::halfvec(N) (incremental/018-wide-embeddings.sql).
+VECTOR_HNSW_MAX_DIMS = 2000
+MAX_DIMS = 4000
+# incremental/001-core.sql (released: never edited) records the dimension under a check of at
+# most 2,000 and indexes vector(N): a wider database gets it applied with 2,000, and
+# 018-wide-embeddings.sql sets the dimension asked for on the still empty table.
+WIDE_PLACEHOLDER_FILE = "incremental/001-core.sql"
+WIDE_FILE = "incremental/018-wide-embeddings.sql"
 # Where pgvector is created when the database lacks it; an installed pgvector is used anywhere.
 DEFAULT_VECTOR_SCHEMA = "public"
 # One advisory lock key for every pgrag installer ("pgrag" in ASCII, then 1).
@@ -382,6 +390,14 @@ begin
     end if;
     if pg_catalog.to_regclass('pgrag.embedding_config') is not null then
         select c.dims into installed from pgrag.embedding_config as c;
+        -- (a wide install stopped before {WIDE_FILE} holds the dimension {WIDE_PLACEHOLDER_FILE}
+        -- was applied with, on an empty table: that file sets the one asked for)
+        if installed = {VECTOR_HNSW_MAX_DIMS} and wanted ~ '^[0-9]{{1,4}}$'
+           and wanted::integer > {VECTOR_HNSW_MAX_DIMS}
+           and not exists (select from pgrag.schema_migrations as m
+                           where m.name = {literal(WIDE_FILE)}) then
+            installed := wanted::integer;
+        end if;
         if installed::text <> wanted then
             raise exception 'pgrag: this database was installed with %-dimension embeddings, not %',
                 installed, wanted
@@ -415,13 +431,13 @@ begin
             {_refuse_changed("rec")}
         end if;
     end if;
-    -- Read by the first migration only (the dimension of a new database).
+    -- Read by the first migration (the dimension of a new database) and the one making it wide.
     perform pg_catalog.set_config(
         'pgrag.embedding_dims',
         coalesce(nullif(pg_catalog.current_setting('pgrag.embedding_dims', true), ''),
                  {literal(str(dims or DEFAULT_DIMS))}),
         true);
-    vs := ({VECTOR_SCHEMA_SQL});
+{_wide_placeholder(f)}    vs := ({VECTOR_SCHEMA_SQL});
     if vs is null then
         execute pg_catalog.format('create extension vector schema %I', {literal(vector_schema)});
         vs := {literal(vector_schema)};
@@ -431,6 +447,19 @@ begin
 end
 """
     return Step(f.name, f"-- {f.name} (sha256 {f.sha256})\n" + _do(body), (f,))
+
+
+def _wide_placeholder(f: MigrationFile) -> str:
+    """PL/pgSQL applying :data:`WIDE_PLACEHOLDER_FILE` with at most 2,000 dimensions (its check
+    and its vector index allow no more; :data:`WIDE_FILE` then sets a wider one)."""
+    if f.name != WIDE_PLACEHOLDER_FILE:
+        return ""
+    setting = "pg_catalog.current_setting('pgrag.embedding_dims')"
+    most = VECTOR_HNSW_MAX_DIMS
+    return f"""    if {setting} ~ '^[0-9]{{1,4}}$' and {setting}::integer > {most} then
+        perform pg_catalog.set_config('pgrag.embedding_dims', {literal(str(most))}, true);
+    end if;
+"""
 
 
 def _idempotent_step(files: Sequence[MigrationFile]) -> Step:

@@ -158,12 +158,14 @@ begin
         -- The tenant's key as a constant in the predicate (the catalog shows it to every role,
         -- the id it must not): a query stating the same constant (the walks of the vector arm)
         -- is proven to match this index by the planner.
+        -- (keyed as the installed dimension's graphs are: halfvec above 2,000, 021-vector-walks.sql)
         execute pg_catalog.format(
             'create index %I on pgrag.chunks using hnsw '
-            '(embedding @extschema:vector@.vector_cosine_ops)%s '
+            '(%s)%s '
             'where pg_catalog.hashtextextended(tenant_id, 0) operator(pg_catalog.=) %L::pg_catalog.int8 '
             'and embedding is not null',
             v_build,
+            pgrag.hnsw_key_sql('embedding', (select e.dims from pgrag.embedding_config as e)),
             case when v_options is null then ''
                  else ' with (' operator(pg_catalog.||) pg_catalog.array_to_string(v_options, ', ')
                       operator(pg_catalog.||) ')' end,

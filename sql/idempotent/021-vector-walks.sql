@@ -14,17 +14,57 @@
 -- sql/idempotent/README.md ("README" below), "Plans", "The vector arm". Each statement carries a
 -- marker, /* pgrag:<name> */, by which plan tests and auto_explain output find it.
 
+-- The key of an HNSW graph on an embedding column of dims dimensions, and the expression a walk
+-- orders by to walk it (README, "The vector arm"). Up to 2,000 dimensions (pgvector's HNSW limit
+-- for vector) the column itself; above (to 4,000), its half-precision copy, column::halfvec(dims),
+-- an expression index the walk names identically. The mode is the dimension pgrag.embedding_config
+-- records, read when a walk's statement is made (on every migrate and model switch), never
+-- inferred from the indexes present. Distances returned stay those of the full vectors.
+create or replace function pgrag.hnsw_key_sql(column_name text, dims integer)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when dims operator(pg_catalog.<=) 2000
+                then pg_catalog.format('%I @extschema:vector@.vector_cosine_ops', column_name)
+                else pg_catalog.format('(%I::@extschema:vector@.halfvec(%s)) @extschema:vector@.halfvec_cosine_ops',
+                                       column_name, dims) end
+$$;
+comment on function pgrag.hnsw_key_sql(text, integer) is
+'The key of an HNSW index on the embedding column column_name of dims dimensions: the column with vector_cosine_ops up to 2000 dimensions, (column::halfvec(dims)) with halfvec_cosine_ops above (pgvector indexes halfvec up to 4000).';
+
+create or replace function pgrag.hnsw_order_sql(embedding text, query text, dims integer)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when dims operator(pg_catalog.<=) 2000
+                then pg_catalog.format('%s operator(@extschema:vector@.<=>) %s', embedding, query)
+                else pg_catalog.format('(%1$s)::@extschema:vector@.halfvec(%3$s) operator(@extschema:vector@.<=>) (%2$s)::@extschema:vector@.halfvec(%3$s)',
+                                       embedding, query, dims) end
+$$;
+comment on function pgrag.hnsw_order_sql(text, text, integer) is
+'The ORDER BY expression (cosine distance of the SQL expressions embedding and query) a walk needs to use an HNSW index keyed by pgrag.hnsw_key_sql for dims dimensions: on halfvec copies above 2000 dimensions.';
+
 -- The walk of one graph without filters: the walk_count nearest chunks of the graph, returned
 -- (the nearest match_count) when the walk found match_count rows and none of their documents is
 -- not ready, no row otherwise (the caller then runs the general walk or an exact scan). graph is
 -- the condition on c that matches the predicate of the partial HNSW index to walk; tenant, an
 -- SQL expression of the caller's tenant (null without one), filters the documents probed.
 -- Parameters: $1 the query embedding, $2 walk_count, $3 match_count, $4 whether a document not
--- ready may be among the rows (then their documents are probed), $5 the tenant.
+-- ready may be among the rows (then their documents are probed), $5 the tenant. The walk orders
+-- by pgrag.hnsw_order_sql for the installed dimension (half precision above 2,000); the rows it
+-- returns are ordered by their full-precision distance.
 create or replace function pgrag.vector_walk_sql(marker text, graph text, tenant text)
 returns text
 language sql
-immutable
+stable
 security invoker
 parallel safe
 set search_path = pg_catalog, pg_temp
@@ -36,7 +76,7 @@ as $$
             from pgrag.chunks as c
             where c.embedding is not null
               and %2$s
-            order by c.embedding operator(@extschema:vector@.<=>) $1
+            order by %4$s
             limit $2
         )
         select w.tenant_id, w.chunk_id, w.distance
@@ -53,7 +93,8 @@ as $$
         limit $3$q$,
         marker, graph,
         case when tenant is not null
-             then ' and d.tenant_id operator(pg_catalog.=) ' operator(pg_catalog.||) tenant end)
+             then ' and d.tenant_id operator(pg_catalog.=) ' operator(pg_catalog.||) tenant end,
+        pgrag.hnsw_order_sql('c.embedding', '$1', (select e.dims from pgrag.embedding_config as e)))
 $$;
 comment on function pgrag.vector_walk_sql(text, text, text) is
 'The statement walking one HNSW graph without filters (graph: the condition matching its index''s predicate; tenant: an SQL expression of the caller''s tenant, or null), marked /* pgrag:<marker> */; parameters: query embedding, rows to walk, match_count, whether a document not ready may be reached, the tenant. Returns match_count rows, or none when the walk came back short or reached a document not ready.';
@@ -112,7 +153,7 @@ comment on function pgrag.make_vector_walk(text, text, text) is
 create or replace function pgrag.own_graph_walk_sql(tenant text, name_tenant boolean)
 returns text
 language sql
-immutable
+stable
 security invoker
 parallel safe
 set search_path = pg_catalog, pg_temp
@@ -132,7 +173,17 @@ comment on function pgrag.own_graph_walk_sql(text, boolean) is
 -- The walks without filters of the graphs whose index's predicate holds no variable, with plans
 -- kept for the session (one for anon, one for the other callers: README, "The vector arm"), and
 -- the walk of a tenant's own graph planned at each call (Citus; a graph without its function).
-do $$
+-- Made on every migrate, and by a model switch (pgrag.reembed_switch: the dimension, hence the
+-- expression the walks order by, may change), with each isolated tenant's walk function.
+create or replace function pgrag.make_vector_walks()
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    r record;
 begin
     perform pgrag.make_vector_walk('vector_walk_public', 'relaxed_order',
         pgrag.vector_walk_sql('walk_public', 'c.is_public', null));
@@ -143,6 +194,23 @@ begin
                               'c.in_shared_graph and c.tenant_id operator(pg_catalog.=) $5', '$5'));
     perform pgrag.make_vector_walk('vector_walk_own', 'relaxed_order',
         'execute pgrag.own_graph_walk_sql(tenant, true) using $1, $2, $3, $4, $5');
+    for r in
+        select t.tenant_id
+        -- (a tenant without chunks is searched exactly: it needs no walk)
+        from (select distinct s.tenant_id from pgrag.corpus_stats as s) as t
+        where pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(t.tenant_id))) is not null
+        order by t.tenant_id
+    loop
+        perform pgrag.make_own_graph_walk(r.tenant_id);
+    end loop;
+end
+$$;
+comment on function pgrag.make_vector_walks() is
+'Creates (or replaces) the walk functions of the vector arm (pgrag.make_vector_walk) and each isolated tenant''s (pgrag.make_own_graph_walk), their statements ordering by the expression the installed dimension''s HNSW graphs are keyed by (pgrag.hnsw_order_sql). Run on every migrate and by pgrag.reembed_switch.';
+
+do $$
+begin
+    perform pgrag.make_vector_walks();
 end
 $$;
 comment on function pgrag.vector_walk_public(@extschema:vector@.vector, integer, integer, boolean, text, integer) is
@@ -154,9 +222,9 @@ comment on function pgrag.vector_walk_tenant_shared(@extschema:vector@.vector, i
 comment on function pgrag.vector_walk_own(@extschema:vector@.vector, integer, integer, boolean, text, integer) is
 'Walk of a tenant''s own HNSW graph planned at this call with its key and id written in (pgrag.own_graph_walk_sql), where the tenant has no walk function (Citus, a graph made by hand): match_count rows or none. Made by pgrag.make_vector_walk.';
 
--- Each isolated tenant's walk function, made again on every migrate (after the template it is
--- made from): tenants isolated before the functions existed get theirs, and every body is this
--- release's statement. Graphs made by earlier versions name the tenant id in their predicate:
+-- Each isolated tenant's walk function is made again on every migrate (above, after the
+-- template it is made from): tenants isolated before the functions existed get theirs, and every
+-- body is this release's statement. Graphs made by earlier versions name the tenant id in their predicate:
 -- building them again by key would cost a migrate an HNSW build per isolated tenant, so they
 -- keep a walk naming the tenant (as fast) and the migrate says how to build them again
 -- (docs/scaling.md).
@@ -172,7 +240,6 @@ begin
         where pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', pgrag.tenant_index_name(t.tenant_id))) is not null
         order by t.tenant_id
     loop
-        perform pgrag.make_own_graph_walk(r.tenant_id);
         -- (Earlier versions named the tenant in the index's comment.)
         execute pg_catalog.format('comment on index pgrag.%I is %L',
             pgrag.tenant_index_name(r.tenant_id),
@@ -239,6 +306,7 @@ declare
                                  when public_only then 'c.is_public'
                                  else 'c.in_shared_graph' end];
     v_other text;
+    v_order text;
     v_sql text;
     v_tenants text[];
     v_ids bigint[];
@@ -257,6 +325,11 @@ begin
     perform pg_catalog.set_config('hnsw.ef_search', ef_search::text, true),
             pg_catalog.set_config('hnsw.iterative_scan',
                                   case when scoped then 'relaxed_order' else 'off' end, true);
+    -- What the graphs are keyed by: the query's dimension is the one pgrag.embedding_config
+    -- records (checked above), which is read only for a null query.
+    v_order := pgrag.hnsw_order_sql('c.embedding', '$2',
+        coalesce(@extschema:vector@.vector_dims(query_embedding),
+                 (select e.dims from pgrag.embedding_config as e)));
     if tenant is null and not public_only then
         v_other := (select pg_catalog.min(c.tenant_id) from pgrag.chunks as c
                     where not c.in_shared_graph);
@@ -292,8 +365,8 @@ begin
                                    d.source_type, d.created_at, metadata_filter => $3,
                                    source_types => $4, created_after => $5, created_before => $6)
               and %s
-            order by c.embedding operator(@extschema:vector@.<=>) $2
-            limit $7)$q$, w.cond), ' union all ' order by w.ord))
+            order by %s
+            limit $7)$q$, w.cond, v_order), ' union all ' order by w.ord))
     into v_sql
     from pg_catalog.unnest(v_walks) with ordinality as w(cond, ord);
     execute v_sql

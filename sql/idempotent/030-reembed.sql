@@ -84,7 +84,13 @@ begin
         raise exception 'dims must be given: the dimension of the new model''s embeddings'
             using errcode = '22023';
     end if;
-    perform pgrag.check_argument('dims', reembed_start.dims, 1, 2000);
+    -- (above 2,000 dimensions the graphs index halfvec copies: pgrag.hnsw_key_sql)
+    perform pgrag.check_argument('dims', reembed_start.dims, 1, 4000);
+    if reembed_start.dims > 2000 and pgrag.distributed() then
+        raise exception 'embeddings of more than 2000 dimensions are not supported on Citus'
+            using errcode = '0A000',
+                  hint = 'choose a model (or --dims) of at most 2000 dimensions for a distributed database.';
+    end if;
     -- Start, switch and cancel run one at a time (a transaction-level advisory lock, taken
     -- first by each: they lock the same rows in different orders; reembed_claim holds it
     -- shared, so they wait for the batches being embedded). A second process starting the same

@@ -74,8 +74,10 @@ begin
         order by i.name
     loop
         execute pg_catalog.format(
-            'create index %I on pgrag.chunks using hnsw (embedding_next @extschema:vector@.vector_cosine_ops)%s where %s',
+            'create index %I on pgrag.chunks using hnsw (%s)%s where %s',
             v_index.name operator(pg_catalog.||) '_next',
+            -- (halfvec copies above 2,000 dimensions: 021-vector-walks.sql)
+            pgrag.hnsw_key_sql('embedding_next', v_job.dims),
             case when v_index.reloptions is null then ''
                  else ' with (' operator(pg_catalog.||) pg_catalog.array_to_string(v_index.reloptions, ', ')
                       operator(pg_catalog.||) ')' end,
@@ -136,6 +138,9 @@ begin
     end loop;
     comment on column pgrag.chunks.embedding is
     'Embedding of content by the model pgrag.embedding_config records, of its dimension (chosen at install, changed by pgrag reembed).';
+    -- The walks order by the expression the new graphs are keyed by (it changes across 2,000
+    -- dimensions).
+    perform pgrag.make_vector_walks();
     return query select true, 0::bigint, v_count, v_job.model, v_job.provider, v_job.dims;
 end
 $$;

@@ -14,7 +14,7 @@
 --
 -- Size bound: at most pgrag.query_cache_max_entries() entries (10,000) per tenant, whatever
 -- the models, each of the installation's model and dimension (pgrag.embedding_config): at most
--- 10,000 vectors of embedding_config.dims (at most 2,000) floats per tenant. The triggers below
+-- 10,000 vectors of embedding_config.dims (at most 4,000) floats per tenant. The triggers below
 -- enforce both on every write, however it is made (pgrag.query_cache_put, or an INSERT a
 -- tenant's direct session makes): a tenant storing a new model name each call, or vectors of
 -- 16,000 dimensions, once grew the cache without bound. The tenant's least recently used

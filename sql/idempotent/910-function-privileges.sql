@@ -62,7 +62,7 @@ begin
               -- the vector arm's steps and walks (021-vector-walks.sql, 022-vector-arm.sql)
               'vector_sizing', 'vector_walk_sql', 'vector_walk_public', 'vector_walk_shared',
               'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general',
-              'vector_exact_tenant', 'vector_exact'
+              'vector_exact_tenant', 'vector_exact', 'hnsw_order_sql'
           ])
           -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
           -- file by pgrag.isolate_tenant, which grants it the same way)
