@@ -10,7 +10,7 @@
 --
 -- Vocabulary: the BM25 lexemes of the tenant, i.e. stemmed words (english: "policies" is
 -- "polici"). A query word without postings is stemmed the same way and compared with them by
--- trigram similarity; the closest lexeme is then written back as a real word: the word of one
+-- trigram similarity (the stem's or the typed word's, the closer); the closest lexeme is then written back as a real word: the word of one
 -- chunk holding the lexeme (its first posting) that stems to it, the most similar to what was
 -- typed ("serch" -> lexeme "search" -> "search"; "polcy" -> "polici" -> "policy"). So the
 -- suggestion is always a word of the tenant's own text, and searching it finds that lexeme.
@@ -39,6 +39,7 @@ comment on function pgrag.trgm_schema() is
 create or replace function pgrag.closest_lexemes(
     tenants text[],
     word text,
+    typed text,
     max_rows integer
 )
 returns table (lexeme text, similarity double precision, df double precision)
@@ -53,9 +54,10 @@ declare
     v_schema name := pgrag.trgm_schema();
 begin
     -- Arguments (an API role may call this step directly): tenants only compared.
-    if not coalesce(max_rows between 0 and 100 and pg_catalog.length(word) <= 200, false) then
-        raise exception 'max_rows must be 0 to 100 and word at most 200 characters (got %, %)',
-            max_rows, pg_catalog.length(word)
+    if not coalesce(max_rows between 0 and 100 and pg_catalog.length(word) <= 200
+                    and pg_catalog.length(coalesce(typed, '')) <= 200, false) then
+        raise exception 'max_rows must be 0 to 100, word and typed at most 200 characters (got %, %, %)',
+            max_rows, pg_catalog.length(word), pg_catalog.length(typed)
             using errcode = '22023';
     end if;
     if v_schema is null then
@@ -63,22 +65,26 @@ begin
             using errcode = '55000',
                   hint = 'run pgrag migrate (it creates pg_trgm beside pgvector).';
     end if;
+    -- Compared with the stemmed word and with the word as typed (a stem may be cut short:
+    -- "deploymnt" is closer to the lexeme "deploy" as typed), the closer of the two counts.
     return query execute pg_catalog.format(
-        'select /* pgrag:closest_lexemes */ y.lexeme, %1$I.similarity(y.lexeme, $2)::double precision,
+        'select /* pgrag:closest_lexemes */ y.lexeme,
+                greatest(%1$I.similarity(y.lexeme, $2),
+                         %1$I.similarity(y.lexeme, coalesce($3, $2)))::double precision,
                 pg_catalog.sum(y.df)::double precision
          from pgrag.bm25_lexicon as y
          where y.tenant_id operator(pg_catalog.=) any ($1)
-           and y.lexeme operator(%1$I.%%) $2
+           and (y.lexeme operator(%1$I.%%) $2 or y.lexeme operator(%1$I.%%) coalesce($3, $2))
            and y.lexeme operator(pg_catalog.~) ''^[[:alpha:]]+$''
          group by y.lexeme
          having pg_catalog.sum(y.df) > 0
          order by 2 desc, 3 desc, 1
-         limit $3', v_schema)
-    using tenants, word, max_rows;
+         limit $4', v_schema)
+    using tenants, word, pg_catalog.lower(typed), max_rows;
 end
 $$;
-comment on function pgrag.closest_lexemes(text[], text, integer) is
-'The max_rows lexemes (letters only) of the tenants'' BM25 vocabulary (pgrag.bm25_lexicon, df > 0) closest to word (a lexeme) by pg_trgm similarity (at least 0.2), closest first, then most frequent: lexeme, similarity, df. Limits: max_rows 0-100, word at most 200 characters; else SQLSTATE 22023.';
+comment on function pgrag.closest_lexemes(text[], text, text, integer) is
+'The max_rows lexemes (letters only) of the tenants'' BM25 vocabulary (pgrag.bm25_lexicon, df > 0) closest by pg_trgm similarity (at least 0.2) to word (a stemmed query word) or to typed (the word as typed; null: word), the closer of the two counting: closest first, then most frequent: lexeme, similarity, df. Limits: max_rows 0-100, word and typed at most 200 characters; else SQLSTATE 22023.';
 
 create or replace function pgrag.surface_word(
     tenants text[],
@@ -160,9 +166,11 @@ begin
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
     suggested_query := query_text;
     corrections := '[]';
-    if coalesce(query_text, '') <> '' then
-        v_corpus := pgrag.bm25_corpus(v_tenant, v_config);
+    if coalesce(query_text, '') = '' then
+        return next;
+        return;
     end if;
+    v_corpus := pgrag.bm25_corpus(v_tenant, v_config);
     if coalesce(v_corpus.chunk_count, 0) <= 0 then
         return next;
         return;
@@ -183,7 +191,7 @@ begin
                                where y.tenant_id = any (v_corpus.tenants) and y.lexeme = v_lexeme
                                having pg_catalog.sum(y.df) > 0) then
                     select l.lexeme, l.similarity into v_closest, v_similarity
-                    from pgrag.closest_lexemes(v_corpus.tenants, v_lexeme, 1) as l
+                    from pgrag.closest_lexemes(v_corpus.tenants, v_lexeme, v_piece, 1) as l
                     where l.similarity >= v_min;
                     if found then
                         v_word := pgrag.surface_word(v_corpus.tenants, v_closest, v_piece);
@@ -202,4 +210,4 @@ begin
 end
 $$;
 comment on function public.suggest_query(text, text, double precision) is
-'Did you mean: for each word of query_text (letters only, 3-64 of them, not excluded with -, the first 16 such words) without postings in the caller''s tenant, the closest word of that tenant''s own vocabulary (its BM25 lexemes by pg_trgm similarity of the stemmed word, at least min_similarity, written back as a word of its text). One row: suggested_query (query_text with those words replaced; query_text itself when none is) and corrections (a JSON array of {word, suggestion, similarity}). Tenant from request.jwt.claims; RLS applies (anon reads no vocabulary: no suggestions). language: as keyword_search. Limits: query_text at most 10,000 characters, min_similarity 0.2-1, language an existing configuration; else SQLSTATE 22023.';
+'Did you mean: for each word of query_text (letters only, 3-64 of them, not excluded with -, the first 16 such words) without postings in the caller''s tenant, the closest word of that tenant''s own vocabulary (its BM25 lexemes by pg_trgm similarity to the word as typed or stemmed, at least min_similarity, written back as a word of its text). One row: suggested_query (query_text with those words replaced; query_text itself when none is) and corrections (a JSON array of {word, suggestion, similarity}). Tenant from request.jwt.claims; RLS applies (anon reads no vocabulary: no suggestions). language: as keyword_search. Limits: query_text at most 10,000 characters, min_similarity 0.2-1, language an existing configuration; else SQLSTATE 22023.';
