@@ -36,6 +36,8 @@ API_FUNCTIONS = (
     "build_context",
     "hybrid_search_text",
     "log_search",
+    "search_facets",
+    "suggest_query",
 )
 # The document queue's RPCs: a tenant submits and reads its queue (authenticated and
 # service_role; anon has no tenant and writes nothing).
@@ -476,10 +478,12 @@ PGRAG_FUNCTIONS = (
     "check_query_embedding",
     "check_query_text(text)",
     "chunk_fts",
+    "closest_lexemes",
     "compute_query_embedding(text)",
     "current_tenant_id()",
     "distributed()",
     "embed_query(text)",
+    "facet_counts",
     "fused_candidates",
     "identifier_terms",
     "keyword_candidates",
@@ -493,9 +497,11 @@ PGRAG_FUNCTIONS = (
     "propagate_request_claims()",
     "query_cache_key(text)",
     "searchable",
+    "surface_word",
     "tenant_chunk_count(text)",
     "tenant_index_name(text)",
     "text_search_config",
+    "trgm_schema()",
     "vector_candidates",
     "vector_exact",
     "vector_exact_tenant",
