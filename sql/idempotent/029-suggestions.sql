@@ -61,9 +61,9 @@ begin
             using errcode = '22023';
     end if;
     if v_schema is null then
+        -- An installation invariant (docs/errors.md, P0001): pgrag migrate creates it.
         raise exception 'suggestions need the pg_trgm extension, which is not installed'
-            using errcode = '55000',
-                  hint = 'run pgrag migrate (it creates pg_trgm beside pgvector).';
+            using hint = 'run pgrag migrate (it creates pg_trgm beside pgvector).';
     end if;
     -- Compared with the stemmed word and with the word as typed (a stem may be cut short:
     -- "deploymnt" is closer to the lexeme "deploy" as typed), the closer of the two counts.
@@ -144,6 +144,7 @@ create or replace function public.suggest_query(
     min_similarity double precision default 0.25
 )
 returns table (suggested_query text, corrections jsonb)
+rows 1
 language plpgsql
 stable
 security invoker
