@@ -121,24 +121,13 @@ begin
     end if;
     perform pgrag.check_filters(document_ids, source_types, metadata_filter);
     return query
-    with /* pgrag:facet_counts */ v as (
-        -- One row per document and value (a value's filter as the search arguments take it).
-        select x.facet, x.val
+    with /* pgrag:facet_counts */ m as (
+        -- The matching chunks' documents, each once per distinct chunk metadata (only when
+        -- keys are counted): the values below are computed per document, not per chunk.
+        select c.tenant_id, c.document_id,
+               case when metadata_keys is not null then c.metadata end as chunk_metadata
         from pgrag.chunks as c
         join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
-        cross join lateral (
-            select 'source_type' as facet, pg_catalog.to_jsonb(d.source_type) as val
-            union all
-            select 'month', pg_catalog.to_jsonb(pg_catalog.to_char(d.created_at at time zone 'UTC', 'YYYY-MM'))
-            union all
-            select 'metadata.' operator(pg_catalog.||) k.key,
-                   case when pg_catalog.jsonb_typeof(j.v) = 'array' then pg_catalog.jsonb_build_array(e.v) else j.v end
-            from pg_catalog.unnest(metadata_keys) as k(key)
-            cross join lateral (select (d.metadata operator(pg_catalog.||) c.metadata) operator(pg_catalog.->) k.key) as j(v)
-            cross join lateral pg_catalog.jsonb_array_elements(
-                case when pg_catalog.jsonb_typeof(j.v) = 'array' then j.v else pg_catalog.jsonb_build_array(j.v) end) as e(v)
-            where pg_catalog.jsonb_typeof(e.v) in ('string', 'number', 'boolean')
-        ) as x
         where (tenant is null or c.tenant_id = tenant)
           and pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
                                d.created_at, document_ids, metadata_filter, source_types,
@@ -149,7 +138,30 @@ begin
                             and p.lexeme = any (lexemes) and p.chunk_id = c.id))
           and (phrases is null or c.fts operator(pg_catalog.@@) phrases)
           and (exclusions is null or not c.fts operator(pg_catalog.@@) exclusions)
-        group by c.tenant_id, c.document_id, x.facet, x.val
+        group by c.tenant_id, c.document_id, 3
+    ),
+    v as (
+        -- One row per document and value (a value as the search arguments take it).
+        select x.facet, x.val
+        from m
+        join pgrag.documents as d on d.tenant_id = m.tenant_id and d.id = m.document_id
+                                 and (tenant is null or d.tenant_id = tenant)
+        cross join lateral (
+            select 'source_type' as facet, pg_catalog.to_jsonb(d.source_type) as val
+            union all
+            select 'month', pg_catalog.to_jsonb(pg_catalog.to_char(d.created_at at time zone 'UTC', 'YYYY-MM'))
+            union all
+            select 'metadata.' operator(pg_catalog.||) k.key,
+                   case when pg_catalog.jsonb_typeof(j.v) = 'array' then pg_catalog.jsonb_build_array(e.v) else j.v end
+            from pg_catalog.unnest(metadata_keys) as k(key)
+            cross join lateral (
+                select (d.metadata operator(pg_catalog.||) coalesce(m.chunk_metadata, '{}'))
+                       operator(pg_catalog.->) k.key) as j(v)
+            cross join lateral pg_catalog.jsonb_array_elements(
+                case when pg_catalog.jsonb_typeof(j.v) = 'array' then j.v else pg_catalog.jsonb_build_array(j.v) end) as e(v)
+            where pg_catalog.jsonb_typeof(e.v) in ('string', 'number', 'boolean')
+        ) as x
+        group by m.tenant_id, m.document_id, x.facet, x.val
     ),
     n as (
         select v.facet, v.val, pg_catalog.count(*) as documents,
