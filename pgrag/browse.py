@@ -44,6 +44,7 @@ class Correction:
     word: str
     suggestion: str
     similarity: float
+    edits: int
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def suggest(
     rows = _rows(conn, "suggest_query", args, tenant)
     row: dict[str, Any] = rows[0] if rows else {"suggested_query": query_text, "corrections": []}
     corrections = [
-        Correction(str(c["word"]), str(c["suggestion"]), float(c["similarity"]))
+        Correction(str(c["word"]), str(c["suggestion"]), float(c["similarity"]), int(c["edits"]))
         for c in row["corrections"] or []
     ]
     return Suggestion(query_text, row["suggested_query"] or query_text, corrections)

@@ -87,7 +87,8 @@ def test_suggest_json_carries_the_corrections(corpus: str) -> None:
     assert data["query"] == "tomatos sunlihgt"
     assert data["suggested_query"] == "tomatos sunlight"
     assert [(c["word"], c["suggestion"]) for c in data["corrections"]] == [("sunlihgt", "sunlight")]
-    assert 0.25 <= data["corrections"][0]["similarity"] <= 1
+    assert 0.2 <= data["corrections"][0]["similarity"] <= 1
+    assert data["corrections"][0]["edits"] == 1
 
 
 def test_suggest_never_proposes_another_tenants_word(corpus: str) -> None:

@@ -482,6 +482,7 @@ PGRAG_FUNCTIONS = (
     "compute_query_embedding(text)",
     "current_tenant_id()",
     "distributed()",
+    "edit_distance",
     "embed_query(text)",
     "facet_counts",
     "fused_candidates",

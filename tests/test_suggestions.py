@@ -79,7 +79,7 @@ def test_a_misspelt_query_is_corrected_and_finds_what_the_right_one_finds(
             ("hybird", "hybrid"),
             ("serch", "search"),
         ]
-        assert all(0.25 <= c["similarity"] <= 1 for c in corrections)
+        assert all(0.2 <= c["similarity"] <= 1 and c["edits"] == 1 for c in corrections)
         assert keyword_ids(conn, "hybird serch") == []
         assert keyword_ids(conn, suggested) == keyword_ids(conn, "hybrid search") != []
         assert hybrid_ids(conn, suggested, emb) == hybrid_ids(conn, "hybrid search", emb)
@@ -177,3 +177,23 @@ def test_postgrest_rpc_suggests_as_supabase_js_sends_it(corpus: Loaded) -> None:
         ).fetchall()
     assert [r[0]["suggested_query"] for r in rows] == ["hybrid search"]
     assert rows[0][0]["corrections"][0]["suggestion"] == "hybrid"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "edits"),
+    [("hybird", "hybrid", 1), ("kitten", "sitting", 3), ("", "abc", 3), ("ca", "abc", 3),
+     ("serch", "search", 1), ("same", "same", 0)],
+)  # fmt: skip
+def test_edit_distance_counts_a_swap_of_neighbours_as_one_edit(
+    corpus: Loaded, a: str, b: str, edits: int
+) -> None:
+    with request(corpus.db, "authenticated", claims_for("acme")) as conn:
+        assert conn.execute("select pgrag.edit_distance(%s, %s)", (a, b)).fetchone() == (edits,)
+
+
+def test_edit_distance_refuses_words_longer_than_64_letters(corpus: Loaded) -> None:
+    with (
+        pytest.raises(psycopg.errors.InvalidParameterValue),
+        request(corpus.db, "authenticated", claims_for("acme")) as conn,
+    ):
+        conn.execute("select pgrag.edit_distance(%s, 'a')", ("a" * 65,))

@@ -101,7 +101,7 @@ def facets_command(
     "--min-similarity",
     type=click.FloatRange(0.2, 1),
     default=None,
-    help="Trigram similarity a suggestion needs (0.2 to 1; default 0.25).",
+    help="Trigram similarity a suggestion needs (0.2 to 1; default 0.2).",
 )
 @tenant_option()
 @json_option
@@ -137,4 +137,8 @@ def suggest_command(
         return
     click.echo(result.suggested_query)
     for c in result.corrections:
-        click.echo(f"  {c.word} -> {c.suggestion} (similarity {c.similarity:.2f})", err=True)
+        click.echo(
+            f"  {c.word} -> {c.suggestion} ({c.edits} edit{'s' if c.edits != 1 else ''}, "
+            f"similarity {c.similarity:.2f})",
+            err=True,
+        )

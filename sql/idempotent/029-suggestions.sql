@@ -10,7 +10,10 @@
 --
 -- Vocabulary: the BM25 lexemes of the tenant, i.e. stemmed words (english: "policies" is
 -- "polici"). A query word without postings is stemmed the same way and compared with them by
--- trigram similarity (the stem's or the typed word's, the closer); the closest lexeme is then written back as a real word: the word of one
+-- trigram similarity (the stem's or the typed word's, the closer), which finds candidates
+-- fast through the index; of the 20 most similar, the one fewest edits away (letters
+-- inserted, deleted, replaced or swapped: trigrams judge a swap poorly) is kept, within a few
+-- edits of the word's length; that lexeme is then written back as a real word: the word of one
 -- chunk holding the lexeme (its first posting) that stems to it, the most similar to what was
 -- typed ("serch" -> lexeme "search" -> "search"; "polcy" -> "polici" -> "policy"). So the
 -- suggestion is always a word of the tenant's own text, and searching it finds that lexeme.
@@ -18,7 +21,7 @@
 -- Work: at most 16 words of a query are looked up (letters only, 3 to 64 of them: identifiers,
 -- numbers and short words are left alone); each costs one lexicon lookup, then for an unknown
 -- word one trigram index scan of the lexemes sharing enough trigrams (candidates with
--- similarity at least 0.2, the closest kept) and one chunk read.
+-- similarity at least 0.2, the 20 closest ranked by edits) and one chunk read.
 
 create or replace function pgrag.trgm_schema()
 returns name
@@ -138,10 +141,56 @@ $$;
 comment on function pgrag.surface_word(text[], text, text) is
 'A word of the tenants'' text for a BM25 lexeme: among the words of the first chunk holding it (its first posting) that stem to it in the chunk''s configuration, the one closest to typed (pg_trgm similarity), lower-cased; the lexeme itself when none. Limits: lexeme and typed at most 200 characters; else SQLSTATE 22023.';
 
+create or replace function pgrag.edit_distance(a text, b text)
+returns integer
+language plpgsql
+immutable
+strict
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    x text[] := pg_catalog.string_to_array(a, null);
+    y text[] := pg_catalog.string_to_array(b, null);
+    n integer := coalesce(pg_catalog.cardinality(x), 0);
+    m integer := coalesce(pg_catalog.cardinality(y), 0);
+    before integer[];   -- row i - 2 (element j + 1: the distance to the first j letters of b)
+    above integer[];    -- row i - 1
+    row_ integer[];     -- row i
+    v integer;
+begin
+    -- Arguments (an API role may call this directly): words, at most 64 letters each.
+    if n > 64 or m > 64 then
+        perform pgrag.check_length('a', n, 64, 'characters'), pgrag.check_length('b', m, 64, 'characters');
+    end if;
+    if n = 0 or m = 0 then
+        return n + m;
+    end if;
+    above := array(select g from pg_catalog.generate_series(0, m) as g);
+    for i in 1 .. n loop
+        row_ := array[i];
+        for j in 1 .. m loop
+            v := least(above[j + 1] + 1, row_[j] + 1,
+                       above[j] + case when x[i] = y[j] then 0 else 1 end);
+            if i > 1 and j > 1 and x[i] = y[j - 1] and x[i - 1] = y[j] then
+                v := least(v, before[j - 1] + 1);
+            end if;
+            row_ := row_ operator(pg_catalog.||) v;
+        end loop;
+        before := above;
+        above := row_;
+    end loop;
+    return above[m + 1];
+end
+$$;
+comment on function pgrag.edit_distance(text, text) is
+'Edit distance of two words: insertions, deletions, substitutions and transpositions of adjacent letters, one each (optimal string alignment). Ranks the trigram candidates of public.suggest_query (trigrams find words sharing letters; a swap of two letters costs many trigrams but one edit). Limits: a and b at most 64 characters; else SQLSTATE 22023. Null in, null out.';
+
 create or replace function public.suggest_query(
     query_text text,
     language text default null,
-    min_similarity double precision default 0.25
+    min_similarity double precision default 0.2
 )
 returns table (suggested_query text, corrections jsonb)
 rows 1
@@ -153,7 +202,7 @@ as $$
 declare
     v_tenant text := pgrag.current_tenant_id();
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
-    v_min double precision := coalesce(pgrag.check_argument('min_similarity', min_similarity, 0.2, 1), 0.25);
+    v_min double precision := coalesce(pgrag.check_argument('min_similarity', min_similarity, 0.2, 1), 0.2);
     v_config regconfig := pgrag.text_search_config('language', suggest_query.language);
     v_corpus record;
     v_piece text;
@@ -161,6 +210,7 @@ declare
     v_lexeme text;
     v_closest text;
     v_similarity double precision;
+    v_distance integer;
     v_word text;
     v_looked integer := 0;
 begin
@@ -191,14 +241,27 @@ begin
                                from pgrag.bm25_lexicon as y
                                where y.tenant_id = any (v_corpus.tenants) and y.lexeme = v_lexeme
                                having pg_catalog.sum(y.df) > 0) then
-                    select l.lexeme, l.similarity into v_closest, v_similarity
-                    from pgrag.closest_lexemes(v_corpus.tenants, v_lexeme, v_piece, 1) as l
-                    where l.similarity >= v_min;
+                    -- The 20 trigram candidates, ranked by edits (from the stem or the word as
+                    -- typed, the fewer); at most 1 edit for a word of 4 letters, 2 up to 8, 3
+                    -- beyond.
+                    select l.lexeme, l.similarity, l.distance
+                    into v_closest, v_similarity, v_distance
+                    from (select c.lexeme, c.similarity, c.df,
+                                 least(pgrag.edit_distance(v_lexeme, pg_catalog.left(c.lexeme, 64)),
+                                       pgrag.edit_distance(pg_catalog.lower(v_piece),
+                                                           pg_catalog.left(c.lexeme, 64))) as distance
+                          from pgrag.closest_lexemes(v_corpus.tenants, v_lexeme, v_piece, 20) as c
+                          where c.similarity >= v_min) as l
+                    where l.distance <= case when pg_catalog.length(v_piece) <= 4 then 1
+                                             when pg_catalog.length(v_piece) <= 8 then 2 else 3 end
+                    order by l.distance, l.similarity desc, l.df desc, l.lexeme
+                    limit 1;
                     if found then
                         v_word := pgrag.surface_word(v_corpus.tenants, v_closest, v_piece);
                         corrections := corrections operator(pg_catalog.||) pg_catalog.jsonb_build_object(
                             'word', v_piece, 'suggestion', v_word,
-                            'similarity', pg_catalog.round(v_similarity::numeric, 3));
+                            'similarity', pg_catalog.round(v_similarity::numeric, 3),
+                            'edits', v_distance);
                         v_piece := v_word;
                     end if;
                 end if;
@@ -211,4 +274,4 @@ begin
 end
 $$;
 comment on function public.suggest_query(text, text, double precision) is
-'Did you mean: for each word of query_text (letters only, 3-64 of them, not excluded with -, the first 16 such words) without postings in the caller''s tenant, the closest word of that tenant''s own vocabulary (its BM25 lexemes by pg_trgm similarity to the word as typed or stemmed, at least min_similarity, written back as a word of its text). One row: suggested_query (query_text with those words replaced; query_text itself when none is) and corrections (a JSON array of {word, suggestion, similarity}). Tenant from request.jwt.claims; RLS applies (anon reads no vocabulary: no suggestions). language: as keyword_search. Limits: query_text at most 10,000 characters, min_similarity 0.2-1, language an existing configuration; else SQLSTATE 22023.';
+'Did you mean: for each word of query_text (letters only, 3-64 of them, not excluded with -, the first 16 such words) without postings in the caller''s tenant, the closest word of that tenant''s own vocabulary (of its 20 BM25 lexemes most similar by pg_trgm to the word as typed or stemmed, at least min_similarity, the one fewest edits away: at most 1 for a word of up to 4 letters, 2 up to 8, 3 beyond; written back as a word of its text). One row: suggested_query (query_text with those words replaced; query_text itself when none is) and corrections (a JSON array of {word, suggestion, similarity, edits}). Tenant from request.jwt.claims; RLS applies (anon reads no vocabulary: no suggestions). language: as keyword_search. Limits: query_text at most 10,000 characters, min_similarity 0.2-1, language an existing configuration; else SQLSTATE 22023.';
