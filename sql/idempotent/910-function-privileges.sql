@@ -60,7 +60,7 @@ begin
               'vector_sizing', 'vector_walk_sql', 'vector_walk_public', 'vector_walk_shared',
               'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general',
               'vector_exact_tenant', 'vector_exact',
-              -- facets (028-facets.sql) and suggestions (029-suggestions.sql)
+              -- facets (040-facets.sql) and suggestions (041-suggestions.sql)
               'facet_counts', 'trgm_schema', 'closest_lexemes', 'surface_word', 'edit_distance'
           ])
           -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
