@@ -1458,6 +1458,42 @@ distance would be off by about 1e-4).
 """
 
 
+def browse() -> str:
+    runs = [load("browse.json"), load("browse-100k.json")]
+    names = {
+        "hybrid_search": "`hybrid_search` (for scale)",
+        "search_facets": "`search_facets` of the claim, one metadata key",
+        "search_facets_no_query": "`search_facets` without a query (every document)",
+        "suggest_query_known_words": "`suggest_query`, the claim as written",
+        "suggest_query_one_typo": "`suggest_query`, one word misspelt",
+    }
+    header = ["call, as the tenant"] + [f"{d['size']:,} chunks: p50 / p95 ms" for d in runs]
+    rows = [
+        [label]
+        + [pair(d["latency_ms"][key]["p50_ms"], d["latency_ms"][key]["p95_ms"]) for d in runs]
+        for key, label in names.items()
+    ]
+    fixed = ", ".join(
+        f"{d['typos']['corrected_to_the_word']} of {d['typos']['tried']} at {d['size']:,} chunks"
+        for d in runs
+    )
+    return f"""\
+## Facets and "did you mean" (`benchmarks/browse.py`)
+
+The single-tenant corpus of `benchmarks/latency.py`, every tenth document in one `team`, SciFact
+claims as queries, each call once untimed then timed, as the tenant. A misspelt claim has the
+two middle letters of its longest word swapped; its suggestion was that word (or a word of the
+same stem) {fixed}, among the words the corpus holds.
+
+{table(header, rows)}
+
+Facets read every chunk the query matches (common words match most of them), so their time
+grows with the corpus; a suggestion reads a few lexicon rows and one chunk per unknown word.
+
+{provenance(runs[0])} {source("browse.json")} {provenance(runs[1])} {source("browse-100k.json")}
+"""
+
+
 SECTIONS: list[Callable[[], str]] = [
     beir,
     relevance_floor,
@@ -1470,6 +1506,7 @@ SECTIONS: list[Callable[[], str]] = [
     plan_switch,
     versions_ab,
     filtered,
+    browse,
     cli,
     ingest,
     first_load,

@@ -52,6 +52,8 @@ def database_commands(dataset: Path, doc: Path) -> dict[str, list[str]]:
         "migrate": ["migrate"],
         "search": ["search", "widget"],
         "ask": ["ask", "widget?"],
+        "facets": ["facets", "widget"],
+        "suggest": ["suggest", "widgit"],
         "eval": ["eval", str(dataset)],
         "ingest": ["ingest", str(doc)],
         "delete": ["delete", str(doc), "--yes"],
@@ -68,6 +70,8 @@ BAD_VALUES: dict[str, list[str]] = {
     "migrate": ["migrate", "--dims", "many"],
     "search": ["search", "widget", "--mode", "telepathic"],
     "ask": ["ask", "widget?", "-k", "0"],
+    "facets": ["facets", "widget", "--max-values", "0"],
+    "suggest": ["suggest", "widgit", "--min-similarity", "0.1"],
     "eval": ["eval", "/no/such/dataset"],
     "ingest": ["ingest", ".", "--chunker", "sentences-of-klingon"],
     "delete": ["delete", "--id", "first"],
@@ -124,6 +128,8 @@ def test_the_tables_cover_every_command(dataset: Path, doc: Path) -> None:
         "migrate",
         "search",
         "ask",
+        "facets",
+        "suggest",
         "eval",
         "ingest",
         "delete",
@@ -149,6 +155,8 @@ def test_a_malformed_connection_string_is_one_line(command: str, dataset: Path, 
         "migrate",
         "search",
         "ask",
+        "facets",
+        "suggest",
         "eval",
         "ingest",
         "delete",
@@ -179,7 +187,7 @@ def commands_with_a_language_option() -> list[str]:
 
 
 def test_search_ingest_and_worker_take_a_language() -> None:
-    assert commands_with_a_language_option() == ["ingest", "search", "worker"]
+    assert commands_with_a_language_option() == ["facets", "ingest", "search", "suggest", "worker"]
 
 
 @pytest.fixture
@@ -204,6 +212,15 @@ def test_an_unknown_language_is_one_line_from_search_in_every_mode(corpus: str) 
         line = assert_one_line_error(result, exit_code=1)
         assert "klingon" in line and "text search configuration" in line
         assert_lists_the_configurations(line)
+
+
+@pytest.mark.parametrize("command", ["facets", "suggest"])
+def test_an_unknown_language_is_one_line_from_facets_and_suggest(corpus: str, command: str) -> None:
+    line = assert_one_line_error(
+        invoke("--dsn", corpus, command, "widgit", "--language", "klingon"), exit_code=1
+    )
+    assert "klingon" in line and "text search configuration" in line
+    assert_lists_the_configurations(line)
 
 
 def test_an_unknown_language_is_one_line_from_ingest(db: str, doc: Path) -> None:
@@ -297,7 +314,7 @@ def test_a_pipe_into_head_prints_the_first_line_and_no_error(corpus: str) -> Non
     ("args", "message"),
     [
         (["migrate", "--dims", "0"], "Invalid value for '--dims': 0 is not in the range"),
-        (["migrate", "--dims", "4000"], "Invalid value for '--dims': 4000 is not in the range"),
+        (["migrate", "--dims", "4001"], "Invalid value for '--dims': 4001 is not in the range"),
         (["eval", "DATASET", "--mode", "telepathic"], "unknown eval mode 'telepathic'"),
         (["eval", "DATASET", "--mode", "hybrid:rrf_k=many"], "'hybrid:rrf_k=many': invalid"),
         (["eval", "DATASET", "--mode", "hybrid:colour=red"], "'colour' is no tunable"),

@@ -144,10 +144,13 @@ def test_a_narrow_install_keeps_its_vector_graphs(db: str) -> None:
 
 @pytest.fixture
 def before_wide(tmp_path: Path) -> Path:
-    """pgrag's SQL without 018-wide-embeddings.sql: the schema an upgrade starts from."""
+    """pgrag's SQL without 018-wide-embeddings.sql and what came after it: the schema an
+    upgrade starts from."""
     root = tmp_path / "sql"
     shutil.copytree(sql_dir(), root)
-    (root / "incremental" / "018-wide-embeddings.sql").unlink()
+    for path in (root / "incremental").glob("*.sql"):
+        if path.name >= "018-wide-embeddings.sql":
+            path.unlink()
     return root
 
 

@@ -1,9 +1,10 @@
 """The ``pgrag`` command line: the root group and its ``--dsn``.
 
 Each group of commands has its module: ``database`` (db, migrate, status), ``ingest`` (ingest,
-delete, embed), ``worker`` (the document queue), ``search`` (search, ask), ``eval``, ``reembed``,
-``stats``, ``bundle`` (sql-bundle). ``common`` turns every error into one line and a documented
-exit status; ``state`` holds what commands share.
+delete, embed), ``worker`` (the document queue), ``search`` (search, ask), ``browse``
+(facets, suggest), ``eval``, ``reembed``, ``stats``, ``bundle`` (sql-bundle). ``common``
+turns every error into one line and a documented exit status; ``state`` holds what commands
+share.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import click
 
 from pgrag import __version__
-from pgrag.cli import bundle, database, ingest, reembed, search, stats, worker
+from pgrag.cli import browse, bundle, database, ingest, reembed, search, stats, worker
 from pgrag.cli import eval as eval_command
 from pgrag.cli.common import PgragGroup
 from pgrag.cli.state import CliState
@@ -58,6 +59,8 @@ main.add_command(ingest.embed)
 main.add_command(worker.worker)
 main.add_command(search.search)
 main.add_command(search.ask)
+main.add_command(browse.facets_command)
+main.add_command(browse.suggest_command)
 main.add_command(eval_command.evaluate)
 main.add_command(reembed.reembed_command, "reembed")
 main.add_command(stats.stats)

@@ -62,7 +62,9 @@ begin
               -- the vector arm's steps and walks (021-vector-walks.sql, 022-vector-arm.sql)
               'vector_sizing', 'vector_walk_sql', 'vector_walk_public', 'vector_walk_shared',
               'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general',
-              'vector_exact_tenant', 'vector_exact', 'hnsw_order_sql'
+              'vector_exact_tenant', 'vector_exact', 'hnsw_order_sql',
+              -- facets (040-facets.sql) and suggestions (041-suggestions.sql)
+              'facet_counts', 'trgm_schema', 'closest_lexemes', 'surface_word', 'edit_distance'
           ])
           -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
           -- file by pgrag.isolate_tenant, which grants it the same way)
@@ -93,8 +95,9 @@ alter default privileges revoke execute on functions from public;
 
 -- That default also reaches extension scripts the same role runs later: functions a pgvector
 -- upgrade (ALTER EXTENSION vector UPDATE) adds would not be executable by the API roles. Give
--- pgvector's functions back the EXECUTE for PUBLIC its scripts expect (only those of this
--- role; other extensions: docs/security.md, "Functions and privileges").
+-- pgvector's functions back the EXECUTE for PUBLIC its scripts expect, and pg_trgm's (the
+-- suggestions' trigrams, created by incremental/019-query-suggestions.sql when missing): only
+-- those of this role; other extensions: docs/security.md, "Functions and privileges".
 do $$
 declare
     f record;
@@ -105,7 +108,7 @@ begin
         join pg_catalog.pg_depend as d
           on d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e'
         join pg_catalog.pg_extension as e on e.oid = d.refobjid
-        where e.extname = 'vector'
+        where e.extname in ('vector', 'pg_trgm')
           and p.proowner = (select r.oid from pg_catalog.pg_roles as r where r.rolname = current_user)
           and not exists (select 1 from pg_catalog.aclexplode(
                               coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) as a
@@ -164,7 +167,7 @@ begin
           and p.proname = any (array[
               'vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows',
               'build_context', 'hybrid_search_text', 'rerank', 'build_context_for', 'log_search',
-              'submit_document', 'document_status', 'queue_status'
+              'submit_document', 'document_status', 'queue_status', 'search_facets', 'suggest_query'
           ])
           -- never an extension's function of the same name
           and not exists (select 1 from pg_catalog.pg_depend as d
