@@ -36,6 +36,7 @@ API_FUNCTIONS = (
     "build_context",
     "hybrid_search_text",
     "log_search",
+    "highlight",
 )
 # The document queue's RPCs: a tenant submits and reads its queue (authenticated and
 # service_role; anon has no tenant and writes nothing).
@@ -481,9 +482,14 @@ PGRAG_FUNCTIONS = (
     "distributed()",
     "embed_query(text)",
     "fused_candidates",
+    "highlight_matches",
+    "highlight_snippet",
+    "html_escape",
     "identifier_terms",
     "keyword_candidates",
+    "keyword_flags",
     "keyword_query",
+    "keyword_required",
     "keyword_walk",
     "keyword_walk_unfenced",
     "mmr_order",
