@@ -116,6 +116,17 @@ begin
         raise exception 'max_chars must be given and starts and ends must have the same length'
             using errcode = '22023';
     end if;
+    -- Matches as pgrag.highlight_matches gives them: words of content in text order.
+    if m > 0 and exists (
+        select 1
+        from (select u.s, u.e, pg_catalog.lag(u.e) over (order by u.i) as prev
+              from rows from (pg_catalog.unnest(starts), pg_catalog.unnest(ends))
+                   with ordinality as u(s, e, i)) as x
+        where x.s is null or x.e is null or x.s < 0 or x.e <= x.s or x.e > n or x.s < x.prev
+    ) then
+        raise exception 'starts and ends must be offsets of non-overlapping words of content, in order'
+            using errcode = '22023';
+    end if;
     -- The window of max_chars holding the most matches (the earliest of equals): two pointers
     -- over the matches in text order, linear in their number.
     for i in 1 .. m loop
@@ -160,7 +171,7 @@ begin
 end
 $$;
 comment on function pgrag.highlight_snippet(text, integer[], integer[], text, text, integer) is
-'At most max_chars characters of content (… where cut, at blanks where it can), the window holding the most of the matches (starts, ends: character offsets from 0, end excluded, in text order) or the opening without any, HTML-escaped (pgrag.html_escape), each match inside the window between start_mark and stop_mark as given. Limits: max_chars 20-2000, marks at most 64 characters, starts and ends of one length; else SQLSTATE 22023.';
+'At most max_chars characters of content (… where cut, at blanks where it can), the window holding the most of the matches (starts, ends: character offsets from 0, end excluded, in text order) or the opening without any, HTML-escaped (pgrag.html_escape), each match inside the window between start_mark and stop_mark as given. Limits: max_chars 20-2000, marks at most 64 characters, starts and ends of one length, within content, in order and not overlapping; else SQLSTATE 22023.';
 
 create or replace function public.highlight(
     chunk_ids bigint[],
