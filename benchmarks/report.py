@@ -1458,6 +1458,35 @@ distance would be off by about 1e-4).
 """
 
 
+def search_box() -> str:
+    d = load("search_box.json")
+    labels = {
+        "keyword_search page 1": "`keyword_search`, rows 1–10",
+        "keyword_search page 2": "`keyword_search`, rows 11–20 (`match_offset => 10`)",
+        "keyword_search quoted phrase": "`keyword_search`, the first two words quoted",
+        "hybrid_search page 1": "`hybrid_search`, rows 1–10",
+        "hybrid_search page 2": "`hybrid_search`, rows 11–20 (`match_offset => 10`)",
+        "hybrid_search quoted phrase": "`hybrid_search`, the first two words quoted",
+        "highlight of 10 rows": "`highlight` of the 10 rows `hybrid_search` returned",
+    }
+    rows = [
+        [labels.get(name, name), pair(c["p50_ms"], c["p95_ms"], 2)]
+        for name, c in d["calls"].items()
+    ]
+    return f"""\
+## Pages, quoted phrases and highlights (`benchmarks/search_box.py`)
+
+What a search page's calls cost: {d["documents"]:,} SciFact abstracts (one chunk each) in one
+tenant, {d["queries"]} test claims as queries, timed client-side as that tenant after one
+untimed round. A second page costs what the first does; a quoted phrase makes the keyword arm
+check the phrase on each chunk it ranks until enough hold it ([sql-api.md](sql-api.md#query-syntax)).
+
+{table(["call", "p50 / p95 ms"], rows)}
+
+{provenance(d)} {source("search_box.json")}
+"""
+
+
 def browse() -> str:
     runs = [load("browse.json"), load("browse-100k.json")]
     names = {
@@ -1506,6 +1535,7 @@ SECTIONS: list[Callable[[], str]] = [
     plan_switch,
     versions_ab,
     filtered,
+    search_box,
     browse,
     cli,
     ingest,

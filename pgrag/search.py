@@ -101,6 +101,8 @@ class SearchOptions:
     k1: float | None = None
     b: float | None = None
     filters: SearchFilters = field(default_factory=SearchFilters)
+    offset: int = 0
+    """Rows of the ranking skipped (a page: SQL's match_offset, 0 - 1000)."""
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -128,6 +130,8 @@ class SearchOptions:
             raise ConfigError("--mmr takes a lambda between 0 (diverse) and 1 (relevant).")
         if self.window < 0:
             raise ConfigError("--window must be 0 or more neighbouring chunks.")
+        if self.offset < 0:
+            raise ConfigError("--offset and --page must not be negative.")
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,7 @@ def search_arguments(
                 "min_similarity": options.min_score,
                 "ef_search": options.ef_search,
                 **filters,
+                "match_offset": options.offset or None,
             }
         )
     if options.mode == "keyword":
@@ -243,6 +248,7 @@ def search_arguments(
                 "k1": options.k1,
                 "b": options.b,
                 **filters,
+                "match_offset": options.offset or None,
             }
         )
     return "hybrid_search", _without_none(
@@ -261,6 +267,7 @@ def search_arguments(
             "language": options.language,
             "ef_search": options.ef_search,
             **filters,
+            "match_offset": options.offset or None,
         }
     )
 

@@ -152,6 +152,48 @@ def test_malformed_input_is_answered_never_an_error(pages: str, query: str) -> N
         assert found == []
 
 
+def test_a_quoted_phrase_is_required_in_keyword_search(pages: str) -> None:
+    assert set(keyword_search(pages, "files it found tar")) >= {"find.txt", "tar.txt"}
+    assert keyword_search(pages, '"files it found" tar') == ["find.txt"]
+
+
+def test_or_joins_alternative_phrases(pages: str) -> None:
+    found = keyword_search(pages, '"files it found" OR "named folder" rm')
+    assert sorted(found) == ["find.txt", "tar.txt"]
+
+
+@pytest.mark.parametrize(
+    ("query", "required"),
+    [
+        ("tar --exclude x-ray", None),  # no quote: nothing required, BM25 as before
+        ('"b c" d', "'b' <-> 'c'"),
+        ('a "b c" OR "d e" f', "'b' <-> 'c' | 'd' <-> 'e'"),
+        ('"b c" OR d', "'b' <-> 'c' | 'd'"),
+        ('"b c" "d e"', "'b' <-> 'c' & 'd' <-> 'e'"),
+        ('-"b c" d', None),  # an excluded phrase requires nothing
+        ('"the" d', None),  # stop words only
+        ('"unclosed b', "'unclos' <-> 'b'"),
+        ("OR", None),
+        ('"b" OR', "'b'"),
+    ],
+)
+def test_what_quoted_phrases_require_parses_as_documented(
+    db: str, query: str, required: str | None
+) -> None:
+    with connect(db) as conn:
+        row = conn.execute(
+            "select pgrag.keyword_required(%s, 'english')::text", (query,)
+        ).fetchone()
+    assert row == (required,)
+
+
+@pytest.mark.parametrize("query", ["OR", "OR OR", '"files" OR', "- OR -", '"" OR ""', '-"x" OR'])
+def test_malformed_or_and_quotes_are_answered_never_an_error(pages: str, query: str) -> None:
+    found = keyword_search(pages, query)
+    expected = {"locate.txt", "find.txt", "tar.txt", "rm.txt"} if "files" in query else set()
+    assert sorted(found) == sorted(expected)
+
+
 def test_the_cli_passes_the_query_as_it_is(pages: str) -> None:
     assert cli_search(pages, "find -delete") == ["locate.txt"]
     assert cli_search(pages, "tar --exclude option")[:1] == ["tar.txt"]
@@ -176,6 +218,28 @@ def test_hybrid_search_applies_the_same_syntax(pages: str, local_embedder: Any) 
     assert result.exit_code == 0, result.output
     (top,) = json.loads(result.output)
     assert top["source_uri"] == "tar.txt" and top["keyword_rank"] == 1
+
+
+def test_hybrid_search_ranks_the_chunks_holding_a_phrase_first(
+    pages: str, local_embedder: Any
+) -> None:
+    with connect(pages) as conn:
+        for chunk_id, content in conn.execute("select id, content from pgrag.chunks").fetchall():
+            conn.execute(
+                "update pgrag.chunks set embedding = %s where id = %s",
+                (local_embedder.embed([content])[0], chunk_id),
+            )
+        conn.execute(
+            "update pgrag.embedding_config set model = %s, provider = 'local'",
+            (local_embedder.model_name,),
+        )
+        conn.commit()
+    result = CliRunner().invoke(
+        main, ["--dsn", pages, "search", 'delete files "named folder"', "--json", "-k", "5"]
+    )
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.output)
+    assert hits[0]["source_uri"] == "tar.txt" and len(hits) == 5  # others still follow
 
 
 def test_the_query_syntax_has_one_home_in_the_docs() -> None:

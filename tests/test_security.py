@@ -40,6 +40,7 @@ API_FUNCTIONS = (
     "log_search",
     "search_facets",
     "suggest_query",
+    "highlight",
 )
 # The document queue's RPCs: a tenant submits and reads its queue (authenticated and
 # service_role; anon has no tenant and writes nothing).
@@ -491,9 +492,14 @@ PGRAG_FUNCTIONS = (
     "facet_counts",
     "fused_candidates",
     "hnsw_order_sql",
+    "highlight_matches",
+    "highlight_snippet",
+    "html_escape",
     "identifier_terms",
     "keyword_candidates",
+    "keyword_flags",
     "keyword_query",
+    "keyword_required",
     "keyword_walk",
     "keyword_walk_unfenced",
     "mmr_order",

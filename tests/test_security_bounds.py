@@ -496,6 +496,36 @@ def test_huge_match_and_candidate_counts_are_clamped_not_overflowed(
     [
         ("select * from public.keyword_search('search', -1)", "match_count", "at least 0"),
         (
+            "select * from public.keyword_search('search', match_offset => 1001)",
+            "match_offset",
+            "between 0 and 1000",
+        ),
+        (
+            "select * from public.vector_search(null, match_offset => -1)",
+            "match_offset",
+            "between 0 and 1000",
+        ),
+        (
+            "select * from public.hybrid_search('search', null, match_offset => 1001)",
+            "match_offset",
+            "between 0 and 1000",
+        ),
+        (
+            "select * from public.highlight(array(select generate_series(1, 101))::bigint[], 'x')",
+            "chunk_ids",
+            "at most 100 elements",
+        ),
+        (
+            "select * from public.highlight(array[1]::bigint[], 'x', max_chars => 2001)",
+            "max_chars",
+            "between 20 and 2000",
+        ),
+        (
+            "select * from public.highlight(array[1]::bigint[], 'x', repeat('m', 65))",
+            "start_mark",
+            "at most 64 characters",
+        ),
+        (
             "select * from public.hybrid_search('search', null, candidate_count => 0)",
             "candidate_count",
             "at least 1",
@@ -1055,6 +1085,7 @@ WIDEST = {
     "window_size": 10,
     "ef_search": 1000,
     "token_budget": 1_000_000,
+    "match_offset": 1000,
 }
 
 

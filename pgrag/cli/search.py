@@ -32,6 +32,7 @@ from pgrag.cli.common import (
 from pgrag.cli.rerank import rerank_options, rerank_settings
 from pgrag.cli.state import CliState
 from pgrag.errors import ConfigError, NothingToDo
+from pgrag.highlight import Highlight, highlight, terminal_text
 from pgrag.search import (
     FUSIONS,
     MODES,
@@ -152,13 +153,25 @@ def explain(hit: SearchHit, options: SearchOptions) -> str:
     return f"{vector}; {keyword} -> {fused} score {hit.score:.4f}{reranked}"
 
 
-def print_hits(hits: list[SearchHit], options: SearchOptions, show_explain: bool) -> None:
-    for n, hit in enumerate(hits, 1):
+def print_hits(
+    hits: list[SearchHit],
+    options: SearchOptions,
+    show_explain: bool,
+    highlights: dict[int, Highlight] | None = None,
+) -> None:
+    for hit in hits:
         title = hit.title or "(untitled)"
-        click.echo(f"{n}. {click.style(title, bold=True)}  (score {hit.score:.4f})")
+        click.echo(f"{hit.rank}. {click.style(title, bold=True)}  (score {hit.score:.4f})")
         click.echo(f"   {_location(hit)}")
-        for line in textwrap.wrap(_snippet(hit.content), width=96):
-            click.echo(f"   {line}")
+        marked = (highlights or {}).get(hit.chunk_id)
+        if marked is not None:
+            # Wrapped before the marks become escape codes, which would count as width.
+            text = " ".join(marked.snippet.split())
+            for line in textwrap.wrap(text, width=96, break_on_hyphens=False):
+                click.echo(f"   {terminal_text(line)}")
+        else:
+            for line in textwrap.wrap(_snippet(hit.content), width=96):
+                click.echo(f"   {line}")
         if show_explain:
             click.echo(f"   why: {explain(hit, options)}")
         click.echo()
@@ -227,6 +240,23 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--language", help="Text-search configuration of the query (english, simple, ...).")
 @click.option("--explain", "show_explain", is_flag=True, help="Show each arm's rank and score.")
 @rerank_options
+@click.option(
+    "--highlight",
+    "with_highlights",
+    is_flag=True,
+    help="Show a snippet of each hit with the query's words marked (--json: snippet and "
+    "matches, character offsets in content).",
+)
+@click.option(
+    "--page",
+    type=click.IntRange(min=1),
+    help="Page N of --limit rows (rows (N-1)*limit+1 to N*limit of the same ranking).",
+)
+@click.option(
+    "--offset",
+    type=click.IntRange(0, 1000),
+    help="Skip the first N rows of the ranking (--json then prints next_offset).",
+)
 @filter_options
 @tenant_option()
 @json_option
@@ -244,6 +274,9 @@ def search(
     show_explain: bool,
     rerank_spec: str | None,
     rerank_top: int,
+    with_highlights: bool,
+    page: int | None,
+    offset: int | None,
     document_ids: tuple[int, ...],
     metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
@@ -270,22 +303,53 @@ def search(
             min_score=min_score,
             language=language,
             filters=make_filters(document_ids, metadata, source_types, after, before),
+            offset=page_offset(page, offset, limit),
         )
     )
     reranking = rerank_settings(rerank_spec, rerank_top)
+    highlights: dict[int, Highlight] = {}
     with state.connect_read_and_write() as (conn, writer):
         run = run_search(conn, query, options, tenant=tenant, writer=writer, reranking=reranking)
+        if with_highlights and run.hits:
+            ids = [hit.chunk_id for hit in run.hits]
+            highlights = highlight(conn, ids, query, tenant=tenant, language=language)
+    paged = page is not None or offset is not None
     if run.tenant_empty:
         if as_json:
-            echo_json([])
+            echo_json({"hits": [], "offset": options.offset, "next_offset": None} if paged else [])
         raise NothingToDo(run.tenant_empty)
     if as_json:
-        echo_json([hit.as_dict() for hit in run.hits])
+        hits = [hit_json(hit, highlights.get(hit.chunk_id)) for hit in run.hits]
+        if paged:
+            # A full page may have a next one; a short page is the last.
+            more = len(run.hits) == options.limit
+            next_offset = options.offset + options.limit if more else None
+            echo_json({"hits": hits, "offset": options.offset, "next_offset": next_offset})
+        else:
+            echo_json(hits)
         return
     if not run.hits:
         click.echo(NOTHING_FOUND)
         return
-    print_hits(run.hits, options, show_explain)
+    print_hits(run.hits, options, show_explain, highlights)
+
+
+def page_offset(page: int | None, offset: int | None, limit: int) -> int:
+    """The rows a page skips: --offset, or (--page - 1) x --limit; not both."""
+    if page is not None and offset is not None:
+        raise click.UsageError("use --page or --offset, not both.")
+    if page is not None:
+        return (page - 1) * limit
+    return offset or 0
+
+
+def hit_json(hit: SearchHit, marked: Highlight | None) -> dict[str, Any]:
+    """A hit for --json; with --highlight, its snippet and matches too."""
+    out = hit.as_dict()
+    if marked is not None:
+        out["snippet"] = marked.snippet
+        out["matches"] = marked.matches
+    return out
 
 
 # -- ask -----------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ begin
                                  'bm25_corpus', 'bm25_terms', 'bm25_scan_tenant', 'bm25_scan_tenants',
                                  'bm25_maxscore', 'bm25_maxscore_floor', 'bm25_maxscore_essential',
                                  'bm25_maxscore_candidates', 'bm25_maxscore_complete', 'keyword_walk',
-                                 'keyword_walk_unfenced', 'window_hits_unfenced') as custom_plans
+                                 'keyword_walk_unfenced', 'window_hits_unfenced', 'highlight') as custom_plans
         from pg_catalog.pg_proc as p
         join pg_catalog.pg_language as l on l.oid = p.prolang
         where (p.pronamespace = 'pgrag'::regnamespace
@@ -63,7 +63,8 @@ begin
                                  'keyword_walk_unfenced', 'window_hits_unfenced'))
            or (p.pronamespace = 'public'::regnamespace
                and p.proname in ('vector_search', 'keyword_search', 'hybrid_search',
-                                 'chunk_windows', 'build_context', 'build_context_for', 'rerank')
+                                 'chunk_windows', 'build_context', 'build_context_for', 'rerank',
+                                 'highlight')
                and not exists (select 1 from pg_catalog.pg_depend as d
                                where d.classid = 'pg_catalog.pg_proc'::regclass
                                  and d.objid = p.oid and d.deptype = 'e'))

@@ -1,6 +1,7 @@
 -- Text search: identifiers searchable by any of their parts, and query parsing.
 -- Contract. Provides: pgrag.keyword_query (websearch syntax relaxed to OR semantics, the lexemes
---   BM25 scores) and the comments of pgrag.identifier_terms and pgrag.chunk_fts. Relies on:
+--   BM25 scores), pgrag.keyword_flags (the text it parses) and pgrag.keyword_required (what quoted
+--   phrases require), and the comments of pgrag.identifier_terms and pgrag.chunk_fts. Relies on:
 --   pgrag.check_length (001-helpers.sql); identifier_terms and chunk_fts as
 --   incremental/007-identifier-lexemes.sql defines them. Callers: the keyword arm
 --   (025-keyword-arm.sql); every role that searches holds EXECUTE.
@@ -29,6 +30,25 @@ comment on function pgrag.chunk_fts(regconfig, text) is
 -- Query parsing: websearch syntax with OR semantics, --flags searched for (docs/sql-api.md,
 -- "Query syntax", the one description of the syntax).
 -- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.keyword_flags(query_text text)
+returns text
+language sql
+immutable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    -- Flags (docs/sql-api.md, "Query syntax"): websearch_to_tsquery negates a word after each
+    -- dash at its start, and a dash followed by blank space negates the next word. A run of two
+    -- or more dashes starting a word (--exclude, --no-recursion) is dropped, leaving the word,
+    -- which is what a chunk's vector holds for the flag; so is a dash attached to no word
+    -- (x - y). A single dash before a word (-delete, -"a phrase") still excludes it.
+    select pg_catalog.regexp_replace(coalesce(query_text, ''),
+                                     '(^|[^[:alnum:]_-])(-{2,}|-(?=[[:space:]]|$))', '\1', 'g')
+$$;
+comment on function pgrag.keyword_flags(text) is
+'query_text as pgrag.keyword_query and pgrag.keyword_required parse it: a run of two or more dashes starting a word (--exclude) and a dash attached to no word dropped, so that flags are searched for, never excluded (docs/sql-api.md, "Query syntax"). Null gives ''''.';
 
 create or replace function pgrag.keyword_query(
     query_text text,
@@ -64,13 +84,8 @@ begin
             coalesce(config::text, 'null')
             using errcode = '22023';
     end if;
-    -- Flags (docs/sql-api.md, "Query syntax"): websearch_to_tsquery negates a word after each
-    -- dash at its start, and a dash followed by blank space negates the next word. A run of two
-    -- or more dashes starting a word (--exclude, --no-recursion) is dropped, leaving the word,
-    -- which is what a chunk's vector holds for the flag; so is a dash attached to no word
-    -- (x - y). A single dash before a word (-delete, -"a phrase") still excludes it.
-    qt := pg_catalog.regexp_replace(coalesce(query_text, ''),
-                                    '(^|[^[:alnum:]_-])(-{2,}|-(?=[[:space:]]|$))', '\1', 'g');
+    -- Flags searched for, never excluded (pgrag.keyword_flags).
+    qt := pgrag.keyword_flags(query_text);
     q := pg_catalog.websearch_to_tsquery(config, qt)::text;
     -- Split the tsquery text at top-level & and | (outside parentheses): each piece is a clause
     -- (a lexeme, a phrase, or a negated lexeme or phrase). Tokens: quoted lexemes (with ''
@@ -143,3 +158,66 @@ end
 $$;
 comment on function pgrag.keyword_query(text, regconfig) is
 'Parses query_text (docs/sql-api.md, "Query syntax") with websearch_to_tsquery(config), a term starting with two or more dashes (--exclude) searched for rather than excluded and a dash attached to no word dropped, and relaxes it to OR semantics: positive = any positive clause (a word, a quoted phrase, or an identifier such as ERR-4471 as one lexeme, see pgrag.chunk_fts), negative = any excluded clause, lexemes = the distinct lexemes BM25 scores. query_text: at most 10,000 characters and 64 distinct search terms; config: an existing text search configuration (else SQLSTATE 22023).';
+
+-- ---------------------------------------------------------------------------------------------
+-- Quoted phrases are required (docs/sql-api.md, "Query syntax"): words stay optional (OR
+-- semantics, BM25 ranks), but a chunk the keyword arm returns holds every quoted phrase, or one
+-- of the alternatives an OR joins to it. Only a query holding a double quote calls this.
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.keyword_required(query_text text, config regconfig)
+returns tsquery
+language plpgsql
+stable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    m text[];
+    item tsquery;
+    items tsquery;            -- the current group: items an OR joins, each a positive clause
+    quoted boolean := false;  -- the current group holds a quoted phrase
+    joined boolean := false;  -- the previous item was OR: the next joins the group
+    required tsquery;
+begin
+    perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
+    if config is null or not exists (select 1 from pg_catalog.pg_ts_config as t where t.oid = config) then
+        raise exception 'config must name a text search configuration, such as english or simple (got %)',
+            coalesce(config::text, 'null')
+            using errcode = '22023';
+    end if;
+    -- Items: a quoted phrase (an unclosed quote runs to the end), or a blank-separated word; a
+    -- leading dash excludes it (pgrag.keyword_query's negative part, nothing required here).
+    -- A trailing null item closes the last group.
+    for m in
+        select x.m
+        from pg_catalog.regexp_matches(pgrag.keyword_flags(query_text),
+                                       '(-?)"([^"]*)(?:"|$)|(-?)([^[:space:]"]+)', 'g') as x(m)
+        union all select null::text[]
+    loop
+        if m is not null and m[4] is not null and pg_catalog.lower(m[4]) = 'or' and m[3] = '' then
+            joined := items is not null;
+            continue;
+        end if;
+        if m is null or not joined then
+            -- The group is complete: required when it holds a phrase.
+            if quoted and items is not null then
+                required := case when required is null then items else required operator(pg_catalog.&&) items end;
+            end if;
+            items := null;
+            quoted := false;
+        end if;
+        joined := false;
+        continue when m is null or coalesce(m[1], m[3]) = '-';
+        item := pg_catalog.websearch_to_tsquery(config, case when m[2] is not null
+            then '"' operator(pg_catalog.||) m[2] operator(pg_catalog.||) '"' else m[4] end);
+        continue when pg_catalog.numnode(item) = 0;
+        quoted := quoted or m[2] is not null;
+        items := case when items is null then item else items operator(pg_catalog.||) item end;
+    end loop;
+    return required;
+end
+$$;
+comment on function pgrag.keyword_required(text, regconfig) is
+'What the quoted phrases of query_text require of a chunk (docs/sql-api.md, "Query syntax"): the AND of each group of items joined by OR that holds a quoted phrase, as a tsquery on chunks.fts (words outside such groups and excluded items require nothing); null when nothing is required (no quote, or phrases of stop words only). query_text: at most 10,000 characters; config: an existing text search configuration (else SQLSTATE 22023).';

@@ -141,6 +141,7 @@ declare
     v_cand integer := greatest(
         coalesce(pgrag.check_argument('candidate_count', candidate_count, 1, 1000, true), 40),
         v_select, 1);
+    v_required tsquery;  -- what quoted phrases require (pgrag.keyword_required), or null
 begin
     if v_fusion not in ('rrf', 'weighted', 'zscore') then
         raise exception 'unknown fusion %: use ''weighted'', ''zscore'' or ''rrf''',
@@ -153,7 +154,15 @@ begin
     perform pgrag.check_query_embedding('query_embedding', query_embedding);
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
     perform pgrag.check_filters(document_ids, source_types, metadata_filter);
-    perform pgrag.text_search_config('language', language);
+    -- Quoted phrases (docs/sql-api.md, "Query syntax"): the chunks holding them rank first; a
+    -- query without a double quote does not look.
+    if pg_catalog.strpos(query_text, '"') > 0 then
+        v_required := pgrag.keyword_required(query_text, coalesce(
+            pgrag.text_search_config('language', language),
+            (pgrag.bm25_corpus(v_tenant, null)).search_config, 'english'));
+    else
+        perform pgrag.text_search_config('language', language);
+    end if;
     return query
     with v as (
         select vc.tenant_id, vc.chunk_id, 1 - vc.distance as s,
@@ -205,6 +214,7 @@ begin
                           when mm.kmax > mm.kmin then v_kw * (f.ks - mm.kmin) / (mm.kmax - mm.kmin)
                           else v_kw end
                end as fused,
+               (v_required is null or c.fts operator(pg_catalog.@@) v_required) as phrased,
                c.embedding
         from f
         cross join mm
@@ -214,7 +224,8 @@ begin
     ),
     ranked as (
         select pg_catalog.row_number() over (
-                   order by s.fused desc, s.vr nulls last, s.kr nulls last, s.id) as pos,
+                   order by s.phrased desc, s.fused desc, s.vr nulls last, s.kr nulls last,
+                            s.id) as pos,
                s.t, s.id, s.vr, s.vs, s.kr, s.ks, s.fused, s.embedding
         from scored as s
         where min_score is null or query_embedding is null or s.vs >= min_score
@@ -241,7 +252,7 @@ begin
 end
 $$;
 comment on function pgrag.fused_candidates(text, @extschema:vector@.vector, integer, integer, text, integer, double precision, double precision, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Hybrid candidates: both arms (greatest(candidate_count, select_count) each, at most 2,000; filters inside), fused by weighted min-max scores (weighted), weighted z-scores (zscore: each arm standardised by the mean and population standard deviation of its candidates'' scores) or RRF (rrf), min_score as a cosine-similarity floor, optionally re-ordered by MMR (at most 500 picks from the best 1,000); select_count rows, best first. Arguments outside their limits (docs/security.md) raise SQLSTATE 22023.';
+'Hybrid candidates: both arms (greatest(candidate_count, select_count) each, at most 2,000; filters inside), fused by weighted min-max scores (weighted), weighted z-scores (zscore: each arm standardised by the mean and population standard deviation of its candidates'' scores) or RRF (rrf), chunks holding the query''s quoted phrases first, min_score as a cosine-similarity floor, optionally re-ordered by MMR (at most 500 picks from the best 1,000); select_count rows, best first. Arguments outside their limits (docs/security.md) raise SQLSTATE 22023.';
 
 -- The hits' tenants for a caller without one: pgrag.windows' lookup, by chunk id among every
 -- tenant's chunks the caller may see, planned at every call so that the condition left out for

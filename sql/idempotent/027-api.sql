@@ -19,7 +19,8 @@
 -- hybrid_search row also names the chunks its content spans (first_chunk_index and
 -- last_chunk_index, before tenant_id: a window). Earlier versions returned neither;
 -- CREATE OR REPLACE cannot add a result column, so those are dropped first (their grants are
--- re-made by 910-function-privileges.sql).
+-- re-made by 910-function-privileges.sql). The searches' last parameter, match_offset (pages),
+-- is new too: a signature without it is dropped the same way.
 do $$
 declare
     f record;
@@ -32,7 +33,9 @@ begin
                                                           'hybrid_search', 'chunk_windows'])
           and (not ('tenant_id' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))
                or (p.proname operator(pg_catalog.=) 'hybrid_search'
-                   and not ('last_chunk_index' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))))
+                   and not ('last_chunk_index' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}'))))
+               or (p.proname operator(pg_catalog.<>) 'chunk_windows'
+                   and not ('match_offset' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))))
           and not exists (select from pg_catalog.pg_depend as d
                           where d.classid operator(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
                             and d.objid operator(pg_catalog.=) p.oid
@@ -52,7 +55,8 @@ create or replace function public.vector_search(
     metadata_filter jsonb default null,
     source_types text[] default null,
     created_after timestamptz default null,
-    created_before timestamptz default null
+    created_before timestamptz default null,
+    match_offset integer default 0
 )
 returns table (
     chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
@@ -72,6 +76,9 @@ as $$
 #variable_conflict use_column
 declare
     v_tenant text := pgrag.current_tenant_id();
+    -- Pages (docs/sql-api.md, "Pages"): rows match_offset + 1 to match_offset + match_count of
+    -- one ranking of match_offset + match_count rows.
+    v_offset integer := coalesce(pgrag.check_argument('match_offset', match_offset, 0, 1000), 0);
 begin
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work.
     perform pgrag.check_query_embedding('query_embedding', vector_search.query_embedding),
@@ -86,7 +93,7 @@ begin
            c.heading_path, c.content, 1 - v.distance,
            pg_catalog.row_number() over (order by v.distance, v.chunk_id), c.tenant_id
     from pgrag.vector_candidates(vector_search.query_embedding,
-                                 least(vector_search.match_count, 1000),
+                                 coalesce(least(vector_search.match_count, 1000), 10) + v_offset,
                                  vector_search.ef_search, vector_search.document_ids,
                                  vector_search.metadata_filter, vector_search.source_types,
                                  vector_search.created_after, vector_search.created_before) as v
@@ -96,11 +103,12 @@ begin
     where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
                            d.created_at)
       and (vector_search.min_similarity is null or 1 - v.distance >= vector_search.min_similarity)
-    order by v.distance, v.chunk_id;
+    order by v.distance, v.chunk_id
+    offset v_offset;
 end
 $$;
-comment on function public.vector_search(@extschema:vector@.vector, integer, double precision, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Semantic search: the match_count ready chunks nearest to query_embedding by cosine distance (HNSW; iterative scans under tenant/filters; exact scan for small visible sets), with similarity = 1 - cosine distance >= min_similarity. Filters: document_ids, metadata_filter (jsonb containment over document || chunk metadata), source_types, created_after/before (document created_at). Tenant from request.jwt.claims; RLS applies. Limits: match_count 0-1000 (more counts as 1000), min_similarity any number but NaN, ef_search 1-1000 (more counts as 1000), query_embedding of the stored dimension and non-zero, document_ids at most 1,000, source_types 100, metadata_filter 10,000 bytes; else SQLSTATE 22023.';
+comment on function public.vector_search(@extschema:vector@.vector, integer, double precision, integer, bigint[], jsonb, text[], timestamptz, timestamptz, integer) is
+'Semantic search: the match_count ready chunks nearest to query_embedding by cosine distance (HNSW; iterative scans under tenant/filters; exact scan for small visible sets), with similarity = 1 - cosine distance >= min_similarity. Filters: document_ids, metadata_filter (jsonb containment over document || chunk metadata), source_types, created_after/before (document created_at). Tenant from request.jwt.claims; RLS applies. Limits: match_count 0-1000 (more counts as 1000), min_similarity any number but NaN, ef_search 1-1000 (more counts as 1000), query_embedding of the stored dimension and non-zero, document_ids at most 1,000, source_types 100, metadata_filter 10,000 bytes, match_offset 0-1000; else SQLSTATE 22023. Pages: match_offset skips the first rows of the ranking of match_offset + match_count rows (rank counts from the first row of that ranking; docs/sql-api.md, Pages).';
 
 create or replace function public.keyword_search(
     query_text text,
@@ -112,7 +120,8 @@ create or replace function public.keyword_search(
     metadata_filter jsonb default null,
     source_types text[] default null,
     created_after timestamptz default null,
-    created_before timestamptz default null
+    created_before timestamptz default null,
+    match_offset integer default 0
 )
 returns table (
     chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
@@ -130,6 +139,8 @@ as $$
 #variable_conflict use_column
 declare
     v_tenant text := pgrag.current_tenant_id();
+    -- Pages (docs/sql-api.md, "Pages"), as vector_search's.
+    v_offset integer := coalesce(pgrag.check_argument('match_offset', match_offset, 0, 1000), 0);
 begin
     -- Argument limits (docs/security.md): SQLSTATE 22023 before any work (keyword_candidates
     -- checks the others).
@@ -139,7 +150,8 @@ begin
     select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
            c.heading_path, c.content, k.score,
            pg_catalog.row_number() over (order by k.score desc, k.chunk_id), c.tenant_id
-    from pgrag.keyword_candidates(keyword_search.query_text, least(keyword_search.match_count, 1000),
+    from pgrag.keyword_candidates(keyword_search.query_text,
+                                  coalesce(least(keyword_search.match_count, 1000), 10) + v_offset,
                                   keyword_search.language, keyword_search.k1, keyword_search.b,
                                   keyword_search.document_ids, keyword_search.metadata_filter,
                                   keyword_search.source_types, keyword_search.created_after,
@@ -149,11 +161,12 @@ begin
     join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
     where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
                            d.created_at)
-    order by k.score desc, k.chunk_id;
+    order by k.score desc, k.chunk_id
+    offset v_offset;
 end
 $$;
-comment on function public.keyword_search(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or; a --flag is searched for, never excluded: docs/sql-api.md, Query syntax) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search. Limits: match_count 0-1000 (more counts as 1000), query_text at most 10,000 characters and 64 distinct terms, language an existing configuration, k1 0-10, b 0-1, filters as vector_search; else SQLSTATE 22023.';
+comment on function public.keyword_search(text, integer, text, double precision, double precision, bigint[], jsonb, text[], timestamptz, timestamptz, integer) is
+'Okapi BM25 search over websearch_to_tsquery syntax ("phrase", -exclude, or; a --flag is searched for, never excluded: docs/sql-api.md, Query syntax) with OR semantics across words: a chunk matches when it contains any word or quoted phrase and no excluded one. Lucene IDF ln(1 + (N - df + 0.5)/(df + 0.5)); N, avgdl and df per tenant. language: text-search configuration of the query (default: the most common chunk language). Same filters as vector_search. Limits: match_count 0-1000 (more counts as 1000), query_text at most 10,000 characters and 64 distinct terms, language an existing configuration, k1 0-10, b 0-1, filters as vector_search, match_offset 0-1000; else SQLSTATE 22023. Ties in score are ordered by chunk_id, so pages (match_offset, as vector_search''s) never skip or repeat a row.';
 
 create or replace function public.hybrid_search(
     query_text text,
@@ -173,7 +186,8 @@ create or replace function public.hybrid_search(
     metadata_filter jsonb default null,
     source_types text[] default null,
     created_after timestamptz default null,
-    created_before timestamptz default null
+    created_before timestamptz default null,
+    match_offset integer default 0
 )
 returns table (
     chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
@@ -199,6 +213,13 @@ declare
     v_w integer := coalesce(pgrag.check_argument('window_size', window_size, 0, 10), 0);
     v_cand integer := coalesce(pgrag.check_argument('candidate_count', candidate_count, 1, 1000, true),
                                least(greatest(v_k * 4, 40), 1000));
+    -- Pages (docs/sql-api.md, "Pages"): rows of one ranking of the fused candidates, whose
+    -- number depends on match_count and candidate_count alone, never on the page; a page
+    -- reaches at most greatest(candidate_count, match_count) rows deep (more rows would mean
+    -- more candidates, another ranking).
+    v_offset integer := coalesce(pgrag.check_argument('match_offset', match_offset, 0, 1000), 0);
+    v_select integer := case when v_offset = 0 then v_k
+                             else least(v_k + v_offset, greatest(v_cand, v_k)) end;
 begin
     perform pgrag.check_query_embedding('query_embedding', query_embedding);
     perform pgrag.check_length('query_text', pg_catalog.length(query_text), 10000, 'characters');
@@ -210,7 +231,7 @@ begin
         select c.id, c.document_id, c.chunk_index, d.title, d.source_uri, d.source_type, c.page,
                c.heading_path, c.content, f.vector_rank, f.vector_score, f.keyword_rank,
                f.keyword_score, f.score, f.ord, c.chunk_index, c.chunk_index, c.tenant_id
-        from pgrag.fused_candidates(query_text, query_embedding, v_k, v_cand, fusion, rrf_k,
+        from pgrag.fused_candidates(query_text, query_embedding, v_select, v_cand, fusion, rrf_k,
                                     vector_weight, keyword_weight, min_score, mmr_lambda,
                                     language, ef_search, document_ids, metadata_filter,
                                     source_types, created_after, created_before) as f
@@ -219,7 +240,8 @@ begin
         join pgrag.documents as d on d.tenant_id = c.tenant_id and d.id = c.document_id
         where pgrag.searchable(d.status, c.document_id, d.metadata, c.metadata, d.source_type,
                                d.created_at)
-        order by f.ord;
+        order by f.ord
+        offset v_offset;
         return;
     end if;
     -- Windowed: every fused candidate becomes a hit; hits whose windows touch are merged, so
@@ -228,7 +250,8 @@ begin
     with f as materialized (
         select * from pgrag.fused_candidates(
             query_text, query_embedding,
-            case when mmr_lambda is null then 2 * v_cand else least(v_k * (1 + 2 * v_w), 2000) end,
+            case when mmr_lambda is null then 2 * v_cand
+                 else least((v_k + v_offset) * (1 + 2 * v_w), 2000) end,
             v_cand, fusion, rrf_k, vector_weight, keyword_weight, min_score, mmr_lambda,
             language, ef_search, document_ids, metadata_filter, source_types, created_after,
             created_before)
@@ -241,7 +264,7 @@ begin
             (select pg_catalog.array_agg(f.score order by f.ord) from f),
             0.5)
         order by first_hit
-        limit v_k
+        limit v_k + v_offset
     )
     select f.chunk_id, w.document_id, c.chunk_index, w.title, w.source_uri, w.source_type,
            w.page, w.heading_path, w.content, f.vector_rank, f.vector_score, f.keyword_rank,
@@ -251,11 +274,12 @@ begin
     join f on f.tenant_id = w.tenant_id and f.chunk_id = w.best_chunk_id
     join pgrag.chunks as c on c.tenant_id = f.tenant_id and c.id = f.chunk_id
                           and (v_tenant is null or c.tenant_id = v_tenant)
-    order by w.first_hit;
+    order by w.first_hit
+    offset v_offset;
 end
 $$;
-comment on function public.hybrid_search(text, @extschema:vector@.vector, integer, text, integer, double precision, double precision, integer, integer, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
-'Hybrid search: vector and BM25 arms (candidate_count each, default least(greatest(4 * match_count, 40), 1000); filters inside each arm) fused by weighted min-max normalised scores (fusion => ''weighted'', the default: vector_weight 0.8, keyword_weight 1; docs/benchmarks.md compares the fusions), weighted z-scores (fusion => ''zscore'': each arm''s score minus the mean of its candidates'' scores, divided by their population standard deviation; an arm adds 0 for a chunk it did not return) or reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank), rrf_k default 60). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window (chunk_id, chunk_index), and first_chunk_index and last_chunk_index the chunks the content spans (without a window both are chunk_index). Limits: match_count 0-1000 and candidate_count 1-1000 (more counts as 1000), window_size 0-10, rrf_k 0-10000, weights 0-100, min_score any number but NaN, mmr_lambda 0-1 (MMR picks at most 500 rows from the best 1,000 candidates), ef_search 1-1000, query_text 10,000 characters and 64 distinct terms, language an existing configuration, query_embedding of the stored dimension and non-zero, filters as vector_search; else SQLSTATE 22023.';
+comment on function public.hybrid_search(text, @extschema:vector@.vector, integer, text, integer, double precision, double precision, integer, integer, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz, integer) is
+'Hybrid search: vector and BM25 arms (candidate_count each, default least(greatest(4 * match_count, 40), 1000); filters inside each arm) fused by weighted min-max normalised scores (fusion => ''weighted'', the default: vector_weight 0.8, keyword_weight 1; docs/benchmarks.md compares the fusions), weighted z-scores (fusion => ''zscore'': each arm''s score minus the mean of its candidates'' scores, divided by their population standard deviation; an arm adds 0 for a chunk it did not return) or reciprocal rank fusion (fusion => ''rrf'', score = sum weight/(rrf_k + rank), rrf_k default 60). Each row carries both arms'' rank and score: vector_score is the cosine similarity (also for rows only the keyword arm found, then vector_rank is null), keyword_score the BM25 score. min_score: minimum cosine similarity to the query. mmr_lambda: MMR re-ranking (null = off). window_size > 0: content becomes the merged +/- window_size neighbours of each hit (see chunk_windows); the row describes the best hit of its window (chunk_id, chunk_index), and first_chunk_index and last_chunk_index the chunks the content spans (without a window both are chunk_index). Limits: match_count 0-1000 and candidate_count 1-1000 (more counts as 1000), window_size 0-10, rrf_k 0-10000, weights 0-100, min_score any number but NaN, mmr_lambda 0-1 (MMR picks at most 500 rows from the best 1,000 candidates), ef_search 1-1000, query_text 10,000 characters and 64 distinct terms, language an existing configuration, query_embedding of the stored dimension and non-zero, filters as vector_search, match_offset 0-1000; else SQLSTATE 22023. Quoted phrases: chunks holding them rank first (docs/sql-api.md, Query syntax). Pages: match_offset skips the first rows of one ranking of the fused candidates, the same for every page of the same match_count and candidate_count, reaching greatest(candidate_count, match_count) rows deep (windows: match_count + match_offset windows; with mmr_lambda the candidates grow with the page); rank counts from its first row.';
 
 create or replace function public.chunk_windows(
     chunk_ids bigint[],

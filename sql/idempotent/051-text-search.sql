@@ -227,7 +227,8 @@ comment on function pgrag.embed_query(text) is
 
 -- The result columns of hybrid_search: first_chunk_index and last_chunk_index came later, and
 -- CREATE OR REPLACE cannot add a result column, so an earlier version is dropped first (its
--- grants are re-made by 910-function-privileges.sql).
+-- grants are re-made by 910-function-privileges.sql); so is one without hybrid_search's last
+-- parameter, match_offset.
 do $$
 declare
     f record;
@@ -237,7 +238,8 @@ begin
         from pg_catalog.pg_proc as p
         where p.pronamespace operator(pg_catalog.=) 'public'::pg_catalog.regnamespace
           and p.proname operator(pg_catalog.=) 'hybrid_search_text'
-          and not ('last_chunk_index' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))
+          and (not ('last_chunk_index' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}')))
+               or not ('match_offset' operator(pg_catalog.=) any (coalesce(p.proargnames, '{}'))))
     loop
         execute pg_catalog.format('drop function %s', f.sig);
     end loop;
@@ -261,7 +263,8 @@ create or replace function public.hybrid_search_text(
     metadata_filter jsonb default null,
     source_types text[] default null,
     created_after timestamptz default null,
-    created_before timestamptz default null
+    created_before timestamptz default null,
+    match_offset integer default 0
 )
 returns table (
     chunk_id bigint, document_id bigint, chunk_index integer, title text, source_uri text,
@@ -296,8 +299,9 @@ as $$
         metadata_filter => hybrid_search_text.metadata_filter,
         source_types => hybrid_search_text.source_types,
         created_after => hybrid_search_text.created_after,
-        created_before => hybrid_search_text.created_before) as h
+        created_before => hybrid_search_text.created_before,
+        match_offset => hybrid_search_text.match_offset) as h
     order by h.rank
 $$;
-comment on function public.hybrid_search_text(text, integer, text, integer, double precision, double precision, integer, integer, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz) is
+comment on function public.hybrid_search_text(text, integer, text, integer, double precision, double precision, integer, integer, double precision, double precision, text, integer, bigint[], jsonb, text[], timestamptz, timestamptz, integer) is
 'hybrid_search with the query embedding computed in the database (pgrag.embed_query: the query-embedding cache, else PL/Python): the same arguments except query_embedding, the same defaults, limits, tenant rules (row level security, tenant from request.jwt.claims) and result rows. Read-only. On a server without PL/Python only a cached query is answered; otherwise SQLSTATE PR301 names the alternatives (hybrid_search with a client-side embedding, or keyword_search). Limits: as hybrid_search, and query_text not null; else SQLSTATE 22023.';

@@ -59,11 +59,14 @@ begin
               'bm25_maxscore', 'bm25_maxscore_floor', 'bm25_maxscore_essential',
               'bm25_maxscore_candidates', 'bm25_maxscore_complete', 'keyword_walk',
               'keyword_walk_unfenced', 'window_hits_unfenced',
+              -- query parsing (005-text-search.sql) and highlights (040-highlights.sql)
+              'keyword_flags', 'keyword_required', 'html_escape', 'highlight_matches',
+              'highlight_snippet',
               -- the vector arm's steps and walks (021-vector-walks.sql, 022-vector-arm.sql)
               'vector_sizing', 'vector_walk_sql', 'vector_walk_public', 'vector_walk_shared',
               'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general',
               'vector_exact_tenant', 'vector_exact', 'hnsw_order_sql',
-              -- facets (040-facets.sql) and suggestions (041-suggestions.sql)
+              -- facets (041-facets.sql) and suggestions (042-suggestions.sql)
               'facet_counts', 'trgm_schema', 'closest_lexemes', 'surface_word', 'edit_distance'
           ])
           -- each isolated tenant's walk function (pgrag.make_own_graph_walk, made after this
@@ -167,7 +170,8 @@ begin
           and p.proname = any (array[
               'vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows',
               'build_context', 'hybrid_search_text', 'rerank', 'build_context_for', 'log_search',
-              'submit_document', 'document_status', 'queue_status', 'search_facets', 'suggest_query'
+              'submit_document', 'document_status', 'queue_status', 'search_facets', 'suggest_query',
+              'highlight'
           ])
           -- never an extension's function of the same name
           and not exists (select 1 from pg_catalog.pg_depend as d

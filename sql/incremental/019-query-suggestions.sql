@@ -1,7 +1,7 @@
 -- pgrag query suggestions: a trigram index over each tenant's BM25 vocabulary.
 -- Incremental migration: applied once, in one transaction, never edited after release.
 --
--- public.suggest_query (sql/idempotent/041-suggestions.sql) proposes, for a query word without
+-- public.suggest_query (sql/idempotent/042-suggestions.sql) proposes, for a query word without
 -- postings in the caller's tenant, the closest lexeme of that tenant's own vocabulary
 -- (pgrag.bm25_lexicon, which row-level security scopes to the tenant) by trigram similarity,
 -- then maps it back to a word a chunk holding it uses. Trigrams come from pg_trgm, a contrib
