@@ -117,7 +117,9 @@ def filtered_documents(
     return {r[0] for r in conn.execute(statement, {"q": query, "e": emb, **args})}
 
 
-@pytest.mark.parametrize("query", [QUERY, "vacation -sales", '"paid leave"', None])
+@pytest.mark.parametrize(
+    "query", [QUERY, "vacation -sales", '"paid leave"', '"vacation policy" calendar', None]
+)
 def test_each_facet_count_equals_the_documents_its_filter_returns(
     corpus: Loaded, local_embedder: Any, query: str | None
 ) -> None:

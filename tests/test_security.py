@@ -498,6 +498,7 @@ PGRAG_FUNCTIONS = (
     "identifier_terms",
     "keyword_candidates",
     "keyword_flags",
+    "keyword_phrases",
     "keyword_query",
     "keyword_required",
     "keyword_walk",

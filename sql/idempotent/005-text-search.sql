@@ -221,3 +221,27 @@ end
 $$;
 comment on function pgrag.keyword_required(text, regconfig) is
 'What the quoted phrases of query_text require of a chunk (docs/sql-api.md, "Query syntax"): the AND of each group of items joined by OR that holds a quoted phrase, as a tsquery on chunks.fts (words outside such groups and excluded items require nothing); null when nothing is required (no quote, or phrases of stop words only). query_text: at most 10,000 characters; config: an existing text search configuration (else SQLSTATE 22023).';
+
+-- ---------------------------------------------------------------------------------------------
+-- What a matching chunk must satisfy besides holding a scored lexeme, for every reader of
+-- keyword matches (the keyword arm, facets): the positive clause when it holds a phrase (an
+-- identifier or a hyphenated word: its lexemes adjacent), and what quoted phrases require.
+-- ---------------------------------------------------------------------------------------------
+
+create or replace function pgrag.keyword_phrases(query_text text, positive tsquery, config regconfig)
+returns tsquery
+language sql
+stable
+security invoker
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when x.p is null then x.r
+                else coalesce(x.p operator(pg_catalog.&&) x.r, x.p) end
+    from (select case when positive::text operator(pg_catalog.~) '<[-0-9]' then positive end as p,
+                 -- a query without a double quote does not parse its phrases
+                 case when pg_catalog.strpos(query_text, '"') > 0
+                      then pgrag.keyword_required(query_text, config) end as r) as x
+$$;
+comment on function pgrag.keyword_phrases(text, tsquery, regconfig) is
+'What a chunk matching query_text must satisfy besides holding a lexeme BM25 scores (docs/sql-api.md, "Query syntax"): positive (pgrag.keyword_query''s) when it holds a phrase, AND what the quoted phrases require (pgrag.keyword_required, called only when query_text holds a double quote); null when nothing is. Arguments as pgrag.keyword_required (query_text at most 10,000 characters, config an existing configuration; else SQLSTATE 22023).';

@@ -211,7 +211,6 @@ declare
     v_terms record;           -- pgrag.bm25_terms: lexemes (rarest first), idf, df, term bounds
     v_phrases tsquery;        -- checked in the walk: phrases (<->, <N>) and exclusions
     v_exclusions tsquery;
-    v_required tsquery;       -- what quoted phrases require (pgrag.keyword_required)
     v_saturation double precision;            -- k1 (1 - b), this file's header
     v_saturation_per_token double precision;  -- k1 b / avgdl
     v_ranking record;         -- an evaluation's tenant_ids, chunk_ids, scores, best first
@@ -242,16 +241,8 @@ begin
         return;
     end if;
     -- Single-word clauses are satisfied by every chunk holding a scored lexeme: the tsquery
-    -- check is needed only for phrases and exclusions. Quoted phrases are required
-    -- (pgrag.keyword_required; a query without a double quote does not call it).
-    if v_query.positive::text operator(pg_catalog.~) '<[-0-9]' then
-        v_phrases := v_query.positive;
-    end if;
-    if pg_catalog.strpos(query_text, '"') > 0 then
-        v_required := pgrag.keyword_required(query_text, v_corpus.search_config);
-        v_phrases := case when v_phrases is null then v_required
-                          else coalesce(v_phrases operator(pg_catalog.&&) v_required, v_phrases) end;
-    end if;
+    -- check is needed only for phrases (quoted phrases are required) and exclusions.
+    v_phrases := pgrag.keyword_phrases(query_text, v_query.positive, v_corpus.search_config);
     v_exclusions := v_query.negative;
     v_saturation := v_k1 * (1 - v_b);
     v_saturation_per_token := v_k1 * v_b / v_corpus.avgdl;

@@ -73,9 +73,7 @@ begin
         v_tenants := v_corpus.tenants;
         v_lexemes := v_query.lexemes;
         v_exclusions := v_query.negative;
-        if v_query.positive::text operator(pg_catalog.~) '<[-0-9]' then
-            v_phrases := v_query.positive;
-        end if;
+        v_phrases := pgrag.keyword_phrases(query_text, v_query.positive, v_corpus.search_config);
     end if;
     return query
     select f.facet, f.value, f.documents, f.filter

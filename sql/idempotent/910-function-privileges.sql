@@ -60,8 +60,8 @@ begin
               'bm25_maxscore_candidates', 'bm25_maxscore_complete', 'keyword_walk',
               'keyword_walk_unfenced', 'window_hits_unfenced',
               -- query parsing (005-text-search.sql) and highlights (040-highlights.sql)
-              'keyword_flags', 'keyword_required', 'html_escape', 'highlight_matches',
-              'highlight_snippet',
+              'keyword_flags', 'keyword_required', 'keyword_phrases', 'html_escape',
+              'highlight_matches', 'highlight_snippet',
               -- the vector arm's steps and walks (021-vector-walks.sql, 022-vector-arm.sql)
               'vector_sizing', 'vector_walk_sql', 'vector_walk_public', 'vector_walk_shared',
               'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general',
