@@ -258,13 +258,10 @@ begin
         raise exception 'essential_idf and other_idf must hold numbers from -1000000 to 1000000, without nulls'
             using errcode = '22023';
     end if;
-    if not coalesce(coalesce(first_idf between -1e6 and 1e6, first_idf is null)
-                    and coalesce(first_rest between -1e6 and 1e6, first_rest is null)
-                    and coalesce(other_bound between -1e6 and 1e6, other_bound is null)
-                    and coalesce(theta between -1e6 and 1e6, theta is null), false) then
-        raise exception 'first_idf, first_rest, other_bound and theta must be -1000000 to 1000000 or null (got %, %, %, %)',
-            first_idf, first_rest, other_bound, theta using errcode = '22023';
-    end if;
+    perform pgrag.check_argument('first_idf', first_idf, -1e6, 1e6),
+            pgrag.check_argument('first_rest', first_rest, -1e6, 1e6),
+            pgrag.check_argument('other_bound', other_bound, -1e6, 1e6),
+            pgrag.check_argument('theta', theta, -1e6, 1e6);
     if not coalesce(saturation between 0 and 10 and saturation_per_token between 0 and 1e12
                     and match_count between 1 and 2000, false) then
         raise exception 'saturation must be 0 to 10, saturation_per_token 0 to 1e12 and match_count 1 to 2000 (got %, %, %)',
@@ -380,10 +377,15 @@ begin
                 pgrag.check_length('bounds', pg_catalog.cardinality(bounds), 64),
                 pgrag.check_length('other_order', pg_catalog.cardinality(other_order), 64);
     end if;
-    if not coalesce(-1e6 <= all (idf) and 1e6 >= all (idf), idf is null)
-       or not coalesce(-1e6 <= all (bounds) and 1e6 >= all (bounds), bounds is null)
-       or not coalesce(-1e6 <= all (partial_scores) and 1e6 >= all (partial_scores), partial_scores is null) then
-        raise exception 'idf, bounds and partial_scores must hold numbers from -1000000 to 1000000, without nulls'
+    -- (each message starts with the argument it names: one failing check, one argument)
+    if not coalesce(-1e6 <= all (idf) and 1e6 >= all (idf), idf is null) then
+        raise exception 'idf must hold numbers from -1000000 to 1000000, without nulls'
+            using errcode = '22023';
+    elsif not coalesce(-1e6 <= all (bounds) and 1e6 >= all (bounds), bounds is null) then
+        raise exception 'bounds must hold numbers from -1000000 to 1000000, without nulls'
+            using errcode = '22023';
+    elsif not coalesce(-1e6 <= all (partial_scores) and 1e6 >= all (partial_scores), partial_scores is null) then
+        raise exception 'partial_scores must hold numbers from -1000000 to 1000000, without nulls'
             using errcode = '22023';
     end if;
     if not coalesce(coalesce(theta between -1e6 and 1e6, theta is null)

@@ -253,7 +253,7 @@ begin
     if pg_catalog.cardinality(tenant_ids) is distinct from pg_catalog.cardinality(chunk_ids)
        or pg_catalog.cardinality(chunk_ids) is distinct from pg_catalog.cardinality(content_sha256s)
        or pg_catalog.cardinality(chunk_ids) is distinct from pg_catalog.cardinality(embeddings) then
-        raise exception 'tenant_ids, chunk_ids, content_sha256s and embeddings must have one element per chunk'
+        raise exception 'chunk_ids must have as many elements as tenant_ids, content_sha256s and embeddings (one per chunk)'
             using errcode = '22023';
     end if;
     if exists (select 1 from pg_catalog.unnest(embeddings) as e(v)
