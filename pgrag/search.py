@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import psycopg
@@ -44,11 +44,16 @@ from pgrag.query_cache import QueryEmbeddings
 from pgrag.rerank import RerankSettings, checked_scores, rerank
 from pgrag.search_log import LogMode, log_search
 
+if TYPE_CHECKING:
+    from pgrag.browse import Suggestion
+
 API_SCHEMA = "public"
 """Schema of the client-facing functions (what PostgREST exposes and psql calls unqualified)."""
 
 Mode = Literal["hybrid", "vector", "keyword"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
+TypoMode = Literal["off", "suggest", "fix"]
+TYPO_MODES: tuple[TypoMode, ...] = ("off", "suggest", "fix")
 Fusion = Literal["rrf", "weighted", "zscore"]
 FUSIONS: tuple[Fusion, ...] = ("rrf", "weighted", "zscore")
 
@@ -449,6 +454,10 @@ class SearchRun:
     tenant_empty: str | None = None
     rerank_ms: float | None = None
     """The re-ranker's time (ms) when one ordered the hits."""
+    suggestion: Suggestion | None = None
+    """With ``typos`` "suggest" or "fix": the query with its unknown words corrected."""
+    searched: str | None = None
+    """The text searched: the query as given, or (``typos="fix"``) as corrected."""
 
 
 @dataclass(frozen=True)
@@ -469,14 +478,27 @@ def run_search(
     tenant: str,
     writer: psycopg.Connection[Any] | None = None,
     reranking: RerankSettings | None = None,
+    typos: TypoMode = "off",
 ) -> SearchRun:
     """Search ``query_text`` as ``tenant`` the way ``pgrag search`` does.
+
+    ``typos``: "off" searches the text as given; "suggest" also asks ``suggest_query`` for
+    the closest words of the tenant's vocabulary to words it has no postings for; "fix"
+    searches the corrected text instead (the embedding, cache, usage and log are the
+    corrected text's).
 
     The search reads from ``reader`` (e.g. a hot standby); its side writes (query-embedding
     cache, usage, search log) go to ``writer`` (default: ``reader``) and never fail it
     (:func:`after_search`). With ``reranking``, the search fetches ``reranking.top``
     candidates (at least ``options.limit``) and the re-ranker keeps the best ``options.limit``
     of them (:func:`rerank_hits`); the logged latency includes the re-ranker's."""
+    suggestion = None
+    if typos != "off":
+        from pgrag.browse import suggest  # (pgrag.browse builds on this module)
+
+        suggestion = suggest(reader, query_text, tenant=tenant, language=options.language)
+        if typos == "fix":
+            query_text = suggestion.suggested_query
     queries = QueryEmbeddings(writer or reader, tenant)
     fetch = (
         options if reranking is None else replace(options, limit=max(options.limit, reranking.top))
@@ -497,7 +519,7 @@ def run_search(
         top_score=hits[0].score if hits else None,
         found=bool(hits),
     )
-    return SearchRun(hits, latency_ms, empty, rerank_ms)
+    return SearchRun(hits, latency_ms, empty, rerank_ms, suggestion, query_text)
 
 
 def rerank_hits(

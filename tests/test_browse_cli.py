@@ -114,3 +114,37 @@ def test_a_corrected_query_searches_like_the_right_one(corpus: str, local_embedd
         found = search(conn, fixed.suggested_query, options, tenant="default")
         right = search(conn, "rolling registry", options, tenant="default")
     assert [h.chunk_id for h in found] == [h.chunk_id for h in right] != []
+
+
+def search_json(dsn: str, *args: str) -> Any:
+    result = run(dsn, "search", *args, "--mode", "keyword", "-k", "5", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_search_typos_fix_finds_what_the_right_words_find(corpus: str) -> None:
+    fixed = search_json(corpus, "rollng registy", "--typos", "fix")
+    right = search_json(corpus, "rolling registry")
+    assert fixed["searched_query"] == "rolling registry"
+    assert [c["suggestion"] for c in fixed["corrections"]] == ["rolling", "registry"]
+    assert [h["chunk_id"] for h in fixed["hits"]] == [h["chunk_id"] for h in right] != []
+
+
+def test_search_typos_suggest_searches_the_words_as_typed(corpus: str) -> None:
+    typed = search_json(corpus, "rollng registy", "--typos", "suggest")
+    assert typed["searched_query"] == "rollng registy"
+    assert typed["suggested_query"] == "rolling registry"
+    result = run(corpus, "search", "rollng registy", "--typos", "suggest", "--mode", "keyword")
+    assert result.stdout.splitlines()[0] == "Did you mean: rolling registry"
+
+
+def test_search_typos_fix_says_what_it_searched(corpus: str) -> None:
+    result = run(corpus, "search", "rollng registy", "--typos", "fix", "--mode", "keyword")
+    assert result.exit_code == 0, result.output
+    first = result.stdout.splitlines()[0]
+    assert first == "Searched for: rolling registry (corrected from: rollng registy)"
+
+
+def test_search_typos_never_correct_with_another_tenants_word(corpus: str) -> None:
+    data = search_json(corpus, "tenent", "--typos", "fix")
+    assert data["searched_query"] == "tenent" and data["corrections"] == []

@@ -36,11 +36,13 @@ from pgrag.highlight import Highlight, highlight, terminal_text
 from pgrag.search import (
     FUSIONS,
     MODES,
+    TYPO_MODES,
     Context,
     ContextOptions,
     SearchFilters,
     SearchHit,
     SearchOptions,
+    SearchRun,
     run_context,
     run_search,
 )
@@ -257,6 +259,14 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
     type=click.IntRange(0, 1000),
     help="Skip the first N rows of the ranking (--json then prints next_offset).",
 )
+@click.option(
+    "--typos",
+    type=click.Choice(TYPO_MODES),
+    default="off",
+    show_default=True,
+    help="Words of QUERY the tenant's documents never use: 'suggest' shows the closest words "
+    "of its vocabulary (did you mean), 'fix' searches with them instead.",
+)
 @filter_options
 @tenant_option()
 @json_option
@@ -277,6 +287,7 @@ def search(
     with_highlights: bool,
     page: int | None,
     offset: int | None,
+    typos: str,
     document_ids: tuple[int, ...],
     metadata: dict[str, Any] | None,
     source_types: tuple[str, ...],
@@ -309,29 +320,60 @@ def search(
     reranking = rerank_settings(rerank_spec, rerank_top)
     highlights: dict[int, Highlight] = {}
     with state.connect_read_and_write() as (conn, writer):
-        run = run_search(conn, query, options, tenant=tenant, writer=writer, reranking=reranking)
+        run = run_search(
+            conn,
+            query,
+            options,
+            tenant=tenant,
+            writer=writer,
+            reranking=reranking,
+            typos=literal(typos, TYPO_MODES),
+        )
         if with_highlights and run.hits:
             ids = [hit.chunk_id for hit in run.hits]
-            highlights = highlight(conn, ids, query, tenant=tenant, language=language)
-    paged = page is not None or offset is not None
+            searched = run.searched or query
+            highlights = highlight(conn, ids, searched, tenant=tenant, language=language)
+    # --json: a bare list of hits, or an object when pages or typos add their keys.
+    wrapped = page is not None or offset is not None or run.suggestion is not None
     if run.tenant_empty:
         if as_json:
-            echo_json({"hits": [], "offset": options.offset, "next_offset": None} if paged else [])
+            echo_json(search_json(run, [], options) if wrapped else [])
         raise NothingToDo(run.tenant_empty)
     if as_json:
         hits = [hit_json(hit, highlights.get(hit.chunk_id)) for hit in run.hits]
-        if paged:
-            # A full page may have a next one; a short page is the last.
-            more = len(run.hits) == options.limit
-            next_offset = options.offset + options.limit if more else None
-            echo_json({"hits": hits, "offset": options.offset, "next_offset": next_offset})
-        else:
-            echo_json(hits)
+        echo_json(search_json(run, hits, options) if wrapped else hits)
         return
+    print_typos(run, query)
     if not run.hits:
         click.echo(NOTHING_FOUND)
         return
     print_hits(run.hits, options, show_explain, highlights)
+
+
+def search_json(run: SearchRun, hits: list[dict[str, Any]], options: SearchOptions) -> Any:
+    """``{"hits": [...], "offset", "next_offset"}`` and, with --typos, the query, the text
+    searched and the corrections."""
+    # A full page may have a next one; a short page is the last.
+    more = len(hits) == options.limit
+    out: dict[str, Any] = {
+        "hits": hits,
+        "offset": options.offset,
+        "next_offset": options.offset + options.limit if more else None,
+    }
+    if run.suggestion is not None:
+        out |= run.suggestion.as_dict() | {"searched_query": run.searched}
+    return out
+
+
+def print_typos(run: SearchRun, query: str) -> None:
+    """One line before the hits when --typos found a correction: the suggestion, or what was
+    searched instead."""
+    if run.suggestion is None or not run.suggestion.changed:
+        return
+    if run.searched != query:
+        click.echo(f"Searched for: {run.searched} (corrected from: {query})")
+    else:
+        click.echo(f"Did you mean: {run.suggestion.suggested_query}")
 
 
 def page_offset(page: int | None, offset: int | None, limit: int) -> int:
