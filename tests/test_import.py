@@ -4,6 +4,7 @@ database with real embeddings of the bundled model."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -370,3 +371,36 @@ def test_embeddings_of_another_model_are_refused(
 
     assert result.exit_code == 1
     assert "would mix models" in result.output
+
+
+def test_parquet_without_pyarrow_names_the_extra_in_one_line(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "rows.parquet"
+    path.write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if pyarrow were not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(path)])
+
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: reading Parquet needs pyarrow: pip install 'pgrag-sql[parquet]'"
+    ]
+
+
+def test_the_summary_lists_what_was_imported_refused_and_left_unmapped(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+    with path.open("a") as handle:
+        handle.write(json.dumps({"content": " ", "embedding": [0.0] * 384, "lang": "en"}) + "\n")
+
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--no-progress"]
+    )
+
+    assert result.exit_code == 1
+    assert f"refused: {path}#line 5 (line 5): empty content" in result.stderr
+    assert "documents: 3 new, 0 changed, 0 unchanged, 0 relabelled, 1 refused" in result.stdout
+    assert "unmapped:  lang (not imported)" in result.stdout
