@@ -404,3 +404,18 @@ def test_the_summary_lists_what_was_imported_refused_and_left_unmapped(
     assert f"refused: {path}#line 5 (line 5): empty content" in result.stderr
     assert "documents: 3 new, 0 changed, 0 unchanged, 0 relabelled, 1 refused" in result.stdout
     assert "unmapped:  lang (not imported)" in result.stdout
+
+
+def test_an_unknown_language_is_one_line_naming_it(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+
+    result = CliRunner().invoke(
+        main,
+        ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--language", "klingon"],
+    )
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "klingon" in lines[0] and ", english, " in lines[0]
