@@ -397,10 +397,13 @@ def test_the_summary_lists_what_was_imported_refused_and_left_unmapped(
         handle.write(json.dumps({"content": " ", "embedding": [0.0] * 384, "lang": "en"}) + "\n")
 
     result = CliRunner().invoke(
-        main, ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--no-progress"]
+        main,
+        ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--progress"],
+        env={"PGRAG_PROGRESS_INTERVAL": "0"},
     )
 
     assert result.exit_code == 1
+    assert "import: " in result.stderr  # progress lines, on stderr
     assert f"refused: {path}#line 5 (line 5): empty content" in result.stderr
     assert "documents: 3 new, 0 changed, 0 unchanged, 0 relabelled, 1 refused" in result.stdout
     assert "unmapped:  lang (not imported)" in result.stdout

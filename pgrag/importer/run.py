@@ -13,6 +13,8 @@ any other is loaded: ``pgrag.begin_documents``, its chunks COPYed into the sessi
 table (``pgrag.create_stage``) and ``pgrag.replace_document_chunks`` swaps them in, all in one
 transaction per batch, so each document is replaced whole or not at all; the BM25 triggers
 keep the keyword index. The first swap records the model (``pgrag.record_embedding_model``).
+At the end a tenant that outgrew the exact vector path gets its own graph, as after an ingest
+(:func:`pgrag.ingest.load.isolate_large_tenant`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ import psycopg
 from psycopg import sql
 
 from pgrag.db import connect, tenant_transaction
-from pgrag.errors import ConfigError, EmbeddingConfigError, NothingToDo
+from pgrag.errors import ConfigError, EmbeddingConfigError, Interrupted, NothingToDo
 from pgrag.importer.mapping import DimensionTally, ImportDoc, documents
 from pgrag.importer.sources import Source
 from pgrag.ingest.lifecycle import IngestLifecycle, SwapRow, call, record_embedding_model
-from pgrag.ingest.load import create_stage_table
+from pgrag.ingest.load import create_stage_table, isolate_large_tenant
 from pgrag.pipeline.chunking import token_counter
 from pgrag.pipeline.embedders import get_embedder, provider_for_model, read_embedding_config
 from pgrag.progress import Progress, ProgressMode
@@ -68,6 +70,7 @@ class ImportSummary:
     unmapped_columns: list[str] = field(default_factory=list)
     ignored_columns: dict[str, str] = field(default_factory=dict)
     token_counts: str = "tokenizer"
+    tenant_isolated: bool = False
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -87,7 +90,7 @@ def choose_counter(provider: str, model: str, dims: int) -> tuple[TokenCounter, 
         counter(["probe"])
     except Exception:  # any model pgrag cannot count tokens for: the estimate
         return estimate_tokens, "estimate (characters / 4)"
-    return counter, "tokenizer"
+    return counter, "the model's tokenizer" if provider == "local" else "cl100k_base (OpenAI)"
 
 
 def check_model(conn: psycopg.Connection[Any], provider: str, model: str) -> None:
@@ -120,6 +123,7 @@ class Importer:
     """One import run: ``conn`` plans and writes (autocommit; one transaction per batch)."""
 
     def __init__(self, dsn: str, source: Source, options: ImportOptions) -> None:
+        self.dsn = dsn
         self.options = options
         self.source = source
         self.conn = connect(dsn, autocommit=True)
@@ -156,6 +160,17 @@ class Importer:
         self.conn.close()
 
     def run(self) -> ImportSummary:
+        try:
+            return self._run()
+        except KeyboardInterrupt as exc:
+            done = self.summary.documents_new + self.summary.documents_changed
+            raise Interrupted(
+                f"import interrupted: documents committed so far are kept (about {done}); the "
+                "batch under way was rolled back whole. Run the same command again: unchanged "
+                "documents are skipped."
+            ) from exc
+
+    def _run(self) -> ImportSummary:
         started = time.monotonic()
         tally = DimensionTally()
         meta = {"from": self.source.label}
@@ -181,6 +196,8 @@ class Importer:
             )
         if self.summary.rows_read == 0:
             raise NothingToDo(f"{self.source.label} holds no rows: nothing imported.")
+        if self.model_recorded:  # something was loaded: as after an ingest
+            self.summary.tenant_isolated = isolate_large_tenant(self.dsn, self.options.tenant)
         self.summary.seconds = round(time.monotonic() - started, 3)
         return self.summary
 
