@@ -422,3 +422,33 @@ def test_an_unknown_language_is_one_line_naming_it(
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "klingon" in lines[0] and ", english, " in lines[0]
+
+
+def test_a_source_without_rows_is_nothing_to_do(db: str, tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(path), "--model", "m"])
+
+    assert result.exit_code == 3
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_an_older_langchain_table_keyed_by_uuid_imports_by_custom_id(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table langchain_pg_embedding (uuid uuid primary key, collection_id uuid, "
+        "embedding vector, document varchar, cmetadata json, custom_id varchar)"
+    )
+    for i, (text, vec) in enumerate(zip(TEXTS[:2], vectors[:2], strict=True)):
+        conn.execute(
+            "insert into langchain_pg_embedding values (%s, null, %s, %s, '{}', 'faq')",
+            (f"00000000-0000-0000-0000-00000000000{i}", vector_literal(vec), text),
+        )
+    conn.commit()
+
+    s = summary(run(db, "--table", "langchain_pg_embedding", "--model", LOCAL_MODEL_NAME))
+
+    assert (s["documents_new"], s["chunks_imported"], s["unmapped_columns"]) == (1, 2, [])
+    assert [(r[0], r[1]) for r in chunks(conn)] == [("faq", 0), ("faq", 1)]
