@@ -452,3 +452,22 @@ def test_an_older_langchain_table_keyed_by_uuid_imports_by_custom_id(
 
     assert (s["documents_new"], s["chunks_imported"], s["unmapped_columns"]) == (1, 2, [])
     assert [(r[0], r[1]) for r in chunks(conn)] == [("faq", 0), ("faq", 1)]
+
+
+def test_new_metadata_of_a_row_replaces_its_document_with_it(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    conn.execute("""update public.documents set metadata = metadata || '{"team": "ops"}'
+                    where id = 3""")
+    conn.commit()
+
+    s = summary(run(db, "--table", "documents"))
+
+    assert (s["documents_changed"], s["documents_unchanged"], s["chunks_imported"]) == (1, 2, 1)
+    assert conn.execute(
+        "select c.metadata ->> 'team', d.metadata ->> 'team' from pgrag.chunks as c "
+        "join pgrag.documents as d on d.id = c.document_id where c.content = %s",
+        (TEXTS[2],),
+    ).fetchone() == ("ops", "ops")

@@ -5,14 +5,15 @@ list of numbers, holds NaN or infinity, or has another dimension than the instal
 refused row refuses its document (an import is atomic per document: a document is never
 loaded without some of its chunks); the previous version of that document, if any, stays.
 
-A document's ``content_sha256`` hashes its chunks in order (text, page and embedding), so a
-re-import skips it exactly when nothing of it changed, as ``pgrag ingest`` skips an unchanged
-file.
+A document's ``content_sha256`` hashes its chunks in order (text, page, embedding and
+metadata), so a re-import skips it exactly when nothing of it changed, as ``pgrag ingest`` skips
+an unchanged file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,7 @@ class ImportDoc:
             digest.update(chunk.sha256.encode())
             digest.update(str(chunk.page).encode())
             digest.update(chunk.embedding.astype("<f4").tobytes())
+            digest.update(json.dumps(chunk.metadata, sort_keys=True, default=str).encode())
         return digest.hexdigest()
 
 

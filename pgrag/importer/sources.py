@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 from psycopg import sql
 
@@ -300,11 +301,20 @@ def _file_row(record: Any, row_id: str, unmapped: set[str]) -> SourceRow:
     if not isinstance(metadata, dict):
         return SourceRow(row_id, None, None, problem="metadata is not an object")
     source = record.get("source_uri") or metadata.get("source_uri") or metadata.get("source")
+    embedding = record.get("embedding")
+    if (
+        isinstance(embedding, list)
+        and embedding
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in embedding)
+    ):
+        # held as float32 (what pgvector stores) until the file is sorted: a quarter of the
+        # memory of Python floats; NaN and infinity stay, and are refused when checked.
+        embedding = np.asarray(embedding, dtype=np.float32)
     page = record.get("page", metadata.get("page"))
     return SourceRow(
         str(record["id"]) if record.get("id") is not None else row_id,
         record.get("content"),
-        record.get("embedding"),
+        embedding,
         metadata,
         str(source) if source is not None else None,
         str(record.get("title") or metadata.get("title") or "") or None,
