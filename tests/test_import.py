@@ -471,3 +471,22 @@ def test_new_metadata_of_a_row_replaces_its_document_with_it(
         "join pgrag.documents as d on d.id = c.document_id where c.content = %s",
         (TEXTS[2],),
     ).fetchone() == ("ops", "ops")
+
+
+def test_a_source_longer_than_a_document_uri_refuses_its_document_alone(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+    with path.open("a") as handle:
+        record = {
+            "content": "far",
+            "embedding": [float(x) for x in vectors[0]],
+            "source_uri": "x" * 3000,
+            "page": 2**40,
+        }
+        handle.write(json.dumps(record) + "\n")
+
+    s = summary(run(db, str(path), "--model", LOCAL_MODEL_NAME))
+
+    assert [r["reason"] for r in s["refused"]] == ["source longer than 2048 characters"]
+    assert (s["documents_new"], s["documents_refused"]) == (3, 1)

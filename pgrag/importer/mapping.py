@@ -23,6 +23,8 @@ import numpy as np
 from pgrag.importer.sources import Source, SourceRow
 
 TITLE_CHARS = 120
+MAX_PAGE = 2**31 - 1  # pgrag.chunks.page is an integer: a larger "page" is no page
+MAX_URI_CHARS = 2048  # pgrag.documents.source_uri's bound (sql/idempotent/011-document-writes.sql)
 
 
 @dataclass
@@ -83,7 +85,8 @@ def check_row(row: SourceRow, dims: int) -> tuple[ImportChunk | None, str | None
             f"embedding has {vector.size} dimensions, the installation holds {dims}",
             int(vector.size),
         )
-    return ImportChunk(row.content, vector.astype(np.float32), row.page, row.metadata), None, dims
+    page = row.page if row.page is not None and 0 <= row.page <= MAX_PAGE else None
+    return ImportChunk(row.content, vector.astype(np.float32), page, row.metadata), None, dims
 
 
 def _common_metadata(chunks: list[ImportChunk]) -> dict[str, Any]:
@@ -136,6 +139,8 @@ def documents(
     for key, rows in _groups(source.rows):
         uri = key if key is not None else f"{source.uri_prefix}#{rows[0].row_id}"
         doc = ImportDoc(uri, _title(rows[0], uri, key is not None), {})
+        if len(uri) > MAX_URI_CHARS:
+            doc.refused.append((rows[0].row_id, f"source longer than {MAX_URI_CHARS} characters"))
         for row in rows:
             chunk, reason, seen = check_row(row, dims)
             if seen == dims:
