@@ -490,3 +490,23 @@ def test_a_source_longer_than_a_document_uri_refuses_its_document_alone(
 
     assert [r["reason"] for r in s["refused"]] == ["source longer than 2048 characters"]
     assert (s["documents_new"], s["documents_refused"]) == (3, 1)
+
+
+def test_the_semantic_search_guide_table_imports_body_with_its_title(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table documents (id bigint primary key generated always as identity, "
+        "title text not null, body text not null, embedding vector(384))"
+    )
+    conn.execute(
+        "insert into documents (title, body, embedding) values ('Passwords', %s, %s)",
+        (TEXTS[0], vector_literal(vectors[0])),
+    )
+    conn.commit()
+
+    s = summary(run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME))
+
+    assert (s["chunks_imported"], s["unmapped_columns"]) == (1, [])
+    assert conn.execute("select title from pgrag.documents").fetchone() == ("Passwords",)
+    assert [r[2] for r in chunks(conn)] == [TEXTS[0]]

@@ -8,10 +8,10 @@ it); a file is read whole and sorted the same way.
 Shapes of a table, told apart by their columns (docs/ingest.md, "Importing existing
 embeddings"), with the rule that groups rows into documents:
 
-* ``documents`` (the Supabase guides' and LangChain's SupabaseVectorStore table: ``content``,
-  ``embedding``, optional ``metadata``, ``fts``, ``id``; also ``source_uri``, ``title``,
-  ``page`` columns if present): the ``source_uri`` column, else ``metadata.source_uri``, else
-  ``metadata.source``;
+* ``documents`` (the Supabase guides' and LangChain's SupabaseVectorStore table: ``content``
+  (``body`` in the semantic-search guide), ``embedding``, optional ``metadata``, ``fts``,
+  ``id``; also ``source_uri``, ``title``, ``page`` columns if present): the ``source_uri``
+  column, else ``metadata.source_uri``, else ``metadata.source``;
 * ``langchain`` (``langchain_pg_embedding``: ``document``, ``embedding``, ``cmetadata``,
   ``custom_id``, ``collection_id``; the collection's name from ``langchain_pg_collection``):
   ``cmetadata.source``, else ``custom_id``;
@@ -105,7 +105,8 @@ def _documents_shape(columns: set[str]) -> TableShape:
         name="documents",
         needs=("content", "embedding"),
         row_id="r.id::text" if has("id") else "null::text",
-        content="r.content",
+        # the semantic-search guide's table names it body (with a title column)
+        content="r.content" if has("content") else "r.body",
         metadata=meta,
         source=f"coalesce({'r.source_uri::text, ' if has('source_uri') else ''}"
         f"{meta} ->> 'source_uri', {meta} ->> 'source')",
@@ -113,7 +114,10 @@ def _documents_shape(columns: set[str]) -> TableShape:
         page=f"coalesce({'r.page::bigint, ' if has('page') else ''}{_int_of(meta, 'page')})",
         start=f"coalesce({_int_of(meta, 'start_index')}, {_int_of(meta, 'chunk_index')})",
         order="r.id" if has("id") else "r.ctid",
-        used=("id", "content", "embedding", "metadata", "source_uri", "title", "page"),
+        used=(
+            *("id", "content" if has("content") else "body", "embedding", "metadata"),
+            *("source_uri", "title", "page"),
+        ),
         ignored={"fts": "pgrag keeps its own BM25 index of the content"},
     )
 
@@ -202,12 +206,12 @@ def _shape_of(
         return _langchain_shape(columns, collection)
     if {"text", "metadata_", "node_id", "embedding"} <= columns:
         return _llamaindex_shape()
-    if {"content", "embedding"} <= columns:
+    if "embedding" in columns and ("content" in columns or "body" in columns):
         return _documents_shape(columns)
     raise ConfigError(
         f"table {schema}.{name} has none of the known shapes (its columns: "
-        f"{', '.join(sorted(columns))}): it needs content and embedding (the Supabase guide's "
-        "documents), document/cmetadata/embedding (LangChain) or text/metadata_/node_id/"
+        f"{', '.join(sorted(columns))}): it needs content (or body) and embedding (the Supabase "
+        "guides' documents), document/cmetadata/embedding (LangChain) or text/metadata_/node_id/"
         "embedding (LlamaIndex); or export it to JSONL."
     )
 
