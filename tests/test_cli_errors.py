@@ -58,6 +58,7 @@ def database_commands(dataset: Path, doc: Path) -> dict[str, list[str]]:
         "ingest": ["ingest", str(doc)],
         "delete": ["delete", str(doc), "--yes"],
         "embed": ["embed", "widget"],
+        "import": ["import", "--table", "documents"],
         "worker": ["worker", "--once"],
         "reembed": ["reembed", "--status"],
         "stats": ["stats"],
@@ -76,6 +77,7 @@ BAD_VALUES: dict[str, list[str]] = {
     "ingest": ["ingest", ".", "--chunker", "sentences-of-klingon"],
     "delete": ["delete", "--id", "first"],
     "embed": ["embed"],
+    "import": ["import", "--table", "documents", "--embedder", "telepathic"],
     "worker": ["worker", "--batch", "0"],
     "reembed": ["reembed", "--model", "m", "--dims", "0"],
     "stats": ["stats", "--since", "yesterday"],
@@ -187,7 +189,14 @@ def commands_with_a_language_option() -> list[str]:
 
 
 def test_search_ingest_and_worker_take_a_language() -> None:
-    assert commands_with_a_language_option() == ["facets", "ingest", "search", "suggest", "worker"]
+    assert commands_with_a_language_option() == [
+        "facets",
+        "import",
+        "ingest",
+        "search",
+        "suggest",
+        "worker",
+    ]
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The ``pgrag`` command line: the root group and its ``--dsn``.
 
 Each group of commands has its module: ``database`` (db, migrate, status), ``ingest`` (ingest,
-delete, embed), ``worker`` (the document queue), ``search`` (search, ask), ``browse``
+delete, embed), ``importer``
+(import), ``worker`` (the document queue), ``search`` (search, ask), ``browse``
 (facets, suggest), ``eval``, ``reembed``, ``stats``, ``bundle`` (sql-bundle). ``common``
 turns every error into one line and a documented exit status; ``state`` holds what commands
 share.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import click
 
 from pgrag import __version__
-from pgrag.cli import browse, bundle, database, ingest, reembed, search, stats, worker
+from pgrag.cli import browse, bundle, database, importer, ingest, reembed, search, stats, worker
 from pgrag.cli import eval as eval_command
 from pgrag.cli.common import PgragGroup
 from pgrag.cli.state import CliState
@@ -56,6 +57,7 @@ main.add_command(database.status)
 main.add_command(ingest.ingest)
 main.add_command(ingest.delete)
 main.add_command(ingest.embed)
+main.add_command(importer.import_command)
 main.add_command(worker.worker)
 main.add_command(search.search)
 main.add_command(search.ask)

@@ -1,0 +1,157 @@
+"""``pgrag import`` from each source shape: chunks per second, in one run on one database.
+
+The same rows (``--size`` chunks of 60 random words, ``--per-doc`` rows per source, random
+unit 384-dimension vectors: the import never embeds, so real embeddings would change nothing)
+are written into the Supabase guide's ``documents`` table, LangChain's
+``langchain_pg_embedding`` (+ ``langchain_pg_collection``), a LlamaIndex ``data_kb`` table, a
+JSONL and a Parquet file; each is then imported with :func:`pgrag.importer.import_source` into
+its own tenant (a tenant's first import, the row-by-row loader path). The rate counts the whole
+import: reading, mapping, token counts, COPY, swaps and the BM25 triggers. The shapes run in
+the order given, so the first one also loads the tokenizer.
+
+    python benchmarks/import_shapes.py [--size 2000] [--per-doc 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from pgrag.importer import ImportOptions, import_source
+from pgrag.importer.sources import Source, open_file, open_table
+from pgrag.install.migrator import Migrator
+from pgrag.pipeline.embedders import LOCAL_MODEL_NAME, vector_literal
+from pgrag.testing import create_database, server
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "import_shapes.json"
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "pi",
+    "rho",
+]
+COLLECTION = "00000000-0000-0000-0000-000000000001"
+
+
+def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
+    rng = np.random.default_rng(42)
+    vecs = rng.standard_normal((size, 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    texts = [" ".join(rng.choice(WORDS, 60)) + f" row{i}" for i in range(size)]
+    with psycopg.connect(dsn) as c, c.cursor() as cur:
+        cur.execute(
+            "create table documents (id bigint primary key generated always as identity, "
+            "content text, metadata jsonb, fts tsvector generated always as "
+            "(to_tsvector('english', content)) stored, embedding vector(384))"
+        )
+        cur.execute(
+            "create table langchain_pg_collection (uuid uuid primary key, name varchar, "
+            "cmetadata json)"
+        )
+        cur.execute("insert into langchain_pg_collection values (%s, 'bench', null)", (COLLECTION,))
+        cur.execute(
+            "create table langchain_pg_embedding (id varchar primary key, collection_id uuid, "
+            "embedding vector, document varchar, cmetadata jsonb, custom_id varchar)"
+        )
+        cur.execute(
+            "create table data_kb (id bigserial primary key, text varchar, metadata_ json, "
+            "node_id varchar, embedding vector(384))"
+        )
+        for i in range(size):
+            v, src = vector_literal(vecs[i]), f"doc{i // per_doc}"
+            meta = json.dumps({"source": src, "start_index": i})
+            cur.execute(
+                "insert into documents (content, metadata, embedding) values (%s, %s, %s)",
+                (texts[i], meta, v),
+            )
+            cur.execute(
+                "insert into langchain_pg_embedding values (%s, %s, %s, %s, %s, null)",
+                (f"id{i}", COLLECTION, v, texts[i], meta),
+            )
+            cur.execute(
+                "insert into data_kb (text, metadata_, node_id, embedding) values (%s, %s, %s, %s)",
+                (texts[i], json.dumps({"doc_id": src}), f"n{i}", v),
+            )
+    records = [
+        {"content": texts[i], "embedding": vecs[i].tolist(), "source_uri": f"doc{i // per_doc}"}
+        for i in range(size)
+    ]
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return
+    pq.write_table(pa.Table.from_pylist(records), folder / "rows.parquet")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", type=int, default=2000, help="rows of each source")
+    parser.add_argument("--per-doc", type=int, default=10, help="rows sharing a source")
+    parser.add_argument("--admin-dsn", help="superuser DSN of a server with pgvector")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    result: dict[str, Any] = {
+        "command": "python benchmarks/import_shapes.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "size": args.size,
+        "per_doc": args.per_doc,
+        "shapes": {},
+    }
+    with server(args.admin_dsn, "pgrag-import-") as admin, tempfile.TemporaryDirectory() as tmp:
+        dsn = create_database(admin)
+        Migrator(dsn).migrate(384)
+        folder = Path(tmp)
+        make_sources(dsn, folder, args.size, args.per_doc)
+        shapes: dict[str, Callable[[], Source]] = {
+            "documents": lambda: open_table(dsn, "documents"),
+            "langchain": lambda: open_table(dsn, "langchain_pg_embedding"),
+            "llamaindex": lambda: open_table(dsn, "data_kb"),
+            "jsonl": lambda: open_file(folder / "rows.jsonl"),
+        }
+        if (folder / "rows.parquet").exists():
+            shapes["parquet"] = lambda: open_file(folder / "rows.parquet")
+        for name, source in shapes.items():
+            started = time.perf_counter()
+            s = import_source(dsn, source(), ImportOptions(tenant=name, model=LOCAL_MODEL_NAME))
+            seconds = time.perf_counter() - started
+            result["shapes"][name] = {
+                "chunks": s.chunks_imported,
+                "documents": s.documents_new,
+                "seconds": round(seconds, 2),
+                "chunks_per_s": round(s.chunks_imported / seconds),
+            }
+            print(f"{name:10s} {result['shapes'][name]}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""``pgrag import``: load chunks that already have embeddings (a table, JSONL, Parquet)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from pgrag.cli.common import echo_json, json_option, pass_state, progress_option
+from pgrag.cli.state import CliState
+from pgrag.db import DEFAULT_TENANT
+from pgrag.pipeline.embedders import PROVIDERS
+from pgrag.progress import progress_mode
+
+
+@click.command("import")
+@click.argument("file", required=False, type=click.Path(path_type=Path), metavar="[FILE]")
+@click.option(
+    "--table",
+    metavar="[SCHEMA.]NAME",
+    help="Read this table of the same database instead of a file: the Supabase guide's "
+    "documents, LangChain's langchain_pg_embedding or a LlamaIndex data_<name> table.",
+)
+@click.option(
+    "--collection",
+    metavar="NAME",
+    help="With LangChain's table: only this collection (langchain_pg_collection.name).",
+)
+@click.option(
+    "--tenant",
+    envvar="PGRAG_TENANT",
+    default=DEFAULT_TENANT,
+    show_default=True,
+    help="Tenant owning the documents (env PGRAG_TENANT).",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="The model that made the embeddings; required when the installation has none "
+    "recorded yet, else it must be the recorded one. Default: the recorded model.",
+)
+@click.option(
+    "--embedder",
+    "provider",
+    type=click.Choice(PROVIDERS),
+    default=None,
+    help="Provider recorded with --model (queries are embedded by it); default: local for "
+    "the bundled model, else openai.",
+)
+@click.option(
+    "--language",
+    default="english",
+    show_default=True,
+    help="Text-search configuration of the chunks (english, simple, german, ...).",
+)
+@click.option("--dry-run", is_flag=True, help="Read, map and check only; write nothing.")
+@progress_option
+@json_option
+@pass_state
+def import_command(
+    state: CliState,
+    file: Path | None,
+    table: str | None,
+    collection: str | None,
+    tenant: str,
+    model: str | None,
+    provider: str | None,
+    language: str,
+    dry_run: bool,
+    progress: bool | None,
+    as_json: bool,
+) -> None:
+    """Import chunks that already have embeddings, without re-embedding: from FILE (.jsonl or
+    .parquet with content, embedding and optional metadata, source_uri, title, page) or from
+    --table.
+
+    \b
+    Rows sharing a source (source_uri, metadata.source, LangChain's custom_id, LlamaIndex's
+    doc_id) become one document with ordered chunks; others one document each. Unchanged
+    documents are skipped on re-import, changed ones replaced in one transaction each.
+    Exit status 1 when a row was refused (the other documents are imported), 3 when the
+    source has no rows.
+    """
+    from pgrag.importer import ImportOptions, import_source
+    from pgrag.importer.sources import open_file, open_table
+
+    if (file is None) == (table is None):
+        raise click.UsageError("name one source: a FILE (.jsonl or .parquet) or --table NAME.")
+    if collection is not None and table is None:
+        raise click.UsageError("--collection goes with --table (LangChain's table).")
+    dsn = state.dsn()
+    if table is not None:
+        source = open_table(dsn, table, collection)
+    else:
+        assert file is not None  # one of the two, checked above
+        source = open_file(file)
+    shown = progress if progress is not None else not as_json
+    options = ImportOptions(
+        tenant=tenant,
+        model=model,
+        provider=provider,
+        language=language,
+        dry_run=dry_run,
+        progress=progress_mode(shown),
+    )
+    summary = import_source(dsn, source, options)
+    if as_json:
+        echo_json(summary.as_dict())
+    else:
+        for r in summary.refused:
+            row = f" ({r['row']})" if r["row"] else ""
+            click.echo(f"refused: {r['document']}{row}: {r['reason']}", err=True)
+        verb = "would import" if dry_run else "imported"
+        click.echo(
+            f"documents: {summary.documents_new} new, {summary.documents_changed} changed, "
+            f"{summary.documents_unchanged} unchanged, {summary.documents_relabelled} "
+            f"relabelled, {summary.documents_refused} refused"
+        )
+        click.echo(
+            f"chunks:    {summary.chunks_imported} {verb} of {summary.rows_read} rows read "
+            f"({summary.source}); token counts: {summary.token_counts}"
+        )
+        if summary.unmapped_columns:
+            click.echo(f"unmapped:  {', '.join(summary.unmapped_columns)} (not imported)")
+        for column, why in summary.ignored_columns.items():
+            click.echo(f"ignored:   {column} ({why})")
+        click.echo(
+            f"time:      {summary.seconds:.1f} s"
+            + (" (dry run: nothing written)" if dry_run else "")
+        )
+    if summary.refused:
+        sys.exit(1)

@@ -1,0 +1,160 @@
+"""From source rows to pgrag documents: each row checked, rows grouped into documents.
+
+A row is refused, with its reason, when its content is empty, its embedding is missing, not a
+list of numbers, holds NaN or infinity, or has another dimension than the installation's. A
+refused row refuses its document (an import is atomic per document: a document is never
+loaded without some of its chunks); the previous version of that document, if any, stays.
+
+A document's ``content_sha256`` hashes its chunks in order (text, page, embedding and
+metadata), so a re-import skips it exactly when nothing of it changed, as ``pgrag ingest`` skips
+an unchanged file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pgrag.importer.sources import Source, SourceRow
+
+TITLE_CHARS = 120
+MAX_PAGE = 2**31 - 1  # pgrag.chunks.page is an integer: a larger "page" is no page
+MAX_URI_CHARS = 2048  # pgrag.documents.source_uri's bound (sql/idempotent/011-document-writes.sql)
+
+
+@dataclass
+class ImportChunk:
+    content: str
+    embedding: np.ndarray
+    page: int | None
+    metadata: dict[str, Any]
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class ImportDoc:
+    """One pgrag document made of source rows (``refused``: rows that refuse it)."""
+
+    uri: str
+    title: str
+    metadata: dict[str, Any]
+    chunks: list[ImportChunk] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (row id, reason)
+
+    @property
+    def content_sha256(self) -> str:
+        digest = hashlib.sha256()
+        for chunk in self.chunks:
+            digest.update(chunk.sha256.encode())
+            digest.update(str(chunk.page).encode())
+            digest.update(chunk.embedding.astype("<f4").tobytes())
+            digest.update(json.dumps(chunk.metadata, sort_keys=True, default=str).encode())
+        return digest.hexdigest()
+
+
+def check_row(row: SourceRow, dims: int) -> tuple[ImportChunk | None, str | None, int | None]:
+    """The row as a chunk, or why it is refused; and its embedding's dimension when it has one."""
+    if row.problem is not None:
+        return None, row.problem, None
+    if not isinstance(row.content, str) or not row.content.strip():
+        return None, "empty content", None
+    if "\x00" in row.content:
+        return None, "content holds a NUL character", None
+    emb = row.embedding
+    if emb is None:
+        return None, "no embedding", None
+    try:
+        vector = np.asarray(emb, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None, "embedding is not a list of numbers", None
+    if vector.ndim != 1 or vector.size == 0:
+        return None, "embedding is not a list of numbers", None
+    if not np.all(np.isfinite(vector)):
+        return None, "embedding holds NaN or infinity", int(vector.size)
+    if vector.size != dims:
+        return (
+            None,
+            f"embedding has {vector.size} dimensions, the installation holds {dims}",
+            int(vector.size),
+        )
+    page = row.page if row.page is not None and 0 <= row.page <= MAX_PAGE else None
+    return ImportChunk(row.content, vector.astype(np.float32), page, row.metadata), None, dims
+
+
+def _common_metadata(chunks: list[ImportChunk]) -> dict[str, Any]:
+    """The metadata keys every chunk of a document shares with one value."""
+    if not chunks:
+        return {}
+    first = chunks[0].metadata
+    return {k: v for k, v in first.items() if all(c.metadata.get(k) == v for c in chunks[1:])}
+
+
+def _title(row: SourceRow, uri: str, grouped: bool) -> str:
+    if row.title:
+        return row.title[:TITLE_CHARS]
+    if grouped:
+        return uri.rstrip("/").rsplit("/", 1)[-1][:TITLE_CHARS] or uri[:TITLE_CHARS]
+    text = row.content if isinstance(row.content, str) else ""
+    line = text.strip().split("\n", 1)[0]
+    return line[:TITLE_CHARS] or uri[:TITLE_CHARS]
+
+
+def _groups(rows: Iterable[SourceRow]) -> Iterator[tuple[str | None, list[SourceRow]]]:
+    """Consecutive rows of one source together; a row without a source alone."""
+    current: list[SourceRow] = []
+    key: str | None = None
+    for row in rows:
+        if current and (row.source is None or row.source != key):
+            yield key, current
+            current = []
+        key = row.source
+        current.append(row)
+        if key is None:
+            yield None, current
+            current = []
+    if current:
+        yield key, current
+
+
+@dataclass
+class DimensionTally:
+    """The embedding dimensions seen, to tell a wrong source from a few wrong rows."""
+
+    right: int = 0
+    wrong: dict[int, int] = field(default_factory=dict)
+
+
+def documents(
+    source: Source, dims: int, import_meta: dict[str, Any], tally: DimensionTally
+) -> Iterator[ImportDoc]:
+    """The source's documents, in source order; ``tally`` counts the dimensions seen."""
+    for key, rows in _groups(source.rows):
+        uri = key if key is not None else f"{source.uri_prefix}#{rows[0].row_id}"
+        doc = ImportDoc(uri, _title(rows[0], uri, key is not None), {})
+        if len(uri) > MAX_URI_CHARS:
+            doc.refused.append((rows[0].row_id, f"source longer than {MAX_URI_CHARS} characters"))
+        for row in rows:
+            chunk, reason, seen = check_row(row, dims)
+            if seen == dims:
+                tally.right += 1
+            elif seen is not None and reason is not None and "dimensions" in reason:
+                tally.wrong[seen] = tally.wrong.get(seen, 0) + 1
+            if chunk is None:
+                doc.refused.append((row.row_id, reason or "refused"))
+                continue
+            if row.row_id:
+                chunk.metadata = {**chunk.metadata, "source_id": row.row_id}
+            doc.chunks.append(chunk)
+        doc.metadata = {
+            k: v for k, v in _common_metadata(doc.chunks).items() if k not in ("source_id",)
+        }
+        doc.metadata["import"] = import_meta
+        yield doc

@@ -1,0 +1,309 @@
+"""Running an import: check the installation, plan each document, write through the loader.
+
+Checks first, before any row is written: the text-search language
+(``pgrag.text_search_config``), the model (``pgrag.record_embedding_model`` in a transaction
+that is rolled back: it refuses a model other than the recorded one, PR002) and, as rows are
+read, the dimension (``pgrag.embedding_config.dims``; a source none of whose embeddings has it
+stops the run with one line naming both).
+
+Then, a batch of documents at a time, as ``pgrag ingest`` does (:mod:`pgrag.ingest.plan`):
+a document whose ``content_sha256`` and status (ready) are those stored is **unchanged**
+(skipped) or, if only its metadata differs, **relabelled** (``pgrag.relabel_documents``);
+any other is loaded: ``pgrag.begin_documents``, its chunks COPYed into the session's staging
+table (``pgrag.create_stage``) and ``pgrag.replace_document_chunks`` swaps them in, all in one
+transaction per batch, so each document is replaced whole or not at all; the BM25 triggers
+keep the keyword index. The first swap records the model (``pgrag.record_embedding_model``).
+At the end a tenant that outgrew the exact vector path gets its own graph, as after an ingest
+(:func:`pgrag.ingest.load.isolate_large_tenant`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgrag.db import connect, tenant_transaction
+from pgrag.errors import ConfigError, EmbeddingConfigError, Interrupted, NothingToDo
+from pgrag.importer.mapping import DimensionTally, ImportDoc, documents
+from pgrag.importer.sources import Source
+from pgrag.ingest.lifecycle import IngestLifecycle, SwapRow, call, record_embedding_model
+from pgrag.ingest.load import create_stage_table, isolate_large_tenant
+from pgrag.pipeline.chunking import token_counter
+from pgrag.pipeline.embedders import get_embedder, provider_for_model, read_embedding_config
+from pgrag.progress import Progress, ProgressMode
+
+BATCH_DOCUMENTS = 200
+BATCH_CHUNKS = 2000
+SOURCE_TYPE = "text"
+TokenCounter = Callable[[Sequence[str]], list[int]]
+
+
+@dataclass
+class ImportOptions:
+    tenant: str
+    model: str | None = None
+    provider: str | None = None
+    language: str = "english"
+    dry_run: bool = False
+    progress: ProgressMode = "off"
+
+
+@dataclass
+class ImportSummary:
+    source: str
+    shape: str
+    model: str = ""
+    dry_run: bool = False
+    documents_new: int = 0
+    documents_changed: int = 0
+    documents_unchanged: int = 0
+    documents_relabelled: int = 0
+    documents_refused: int = 0
+    chunks_imported: int = 0
+    rows_read: int = 0
+    refused: list[dict[str, str]] = field(default_factory=list)  # row, document, reason
+    unmapped_columns: list[str] = field(default_factory=list)
+    ignored_columns: dict[str, str] = field(default_factory=dict)
+    token_counts: str = "tokenizer"
+    tenant_isolated: bool = False
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate_tokens(texts: Sequence[str]) -> list[int]:
+    """Documented estimate when the model's tokenizer is not at hand: 4 characters a token."""
+    return [max(1, len(t) // 4) for t in texts]
+
+
+def choose_counter(provider: str, model: str, dims: int) -> tuple[TokenCounter, str]:
+    """The model's own token counter as ``pgrag ingest`` uses it (the bundled tokenizer for
+    the local model, tiktoken for OpenAI's), else :func:`estimate_tokens`."""
+    try:
+        counter = token_counter(get_embedder(provider, model, dims))
+        counter(["probe"])
+    except Exception:  # any model pgrag cannot count tokens for: the estimate
+        return estimate_tokens, "estimate (characters / 4)"
+    return counter, "the model's tokenizer" if provider == "local" else "cl100k_base (OpenAI)"
+
+
+def check_model(conn: psycopg.Connection[Any], provider: str, model: str) -> None:
+    """``pgrag.record_embedding_model`` in a transaction rolled back: PR002 if mixing models."""
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute("select pgrag.record_embedding_model(%s, %s)", (provider, model))
+    except psycopg.Error as exc:
+        if exc.sqlstate != "PR002":
+            raise
+        raise EmbeddingConfigError(
+            f"{exc.diag.message_primary}: import embeddings made by the recorded model, or "
+            "switch models first (pgrag ingest --switch-model)."
+        ) from exc
+
+
+def check_language(conn: psycopg.Connection[Any], language: str) -> None:
+    try:
+        row = conn.execute(
+            "select pgrag.text_search_config_allowed(pgrag.text_search_config('--language', %s))",
+            (language,),
+        ).fetchone()
+    except psycopg.Error as exc:
+        raise ConfigError(" ".join((exc.diag.message_primary or str(exc)).split())) from exc
+    if not (row and row[0]):
+        raise ConfigError(f"text-search language {language!r} is not allowed for stored chunks.")
+
+
+class Importer:
+    """One import run: ``conn`` plans and writes (autocommit; one transaction per batch)."""
+
+    def __init__(self, dsn: str, source: Source, options: ImportOptions) -> None:
+        self.dsn = dsn
+        self.options = options
+        self.source = source
+        self.conn = connect(dsn, autocommit=True)
+        self.dims, recorded, recorded_provider = read_embedding_config(self.conn)
+        model = options.model or recorded
+        if model is None:
+            raise ConfigError(
+                "this installation has no embedding model recorded yet: name the model that "
+                "made these embeddings with --model NAME (e.g. --model text-embedding-3-small)."
+            )
+        self.model = model
+        same = model == recorded and recorded_provider is not None
+        self.provider: str = options.provider or (
+            recorded_provider if same and recorded_provider else provider_for_model(model)
+        )
+        check_language(self.conn, options.language)
+        check_model(self.conn, self.provider, self.model)
+        self.counter, how = choose_counter(self.provider, self.model, self.dims)
+        self.summary = ImportSummary(
+            source.label,
+            source.shape,
+            model=self.model,
+            dry_run=options.dry_run,
+            unmapped_columns=list(source.unmapped),
+            ignored_columns=dict(source.ignored),
+            token_counts=how,
+        )
+        self.lifecycle = IngestLifecycle()
+        self.stage: list[tuple[str, int]] = []
+        self.model_recorded = False
+        self.seen: set[str] = set()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def run(self) -> ImportSummary:
+        try:
+            return self._run()
+        except KeyboardInterrupt as exc:
+            done = self.summary.documents_new + self.summary.documents_changed
+            raise Interrupted(
+                f"import interrupted: documents committed so far are kept (about {done}); the "
+                "batch under way was rolled back whole. Run the same command again: unchanged "
+                "documents are skipped."
+            ) from exc
+
+    def _run(self) -> ImportSummary:
+        started = time.monotonic()
+        tally = DimensionTally()
+        meta = {"from": self.source.label}
+        batch: list[ImportDoc] = []
+        with Progress("import", None, self.options.progress) as progress:
+            for doc in documents(self.source, self.dims, meta, tally):
+                self.summary.rows_read += len(doc.chunks) + len(doc.refused)
+                batch.append(doc)
+                if (
+                    len(batch) >= BATCH_DOCUMENTS
+                    or sum(len(d.chunks) for d in batch) >= BATCH_CHUNKS
+                ):
+                    self._batch(batch, progress)
+                    batch = []
+            if batch:
+                self._batch(batch, progress)
+        if not tally.right and tally.wrong:  # then nothing was written: every row refused
+            seen = max(tally.wrong, key=lambda d: tally.wrong[d])
+            raise EmbeddingConfigError(
+                f"{self.source.label} holds {seen}-dimension embeddings, this installation "
+                f"{self.dims} (pgrag.embedding_config): import into a database installed "
+                f"with pgrag migrate --dims {seen}."
+            )
+        if self.summary.rows_read == 0:
+            raise NothingToDo(f"{self.source.label} holds no rows: nothing imported.")
+        if self.model_recorded:  # something was loaded: as after an ingest
+            self.summary.tenant_isolated = isolate_large_tenant(self.dsn, self.options.tenant)
+        self.summary.seconds = round(time.monotonic() - started, 3)
+        return self.summary
+
+    # -- one batch of documents ---------------------------------------------------------------
+
+    def _refuse(self, doc: ImportDoc, row: str, reason: str) -> None:
+        self.summary.refused.append({"row": row, "document": doc.uri, "reason": reason})
+
+    def _batch(self, batch: list[ImportDoc], progress: Progress) -> None:
+        ready: list[ImportDoc] = []
+        for doc in batch:
+            if doc.uri in self.seen:
+                self._refuse(doc, "", "its source is listed twice in this import")
+                self.summary.documents_refused += 1
+            elif doc.refused:
+                for row, reason in doc.refused:
+                    self._refuse(doc, row, reason)
+                self.summary.documents_refused += 1
+            else:
+                ready.append(doc)
+            self.seen.add(doc.uri)
+        with tenant_transaction(self.conn, self.options.tenant):
+            stored = {
+                str(r[0]): r[1:]
+                for r in self.conn.execute(
+                    "select source_uri, id, content_sha256, status, metadata "
+                    "from pgrag.documents where tenant_id = %s and source_uri = any(%s)",
+                    (self.options.tenant, [d.uri for d in ready]),
+                ).fetchall()
+            }
+        load: list[ImportDoc] = []
+        relabel: list[tuple[int, dict[str, Any], str]] = []
+        for doc in ready:
+            old = stored.get(doc.uri)
+            if old is not None and old[1] == doc.content_sha256 and old[2] == "ready":
+                if old[3] == doc.metadata:
+                    self.summary.documents_unchanged += 1
+                else:
+                    relabel.append((int(old[0]), doc.metadata, doc.uri))
+                    self.summary.documents_relabelled += 1
+                continue
+            load.append(doc)
+            if old is None or old[1] is None:
+                self.summary.documents_new += 1
+            else:
+                self.summary.documents_changed += 1
+            self.summary.chunks_imported += len(doc.chunks)
+        if not self.options.dry_run:
+            if relabel:
+                self.lifecycle.relabel(self.conn, self.options.tenant, relabel)
+            if load:
+                self._load(load)
+        progress.chunks_done(sum(len(d.chunks) for d in batch))
+        progress.advance(len(batch), batch[-1].uri[-60:])
+
+    def _load(self, docs: list[ImportDoc]) -> None:
+        if not self.stage:
+            self.stage = create_stage_table(self.conn)
+        names = [name for name, _ in self.stage]
+        copy_sql = sql.SQL("copy {} ({}) from stdin (format binary)").format(
+            sql.Identifier("pg_temp", "pgrag_stage"),
+            sql.SQL(", ").join(sql.Identifier(c) for c in names),
+        )
+        tenant = self.options.tenant
+        with tenant_transaction(self.conn, tenant):
+            begun = call(
+                self.conn,
+                "select source_uri, document_id from pgrag.begin_documents(%s, %s, %s)",
+                ([d.uri for d in docs], [d.title for d in docs], [SOURCE_TYPE] * len(docs)),
+            )
+            ids = {str(u): int(i) for u, i in begun}
+            with self.conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                copy.set_types([oid for _, oid in self.stage])
+                for doc in docs:
+                    counts = self.counter([c.content for c in doc.chunks])
+                    for index, (chunk, tokens) in enumerate(zip(doc.chunks, counts, strict=True)):
+                        row = {
+                            "document_id": ids[doc.uri],
+                            "chunk_index": index,
+                            "content": chunk.content,
+                            "embedding": chunk.embedding,
+                            "page": chunk.page,
+                            "heading_path": [],
+                            "language": self.options.language,
+                            "token_count": int(tokens),
+                            "content_sha256": chunk.sha256,
+                            "overlap_chars": 0,
+                            "metadata": chunk.metadata,
+                        }
+                        copy.write_row([row[name] for name in names])
+            rows = [
+                SwapRow(
+                    ids[d.uri], d.title, SOURCE_TYPE, d.content_sha256, d.metadata, len(d.chunks)
+                )
+                for d in docs
+            ]
+            self.lifecycle.swap(self.conn, tenant, rows, self.model)
+            if not self.model_recorded:
+                record_embedding_model(self.conn, self.provider, self.model)
+                self.model_recorded = True
+
+
+def import_source(dsn: str, source: Source, options: ImportOptions) -> ImportSummary:
+    """Import ``source`` into the database at ``dsn`` (see the module docstring)."""
+    importer = Importer(dsn, source, options)
+    try:
+        return importer.run()
+    finally:
+        importer.close()

@@ -1,0 +1,403 @@
+"""Sources of rows that already carry embeddings: a table of a known shape, JSONL, Parquet.
+
+Every source yields :class:`SourceRow` values **ordered by document**: the rows of one
+document (same ``source``) next to each other, in chunk order. A table is read by one SQL
+statement that maps its shape's columns to pgrag's and sorts (a server-side cursor streams
+it); a file is read whole and sorted the same way.
+
+Shapes of a table, told apart by their columns (docs/ingest.md, "Importing existing
+embeddings"), with the rule that groups rows into documents:
+
+* ``documents`` (the Supabase guides' and LangChain's SupabaseVectorStore table: ``content``
+  (``body`` in the semantic-search guide), ``embedding``, optional ``metadata``, ``fts``,
+  ``id``; also ``source_uri``, ``title``, ``page`` columns if present): the ``source_uri``
+  column, else ``metadata.source_uri``, else ``metadata.source``;
+* ``langchain`` (``langchain_pg_embedding``: ``document``, ``embedding``, ``cmetadata``,
+  ``custom_id``, ``collection_id``; the collection's name from ``langchain_pg_collection``):
+  ``cmetadata.source``, else ``custom_id``;
+* ``llamaindex`` (PGVectorStore's ``data_<name>``: ``text``, ``metadata_``, ``node_id``,
+  ``embedding``): ``metadata_.doc_id``, else ``ref_doc_id``, else ``document_id``.
+
+Rows without any of these are one document each. Within a document rows are ordered by page,
+then ``start_index`` / ``start_char_idx`` / ``chunk_index`` of their metadata, then id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from pgrag.db import connect
+from pgrag.errors import ConfigError, MissingExtra, NotInstalled
+
+FILE_COLUMNS = ("id", "content", "embedding", "metadata", "source_uri", "title", "page")
+READ_BATCH = 2000
+
+
+@dataclass
+class SourceRow:
+    """One row of a source, mapped to pgrag's names; ``problem``: why it cannot be read."""
+
+    row_id: str
+    content: Any
+    embedding: Any
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None
+    title: str | None = None
+    page: int | None = None
+    start: int | None = None
+    problem: str | None = None
+
+
+@dataclass
+class Source:
+    """A source opened for reading: what it is, what it maps and what it leaves out."""
+
+    label: str  # e.g. "table public.documents (documents)", "file corpus.jsonl"
+    shape: str  # documents, langchain, llamaindex, jsonl, parquet
+    uri_prefix: str  # a document without a source is "<prefix>#<row id>"
+    unmapped: list[str]
+    ignored: dict[str, str]  # column -> why it is not needed
+    rows: Iterable[SourceRow]
+
+
+# -- tables --------------------------------------------------------------------------------------
+
+
+def _int_of(expr: str, key: str) -> str:
+    """SQL: ``expr->>key`` as an integer when it is one, else null."""
+    return (
+        f"case when ({expr} ->> '{key}') ~ '^[0-9]{{1,15}}$' then ({expr} ->> '{key}')::bigint end"
+    )
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """How one shape's columns map to pgrag's (SQL expressions over the table alias ``r``)."""
+
+    name: str
+    needs: tuple[str, ...]
+    row_id: str
+    content: str
+    metadata: str
+    source: str
+    title: str
+    page: str
+    start: str
+    order: str
+    used: tuple[str, ...]
+    ignored: dict[str, str]
+    join: str = ""
+
+
+def _documents_shape(columns: set[str]) -> TableShape:
+    meta = "coalesce(r.metadata::jsonb, '{}'::jsonb)" if "metadata" in columns else "'{}'::jsonb"
+    has = columns.__contains__
+    return TableShape(
+        name="documents",
+        needs=("content", "embedding"),
+        row_id="r.id::text" if has("id") else "null::text",
+        # the semantic-search guide's table names it body (with a title column)
+        content="r.content" if has("content") else "r.body",
+        metadata=meta,
+        source=f"coalesce({'r.source_uri::text, ' if has('source_uri') else ''}"
+        f"{meta} ->> 'source_uri', {meta} ->> 'source')",
+        title=f"coalesce({'r.title::text, ' if has('title') else ''}{meta} ->> 'title')",
+        page=f"coalesce({'r.page::bigint, ' if has('page') else ''}{_int_of(meta, 'page')})",
+        start=f"coalesce({_int_of(meta, 'start_index')}, {_int_of(meta, 'chunk_index')})",
+        order="r.id" if has("id") else "r.ctid",
+        used=(
+            *("id", "content" if has("content") else "body", "embedding", "metadata"),
+            *("source_uri", "title", "page"),
+        ),
+        ignored={"fts": "pgrag keeps its own BM25 index of the content"},
+    )
+
+
+def _langchain_shape(columns: set[str], collection_table: str | None) -> TableShape:
+    meta = "coalesce(r.cmetadata::jsonb, '{}'::jsonb)"
+    id_column = "id" if "id" in columns else "uuid"
+    custom = "r.custom_id::text" if "custom_id" in columns else "null::text"
+    join = ""
+    metadata = meta
+    if collection_table is not None:
+        join = f"left join {collection_table} as lc on lc.uuid = r.collection_id"
+        metadata = f"{meta} || jsonb_strip_nulls(jsonb_build_object('collection', lc.name))"
+    return TableShape(
+        name="langchain",
+        needs=("document", "embedding"),
+        row_id=f"r.{id_column}::text",
+        content="r.document",
+        metadata=metadata,
+        source=f"coalesce({meta} ->> 'source', {custom})",
+        title=f"{meta} ->> 'title'",
+        page=_int_of(meta, "page"),
+        start=f"coalesce({_int_of(meta, 'start_index')}, {_int_of(meta, 'chunk_index')})",
+        order=f"r.{id_column}::text",
+        used=("id", "uuid", "document", "embedding", "cmetadata", "custom_id", "collection_id"),
+        ignored={},
+        join=join,
+    )
+
+
+def _llamaindex_shape() -> TableShape:
+    raw = "coalesce(r.metadata_::jsonb, '{}'::jsonb)"
+    node = (
+        f"(case when jsonb_typeof({raw} -> '_node_content') = 'string' "
+        f"then ({raw} ->> '_node_content')::jsonb end)"
+    )
+    return TableShape(
+        name="llamaindex",
+        needs=("text", "embedding", "metadata_"),
+        row_id="r.node_id::text",
+        # _node_content repeats the text (and _node_type its class): not kept.
+        content="r.text",
+        metadata=f"{raw} - '_node_content' - '_node_type'",
+        source=f"coalesce({raw} ->> 'doc_id', {raw} ->> 'ref_doc_id', {raw} ->> 'document_id')",
+        title=f"coalesce({raw} ->> 'title', {raw} ->> 'file_name')",
+        page=f"coalesce({_int_of(raw, 'page')}, {_int_of(raw, 'page_label')})",
+        start=f"coalesce({_int_of(node, 'start_char_idx')}, {_int_of(raw, 'chunk_index')})",
+        order="r.id",
+        used=("id", "text", "embedding", "metadata_", "node_id"),
+        ignored={"text_search_tsv": "pgrag keeps its own BM25 index of the content"},
+    )
+
+
+def _table_columns(conn: psycopg.Connection[Any], table: str) -> tuple[str, str, set[str]]:
+    try:
+        row = conn.execute(
+            "select n.nspname::text, c.relname::text, "
+            "array(select a.attname::text from pg_catalog.pg_attribute as a "
+            "where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped order by a.attnum) "
+            "from pg_catalog.pg_class as c join pg_catalog.pg_namespace as n "
+            "on n.oid = c.relnamespace where c.oid = pg_catalog.to_regclass(%s)",
+            (table,),
+        ).fetchone()
+    except psycopg.Error as exc:  # a malformed name
+        raise ConfigError(
+            f"--table {table!r} is not a table name: {exc.diag.message_primary}"
+        ) from exc
+    if row is None:
+        raise ConfigError(f"no table {table!r} in this database: name an existing table.")
+    return str(row[0]), str(row[1]), set(row[2])
+
+
+def _shape_of(
+    conn: psycopg.Connection[Any], schema: str, name: str, columns: set[str]
+) -> TableShape:
+    if {"document", "cmetadata", "embedding"} <= columns:
+        found = conn.execute(
+            "select pg_catalog.to_regclass(%s) is not null",
+            (sql.Identifier(schema, "langchain_pg_collection").as_string(conn),),
+        ).fetchone()
+        collection = (
+            sql.Identifier(schema, "langchain_pg_collection").as_string(conn)
+            if found and found[0] and "collection_id" in columns
+            else None
+        )
+        return _langchain_shape(columns, collection)
+    if {"text", "metadata_", "node_id", "embedding"} <= columns:
+        return _llamaindex_shape()
+    if "embedding" in columns and ("content" in columns or "body" in columns):
+        return _documents_shape(columns)
+    raise ConfigError(
+        f"table {schema}.{name} has none of the known shapes (its columns: "
+        f"{', '.join(sorted(columns))}): it needs content (or body) and embedding (the Supabase "
+        "guides' documents), document/cmetadata/embedding (LangChain) or text/metadata_/node_id/"
+        "embedding (LlamaIndex); or export it to JSONL."
+    )
+
+
+def open_table(dsn: str, table: str, collection: str | None = None) -> Source:
+    """The rows of ``table`` (``[schema.]name`` in the database at ``dsn``), in document order."""
+    with connect(dsn, autocommit=True) as conn:
+        schema, name, columns = _table_columns(conn, table)
+        shape = _shape_of(conn, schema, name, columns)
+        if collection is not None and shape.name != "langchain":
+            raise ConfigError("--collection applies to LangChain's langchain_pg_embedding only.")
+    ident = sql.Identifier(schema, name)
+    statement = sql.SQL(
+        "/* pgrag:import */ select {row_id}, {content}::text, r.embedding::real[], "
+        "{metadata}, {source}::text, {title}::text, {page}, {start} "
+        "from {table} as r {join} {where} "
+        "order by 5 nulls last, 7 nulls first, 8 nulls first, {order}"
+    ).format(
+        row_id=sql.SQL(shape.row_id),
+        content=sql.SQL(shape.content),
+        metadata=sql.SQL(shape.metadata),
+        source=sql.SQL(shape.source),
+        title=sql.SQL(shape.title),
+        page=sql.SQL(shape.page),
+        start=sql.SQL(shape.start),
+        table=ident,
+        join=sql.SQL(shape.join),
+        where=sql.SQL("where lc.name = %s" if collection is not None else ""),
+        order=sql.SQL(shape.order),
+    )
+    unmapped = sorted(columns - set(shape.used) - set(shape.ignored))
+    ignored = {c: why for c, why in shape.ignored.items() if c in columns}
+    params = (collection,) if collection is not None else ()
+
+    def rows() -> Iterator[SourceRow]:
+        with connect(dsn) as conn, conn.cursor(name="pgrag_import") as cur:
+            cur.itersize = READ_BATCH
+            try:
+                cur.execute(statement, params)
+            except psycopg.errors.UndefinedObject as exc:  # no pgvector type: not embeddings
+                raise NotInstalled(f"{schema}.{name}.embedding is not a vector: {exc}") from exc
+            for rid, content, emb, meta, src, title, page, start in cur:
+                yield SourceRow(
+                    str(rid) if rid is not None else "",
+                    content,
+                    emb,
+                    dict(meta or {}),
+                    src,
+                    title,
+                    int(page) if page is not None else None,
+                    int(start) if start is not None else None,
+                )
+
+    return Source(
+        label=f"table {schema}.{name} ({shape.name})",
+        shape=shape.name,
+        uri_prefix=f"{schema}.{name}",
+        unmapped=unmapped,
+        ignored=ignored,
+        rows=rows(),
+    )
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _file_row(record: Any, row_id: str, unmapped: set[str]) -> SourceRow:
+    if not isinstance(record, dict):
+        return SourceRow(row_id, None, None, problem="not a JSON object")
+    unmapped.update(k for k in record if k not in FILE_COLUMNS)
+    metadata = record.get("metadata")
+    if isinstance(metadata, str):  # Parquet exports often hold it as JSON text
+        try:
+            metadata = json.loads(metadata)
+        except json.JSONDecodeError:
+            metadata = None
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        return SourceRow(row_id, None, None, problem="metadata is not an object")
+    source = record.get("source_uri") or metadata.get("source_uri") or metadata.get("source")
+    embedding = record.get("embedding")
+    if (
+        isinstance(embedding, list)
+        and embedding
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in embedding)
+    ):
+        # held as float32 (what pgvector stores) until the file is sorted: a quarter of the
+        # memory of Python floats; NaN and infinity stay, and are refused when checked.
+        embedding = np.asarray(embedding, dtype=np.float32)
+    page = record.get("page", metadata.get("page"))
+    return SourceRow(
+        str(record["id"]) if record.get("id") is not None else row_id,
+        record.get("content"),
+        embedding,
+        metadata,
+        str(source) if source is not None else None,
+        str(record.get("title") or metadata.get("title") or "") or None,
+        _int_or_none(page),
+        _int_or_none(metadata.get("start_index", metadata.get("chunk_index"))),
+    )
+
+
+def document_order(rows: list[SourceRow]) -> list[SourceRow]:
+    """``rows`` sorted as a table's statement sorts them (documents together, chunk order)."""
+    return sorted(
+        rows,
+        key=lambda r: (
+            r.source is None,
+            r.source or "",
+            r.page is not None,
+            r.page or 0,
+            r.start is not None,
+            r.start or 0,
+        ),
+    )
+
+
+def open_jsonl(path: Path) -> Source:
+    """The rows of a JSONL file (one JSON object a line; blank lines skipped)."""
+    unmapped: set[str] = set()
+    rows: list[SourceRow] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                rows.append(SourceRow(f"line {number}", None, None, problem=f"not JSON: {exc.msg}"))
+                continue
+            rows.append(_file_row(record, f"line {number}", unmapped))
+    return Source(
+        label=f"file {path}",
+        shape="jsonl",
+        uri_prefix=str(path),
+        unmapped=sorted(unmapped),
+        ignored={},
+        rows=document_order(rows),
+    )
+
+
+def open_parquet(path: Path) -> Source:
+    """The rows of a Parquet file with the JSONL columns (pyarrow: the ``parquet`` extra)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise MissingExtra(
+            "reading Parquet needs pyarrow: pip install 'pgrag-sql[parquet]'"
+        ) from exc
+    unmapped: set[str] = set()
+    rows: list[SourceRow] = []
+    number = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH):
+        for record in batch.to_pylist():
+            number += 1
+            rows.append(_file_row(record, f"row {number}", unmapped))
+    return Source(
+        label=f"file {path}",
+        shape="parquet",
+        uri_prefix=str(path),
+        unmapped=sorted(unmapped),
+        ignored={},
+        rows=document_order(rows),
+    )
+
+
+def open_file(path: Path) -> Source:
+    """A JSONL (``.jsonl``, ``.ndjson``, ``.json``) or Parquet (``.parquet``) file."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file.")
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return open_jsonl(path)
+    if suffix in (".parquet", ".pq"):
+        return open_parquet(path)
+    raise ConfigError(f"{path}: import reads .jsonl or .parquet files, not {suffix or 'this'}.")

@@ -1,0 +1,512 @@
+"""``pgrag import``: rows that already have embeddings, from each source shape, on a real
+database with real embeddings of the bundled model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from pgrag.cli import main
+from pgrag.db import tenant_transaction
+from pgrag.pipeline.embedders import LOCAL_MODEL_NAME, vector_literal
+
+TEXTS = [
+    "Reset a forgotten password from the login page with the emailed link.",
+    "Invoices are sent on the first business day of every month.",
+    "The backup job copies the database to cold storage every night.",
+    "Solar panels on the roof charge the battery during the day.",
+]
+
+
+@pytest.fixture(scope="module")
+def vectors(local_embedder: Any) -> list[np.ndarray]:
+    return [np.asarray(v, dtype=np.float32) for v in local_embedder.embed(TEXTS)]
+
+
+def run(db: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["--dsn", db, "import", *args, "--json"])
+
+
+def summary(result: Result) -> dict[str, Any]:
+    assert result.exit_code in (0, 1), result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def make_supabase_table(conn: psycopg.Connection[Any], vectors: list[np.ndarray]) -> None:
+    """The Supabase hybrid-search guide's table (plus its optional metadata column)."""
+    conn.execute(
+        "create table public.documents (id bigint primary key generated always as identity, "
+        "content text, metadata jsonb, "
+        "fts tsvector generated always as (to_tsvector('english', content)) stored, "
+        "embedding vector(384))"
+    )
+    sources = ["guide.md", "guide.md", None, None]
+    for text, vec, src in zip(TEXTS, vectors, sources, strict=True):
+        meta = {"source": src, "team": "docs"} if src else {"team": "billing"}
+        conn.execute(
+            "insert into public.documents (content, metadata, embedding) values (%s, %s, %s)",
+            (text, json.dumps(meta), vector_literal(vec)),
+        )
+    conn.commit()
+
+
+def chunks(conn: psycopg.Connection[Any], tenant: str = "default") -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "select d.source_uri, c.chunk_index, c.content, c.metadata, c.embedding::text "
+        "from pgrag.chunks as c join pgrag.documents as d on d.id = c.document_id "
+        "where c.tenant_id = %s order by d.source_uri, c.chunk_index",
+        (tenant,),
+    ).fetchall()
+
+
+def test_the_supabase_guide_table_imports_searchable_chunks_with_the_same_embeddings(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+
+    result = run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME)
+
+    assert result.exit_code == 0, result.output
+    s = summary(result)
+    assert (s["documents_new"], s["chunks_imported"], s["refused"]) == (3, 4, [])
+    assert s["ignored_columns"] == {"fts": "pgrag keeps its own BM25 index of the content"}
+    # every imported chunk holds the source row's embedding (cosine 1)
+    same = conn.execute(
+        "select min(1 - (c.embedding <=> d.embedding)) from pgrag.chunks as c "
+        "join public.documents as d on d.content = c.content"
+    ).fetchone()
+    assert same is not None and same[0] > 0.99999
+    with tenant_transaction(conn, "default"):
+        hybrid = conn.execute(
+            "select content from hybrid_search(%s, %s::vector, 1)",
+            ("forgotten password", vector_literal(vectors[0])),
+        ).fetchall()
+        vector = conn.execute(
+            "select content, similarity from vector_search(%s::vector, 1)",
+            (vector_literal(vectors[2]),),
+        ).fetchall()
+        keyword = conn.execute("select content from keyword_search('invoices', 1)").fetchall()
+    assert hybrid == [(TEXTS[0],)]
+    assert vector[0][0] == TEXTS[2] and vector[0][1] > 0.99999
+    assert keyword == [(TEXTS[1],)]
+
+
+def test_rows_sharing_a_source_become_one_document_with_ordered_chunks(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+
+    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+
+    rows = chunks(conn)
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("guide.md", 0, TEXTS[0]),
+        ("guide.md", 1, TEXTS[1]),
+        ("public.documents#3", 0, TEXTS[2]),
+        ("public.documents#4", 0, TEXTS[3]),
+    ]
+    assert rows[0][3] == {"source": "guide.md", "team": "docs", "source_id": "1"}
+    meta = conn.execute(
+        "select metadata from pgrag.documents where source_uri = 'guide.md'"
+    ).fetchone()
+    assert meta is not None and meta[0]["team"] == "docs"
+
+
+def test_a_reimport_skips_unchanged_documents_and_replaces_only_a_changed_one(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    kept = conn.execute("select id from pgrag.chunks where content = %s", (TEXTS[2],)).fetchone()
+
+    again = summary(run(db, "--table", "documents"))
+    conn.execute("update public.documents set content = content || ' Monthly.' where id = 2")
+    conn.commit()
+    changed = summary(run(db, "--table", "documents"))
+
+    assert (again["documents_unchanged"], again["chunks_imported"]) == (3, 0)
+    assert (changed["documents_changed"], changed["documents_unchanged"]) == (1, 2)
+    assert changed["chunks_imported"] == 2
+    assert (
+        conn.execute("select id from pgrag.chunks where content = %s", (TEXTS[2],)).fetchone()
+        == kept
+    )
+    assert conn.execute(
+        "select count(*) from pgrag.chunks where content like '%%Monthly.'"
+    ).fetchone() == (1,)
+
+
+def test_langchain_tables_import_grouped_by_source_with_their_collection(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table langchain_pg_collection (uuid uuid primary key, name varchar not null, "
+        "cmetadata json)"
+    )
+    conn.execute(
+        "create table langchain_pg_embedding (id varchar primary key, collection_id uuid "
+        "references langchain_pg_collection (uuid), embedding vector, document varchar, "
+        "cmetadata jsonb, custom_id varchar)"
+    )
+    conn.execute(
+        "insert into langchain_pg_collection values "
+        "('00000000-0000-0000-0000-000000000001', 'handbook', null), "
+        "('00000000-0000-0000-0000-000000000002', 'other', null)"
+    )
+    rows = [
+        ("a", 1, {"source": "hr.pdf", "page": 2, "start_index": 0}, None),
+        ("b", 1, {"source": "hr.pdf", "page": 1, "start_index": 40}, None),
+        ("c", 1, {}, "note-7"),
+        ("d", 2, {"source": "elsewhere.pdf"}, None),
+    ]
+    for (rid, coll, meta, custom), text, vec in zip(rows, TEXTS, vectors, strict=True):
+        conn.execute(
+            "insert into langchain_pg_embedding values (%s, %s, %s::vector, %s, %s, %s)",
+            (
+                rid,
+                f"00000000-0000-0000-0000-00000000000{coll}",
+                vector_literal(vec),
+                text,
+                json.dumps(meta),
+                custom,
+            ),
+        )
+    conn.commit()
+
+    result = run(
+        db,
+        "--table",
+        "langchain_pg_embedding",
+        "--collection",
+        "handbook",
+        "--model",
+        LOCAL_MODEL_NAME,
+    )
+
+    assert result.exit_code == 0, result.output
+    got = chunks(conn)
+    assert [(r[0], r[1], r[2]) for r in got] == [
+        ("hr.pdf", 0, TEXTS[1]),  # page 1 first
+        ("hr.pdf", 1, TEXTS[0]),
+        ("note-7", 0, TEXTS[2]),
+    ]
+    assert got[0][3]["collection"] == "handbook" and got[0][3]["page"] == 1
+    pages = conn.execute("select page from pgrag.chunks order by page nulls last").fetchall()
+    assert pages == [(1,), (2,), (None,)]
+
+
+def test_a_llamaindex_data_table_imports_grouped_by_its_doc_id(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table data_kb (id bigserial primary key, text varchar not null, "
+        "metadata_ json, node_id varchar, embedding vector(384))"
+    )
+    metas = [
+        {"doc_id": "d1", "file_name": "manual.txt", "_node_content": '{"start_char_idx": 0}'},
+        {"doc_id": "d1", "file_name": "manual.txt", "_node_content": '{"start_char_idx": 90}'},
+        {"ref_doc_id": "d2", "file_name": "faq.txt", "_node_type": "TextNode"},
+        {},
+    ]
+    for i, (text, vec, meta) in enumerate(zip(TEXTS, vectors, metas, strict=True)):
+        conn.execute(
+            "insert into data_kb (text, metadata_, node_id, embedding) values (%s, %s, %s, %s)",
+            (text, json.dumps(meta), f"node-{i}", vector_literal(vec)),
+        )
+    conn.commit()
+
+    result = run(db, "--table", "data_kb", "--model", LOCAL_MODEL_NAME)
+
+    assert result.exit_code == 0, result.output
+    got = chunks(conn)
+    assert [(r[0], r[1], r[2]) for r in got] == [
+        ("d1", 0, TEXTS[0]),
+        ("d1", 1, TEXTS[1]),
+        ("d2", 0, TEXTS[2]),
+        ("public.data_kb#node-3", 0, TEXTS[3]),
+    ]
+    assert got[2][3] == {"ref_doc_id": "d2", "file_name": "faq.txt", "source_id": "node-2"}
+    titles = conn.execute("select title from pgrag.documents order by source_uri").fetchall()
+    assert titles[:2] == [("manual.txt",), ("faq.txt",)]
+
+
+def test_embeddings_of_another_dimension_are_refused_in_one_line(
+    db: str, conn: psycopg.Connection[Any]
+) -> None:
+    conn.execute("create table small (id int primary key, content text, embedding vector(3))")
+    conn.execute("insert into small values (1, 'a text', '[1,2,3]'), (2, 'more', '[3,2,1]')")
+    conn.commit()
+
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", "--table", "small", "--model", LOCAL_MODEL_NAME]
+    )
+
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: table public.small (documents) holds 3-dimension embeddings, this installation "
+        "384 (pgrag.embedding_config): import into a database installed with pgrag migrate "
+        "--dims 3."
+    ]
+    assert conn.execute("select count(*) from pgrag.documents").fetchone() == (0,)
+
+
+def write_jsonl(path: Path, vectors: list[np.ndarray], nan_row: int | None = None) -> Path:
+    with path.open("w") as handle:
+        for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+            emb = [float(x) for x in vec]
+            if i == nan_row:
+                emb[5] = float("nan")
+            record = {
+                "content": text,
+                "embedding": emb,
+                "metadata": {"n": i},
+                "source_uri": "kb/a.md" if i < 2 else None,
+                "title": f"T{i}",
+                "page": i + 1,
+            }
+            handle.write(json.dumps(record) + "\n")
+    return path
+
+
+def test_a_nan_embedding_refuses_its_row_alone(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors, nan_row=3)
+
+    result = run(db, str(path), "--model", LOCAL_MODEL_NAME)
+
+    assert result.exit_code == 1
+    s = summary(result)
+    assert s["refused"] == [
+        {"row": "line 4", "document": f"{path}#line 4", "reason": "embedding holds NaN or infinity"}
+    ]
+    assert (s["documents_new"], s["chunks_imported"]) == (2, 3)
+    assert len(chunks(conn)) == 3
+
+
+def test_jsonl_and_parquet_files_import_the_same_rows(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:
+        r["metadata"] = json.dumps(r["metadata"])
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(records), parquet)
+
+    assert run(db, str(path), "--model", LOCAL_MODEL_NAME, "--tenant", "a").exit_code == 0
+    assert run(db, str(parquet), "--tenant", "b").exit_code == 0
+
+    def rows(tenant: str) -> list[tuple[Any, ...]]:
+        # the same rows: a row without a source is named by its line (JSONL) or row (Parquet)
+        return [
+            (r[0].startswith("kb/"), r[1], r[2], {**r[3], "source_id": None}, r[4])
+            for r in chunks(conn, tenant)
+        ]
+
+    assert rows("a") == rows("b") and len(rows("a")) == 4
+
+
+def test_another_tenant_never_sees_imported_rows(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+    assert run(db, str(path), "--model", LOCAL_MODEL_NAME, "--tenant", "acme").exit_code == 0
+
+    with tenant_transaction(conn, "globex"):
+        seen = conn.execute(
+            "select count(*) from hybrid_search('password', %s::vector, 10)",
+            (vector_literal(vectors[0]),),
+        ).fetchone()
+    with tenant_transaction(conn, "acme"):
+        own = conn.execute(
+            "select count(*) from hybrid_search('password', %s::vector, 10)",
+            (vector_literal(vectors[0]),),
+        ).fetchone()
+    assert seen == (0,) and own is not None and own[0] > 0
+
+
+def test_dry_run_maps_and_checks_but_writes_nothing(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+
+    s = summary(run(db, str(path), "--model", LOCAL_MODEL_NAME, "--dry-run"))
+
+    assert (s["dry_run"], s["documents_new"], s["chunks_imported"]) == (True, 3, 4)
+    assert conn.execute("select count(*) from pgrag.documents").fetchone() == (0,)
+    assert conn.execute("select model from pgrag.embedding_config").fetchone() == (None,)
+
+
+def test_an_installation_without_a_model_needs_model(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(path)])
+
+    assert result.exit_code == 1
+    assert "--model NAME" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_embeddings_of_another_model_are_refused(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+    assert run(db, str(path), "--model", LOCAL_MODEL_NAME).exit_code == 0
+
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", str(path), "--model", "text-embedding-3-small"]
+    )
+
+    assert result.exit_code == 1
+    assert "would mix models" in result.output
+
+
+def test_parquet_without_pyarrow_names_the_extra_in_one_line(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "rows.parquet"
+    path.write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if pyarrow were not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(path)])
+
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: reading Parquet needs pyarrow: pip install 'pgrag-sql[parquet]'"
+    ]
+
+
+def test_the_summary_lists_what_was_imported_refused_and_left_unmapped(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+    with path.open("a") as handle:
+        handle.write(json.dumps({"content": " ", "embedding": [0.0] * 384, "lang": "en"}) + "\n")
+
+    result = CliRunner().invoke(
+        main,
+        ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--progress"],
+        env={"PGRAG_PROGRESS_INTERVAL": "0"},
+    )
+
+    assert result.exit_code == 1
+    assert "import: " in result.stderr  # progress lines, on stderr
+    assert f"refused: {path}#line 5 (line 5): empty content" in result.stderr
+    assert "documents: 3 new, 0 changed, 0 unchanged, 0 relabelled, 1 refused" in result.stdout
+    assert "unmapped:  lang (not imported)" in result.stdout
+
+
+def test_an_unknown_language_is_one_line_naming_it(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+
+    result = CliRunner().invoke(
+        main,
+        ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--language", "klingon"],
+    )
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "klingon" in lines[0] and ", english, " in lines[0]
+
+
+def test_a_source_without_rows_is_nothing_to_do(db: str, tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(path), "--model", "m"])
+
+    assert result.exit_code == 3
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_an_older_langchain_table_keyed_by_uuid_imports_by_custom_id(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table langchain_pg_embedding (uuid uuid primary key, collection_id uuid, "
+        "embedding vector, document varchar, cmetadata json, custom_id varchar)"
+    )
+    for i, (text, vec) in enumerate(zip(TEXTS[:2], vectors[:2], strict=True)):
+        conn.execute(
+            "insert into langchain_pg_embedding values (%s, null, %s, %s, '{}', 'faq')",
+            (f"00000000-0000-0000-0000-00000000000{i}", vector_literal(vec), text),
+        )
+    conn.commit()
+
+    s = summary(run(db, "--table", "langchain_pg_embedding", "--model", LOCAL_MODEL_NAME))
+
+    assert (s["documents_new"], s["chunks_imported"], s["unmapped_columns"]) == (1, 2, [])
+    assert [(r[0], r[1]) for r in chunks(conn)] == [("faq", 0), ("faq", 1)]
+
+
+def test_new_metadata_of_a_row_replaces_its_document_with_it(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    conn.execute("""update public.documents set metadata = metadata || '{"team": "ops"}'
+                    where id = 3""")
+    conn.commit()
+
+    s = summary(run(db, "--table", "documents"))
+
+    assert (s["documents_changed"], s["documents_unchanged"], s["chunks_imported"]) == (1, 2, 1)
+    assert conn.execute(
+        "select c.metadata ->> 'team', d.metadata ->> 'team' from pgrag.chunks as c "
+        "join pgrag.documents as d on d.id = c.document_id where c.content = %s",
+        (TEXTS[2],),
+    ).fetchone() == ("ops", "ops")
+
+
+def test_a_source_longer_than_a_document_uri_refuses_its_document_alone(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+    with path.open("a") as handle:
+        record = {
+            "content": "far",
+            "embedding": [float(x) for x in vectors[0]],
+            "source_uri": "x" * 3000,
+            "page": 2**40,
+        }
+        handle.write(json.dumps(record) + "\n")
+
+    s = summary(run(db, str(path), "--model", LOCAL_MODEL_NAME))
+
+    assert [r["reason"] for r in s["refused"]] == ["source longer than 2048 characters"]
+    assert (s["documents_new"], s["documents_refused"]) == (3, 1)
+
+
+def test_the_semantic_search_guide_table_imports_body_with_its_title(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table documents (id bigint primary key generated always as identity, "
+        "title text not null, body text not null, embedding vector(384))"
+    )
+    conn.execute(
+        "insert into documents (title, body, embedding) values ('Passwords', %s, %s)",
+        (TEXTS[0], vector_literal(vectors[0])),
+    )
+    conn.commit()
+
+    s = summary(run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME))
+
+    assert (s["chunks_imported"], s["unmapped_columns"]) == (1, [])
+    assert conn.execute("select title from pgrag.documents").fetchone() == ("Passwords",)
+    assert [r[2] for r in chunks(conn)] == [TEXTS[0]]
