@@ -1157,6 +1157,39 @@ chunks/s ({ratio(bb["onnx"], bb["sentence-transformers"])}×), the embeddings eq
 """
 
 
+def import_shapes() -> str:
+    d = load("import_shapes.json")
+    labels = {
+        "documents": "the Supabase guide's `documents` table (first: loads the tokenizer)",
+        "langchain": "LangChain's `langchain_pg_embedding`",
+        "llamaindex": "a LlamaIndex `data_*` table",
+        "jsonl": "a JSONL file",
+        "parquet": "a Parquet file",
+    }
+    rows = [
+        [
+            labels.get(name, name),
+            f"{r['chunks']:,}",
+            f"{r['documents']:,}",
+            num(r["seconds"], 2),
+            f"{r['chunks_per_s']:,}",
+        ]
+        for name, r in d["shapes"].items()
+    ]
+    return f"""\
+## Importing existing embeddings (`benchmarks/import_shapes.py`)
+
+`pgrag import` from each source shape ([ingest.md](ingest.md#importing-existing-embeddings)):
+{d["size"]:,} rows with 384-dimension embeddings, {d["per_doc"]} per source document, into a fresh
+tenant per shape through the loader's row-by-row path (nothing embedded; token counts by the
+model's tokenizer). Small runs on a shared machine: a rate, not a ceiling.
+
+{table(["source", "chunks", "documents", "seconds", "chunks/s"], rows)}
+
+{provenance(d)} {source("import_shapes.json")}
+"""
+
+
 def first_load() -> str:
     d = load("first_load.json")
     one = load("first_load_20k_one_loader.json")
@@ -1539,6 +1572,7 @@ SECTIONS: list[Callable[[], str]] = [
     browse,
     cli,
     ingest,
+    import_shapes,
     first_load,
     plpython,
     load_section,
