@@ -91,6 +91,18 @@ CALLS: list[tuple[str, str, Callable[[str, Any, list[int]], tuple[Any, ...]]]] =
         "select * from public.build_context_for(%s, null, 400, 4, 1)",
         lambda q, e, ids: (list(reversed(ids)),),
     ),
+    # What a search page adds: the snippets of the rows shown, facets, "did you mean".
+    (
+        "highlight",
+        "select * from public.highlight(%s, %s)",
+        lambda q, e, ids: (ids, q),
+    ),
+    (
+        "search_facets",
+        "select * from public.search_facets(%s, array['team'])",
+        lambda q, e, ids: (q,),
+    ),
+    ("suggest_query", "select * from public.suggest_query(%s)", lambda q, e, ids: (q,)),
     # The embedded server has no PL/Python: re-ranking in the database is refused (PR301) on
     # both alike; the text search answers from the query-embedding
     # cache (filled on the primary for both tenants) and refuses anon with PR301.
