@@ -1157,6 +1157,57 @@ chunks/s ({ratio(bb["onnx"], bb["sentence-transformers"])}×), the embeddings eq
 """
 
 
+def embedder_bound() -> str:
+    d = load("embedder_bound.json")
+    rows = [
+        [
+            str(r["tokens"]),
+            num(r["gflop_per_chunk"], 2),
+            num(r["bound_chunks_per_s"]),
+            f"{num(r['before_chunks_per_s'])} ({num(100 * r['before_fraction_of_bound'], 0)} %)",
+            f"{num(r['fp32_chunks_per_s'])} ({num(100 * r['fp32_fraction_of_bound'], 0)} %)",
+            f"{num(r['int8_chunks_per_s'])} ({num(100 * r['int8_fraction_of_bound'], 0)} %)",
+            f"{num(r['fp32_speedup'], 2)}× / {num(r['int8_speedup'], 2)}×",
+        ]
+        for r in d["per_length"]
+    ]
+    sweep = {(s["precision"], str(s["threads"]), s["batch_size"]): s["chunks_per_s"] for s in d["sweep_200_tokens"]}
+    threads = sorted({k[1] for k in sweep}, reverse=True)
+    batches = sorted({k[2] for k in sweep})
+    sweep_rows = [
+        [f"{p}, threads {t}"] + [num(sweep[(p, t, b)]) for b in batches]
+        for p in ("fp32", "int8")
+        for t in threads
+    ]
+    cos = d["int8_cosine_to_fp32"]
+    return f"""\
+## The local model against the hardware's bound (`benchmarks/embedder_bound.py`)
+
+What the CPU allows: a float32 matrix multiply of the model's widest layer's shape
+({" × ".join(str(x) for x in d["matmul_shape"])}) sustains {num(d["numpy_gemm_gflops"])} GFLOP/s in numpy and
+{num(d["onnx_matmul_gflops"])} GFLOP/s in ONNX Runtime with the embedder's thread setting ({num(d["onnx_matmul_1_thread_gflops"])} on one
+thread). all-MiniLM-L6-v2 costs `{d["flops_formula"]}` operations per chunk (the
+linear layers plus attention's n² terms; layer norms, softmax and GELU are left out, so the bound is
+a little generous); the faster rate divided by that is the bound in chunks/s. The embedder
+(`LocalEmbedder.embed`, tokenisation included) on SciFact abstracts cut to exactly n tokens,
+{d["chunks_per_measurement"]} chunks per measurement: the old setting (fp32, batches of 64) and
+the new default batches of {d["batch_size"]} in fp32 and int8, interleaved in {d["repeats"]} rounds. The
+machine is shared, so every figure is the best of its rounds and the matrix-multiply rate is
+measured again in each round (its best is the bound); all rounds are in the results file.
+
+{table(["tokens n", "GFLOP per chunk", "bound (chunks/s)", "before: fp32, batch 64 (of bound)", f"fp32, batch {d['batch_size']} (of bound)", f"int8, batch {d['batch_size']} (of bound)", "speedup fp32 / int8"], rows)}
+
+The int8 model (`PGRAG_LOCAL_PRECISION=int8`) multiplies in 8-bit integers, so it can pass the
+float32 bound. Its embeddings' cosine to fp32's on the 200-token chunks: minimum {cos["min"]}, mean
+{cos["mean"]}. Batch size and threads at 200 tokens (chunks/s, best of {d["repeats"]} interleaved rounds;
+smaller batches keep a layer's activations in the caches):
+
+{table(["precision, threads"] + [f"batch {b}" for b in batches], sweep_rows)}
+
+{provenance(d)} {source("embedder_bound.json")}
+"""
+
+
 def first_load() -> str:
     d = load("first_load.json")
     one = load("first_load_20k_one_loader.json")
@@ -1539,6 +1590,7 @@ SECTIONS: list[Callable[[], str]] = [
     browse,
     cli,
     ingest,
+    embedder_bound,
     first_load,
     plpython,
     load_section,
