@@ -20,10 +20,10 @@
 3. The bound in chunks/s: the faster of the two measured rates / FLOPs(n).
 4. A sweep of batch size and threads at 200 tokens (fp32 and int8), every setting once per
    round, interleaved; then the embedder (``LocalEmbedder.embed``, tokenisation included) on real
-   text, SciFact abstracts cut to exactly 60, 200 and 256 tokens, the old setting (fp32, batch 64)
-   against the embedder's default batch size in fp32 and int8, interleaved in one run, as a fraction of the
-   bound. The machine is shared: every figure is the best of its rounds (the run least disturbed
-   by other work), and every round re-measures the matrix-multiply rate.
+   text, SciFact abstracts cut to exactly 60, 200 and 256 tokens, the old setting (fp32, batch
+   64) against the embedder's default batch size in fp32 and int8, interleaved in one run, as a
+   fraction of the bound. The machine is shared: every figure is the best of its rounds (the run
+   least disturbed by other work), and every round re-measures the matrix-multiply rate.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import ROOT, SCIFACT  # noqa: E402
+from benchmarks.common import ROOT, SCIFACT
 
 LAYERS, HIDDEN, INTERMEDIATE = 6, 384, 1536
 LENGTHS = (60, 200, 256)
@@ -154,9 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = {n: texts_of_length(n, args.chunks) for n in LENGTHS}
 
     # 1. Batch size and threads at 200 tokens, every setting once per round, interleaved.
-    settings = [
-        (p, t, b) for t in (None, 1) for b in (8, 16, 32, 64) for p in ("fp32", "int8")
-    ]
+    settings = [(p, t, b) for t in (None, 1) for b in (8, 16, 32, 64) for p in ("fp32", "int8")]
     made = {s: LocalEmbedder(batch_size=s[2], threads=s[1], precision=s[0]) for s in settings}
     for e in made.values():
         e.embed(texts[200][:8])  # load and warm up
@@ -220,13 +218,22 @@ def main(argv: list[str] | None = None) -> int:
         per_length.append(row)
         print(row, flush=True)
 
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     result = {
         "command": "python benchmarks/embedder_bound.py " + " ".join(argv or sys.argv[1:]),
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_head": head,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg_before": list(load_before), "load_avg_at_end": list(os.getloadavg())},
-        "flops_formula": "L (8 n d^2 + 4 n d f + 4 n^2 d), L=6, d=384, f=1536; n tokens with [CLS]/[SEP]",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_avg_before": list(load_before),
+            "load_avg_at_end": list(os.getloadavg()),
+        },
+        "flops_formula": (
+            "L (8 n d^2 + 4 n d f + 4 n^2 d), L=6, d=384, f=1536; n tokens with [CLS]/[SEP]"
+        ),
         "matmul_shape": [m, HIDDEN, INTERMEDIATE],
         **rates,
         "bound_rate_gflops": peak,
@@ -234,7 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         "chunks_per_measurement": args.chunks,
         "repeats": args.repeats,
         "per_length": per_length,
-        "int8_cosine_to_fp32": {"min": round(float(cosine.min()), 4), "mean": round(float(cosine.mean()), 4)},
+        "int8_cosine_to_fp32": {
+            "min": round(float(cosine.min()), 4),
+            "mean": round(float(cosine.mean()), 4),
+        },
         "sweep_200_tokens": sweep,
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")

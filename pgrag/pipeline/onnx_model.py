@@ -13,10 +13,10 @@ and checked against a SHA-256 stored beside it: a missing, truncated or corrupt 
 and every write goes to a temporary file renamed into place (atomic on POSIX).
 
 ``precision="int8"`` runs a dynamically quantised copy instead (ONNX Runtime's
-``quantize_dynamic``: the MatMul weights stored as int8 with one scale each, activations quantised
-per call, one weight scale per output column). It is made once from the fp32 graph and its weights, offline, and cached beside the
-fp32 graph with its own SHA-256 (about 58 MB, self-contained: the weights are in the file; the
-word-embedding table, kept in fp32, is most of it).
+``quantize_dynamic``: the linear layers' weights stored as int8 with one scale per output
+column, activations quantised per call). It is made once from the fp32 graph and its weights,
+offline, and cached beside the fp32 graph with its own SHA-256 (about 58 MB, self-contained:
+the weights are in the file; the word-embedding table, kept in fp32, is most of it).
 """
 
 from __future__ import annotations
