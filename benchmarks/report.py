@@ -1184,9 +1184,9 @@ def embedder_bound() -> str:
     ]
     cos = d["int8_cosine_to_fp32"]
     return f"""\
-## The local model against the hardware's bound (`benchmarks/embedder_bound.py`)
+## The local model against the hardware's bound
 
-What the CPU allows: a float32 matrix multiply of the model's widest layer's shape
+What the CPU allows (`benchmarks/embedder_bound.py`): a float32 matrix multiply of the model's widest layer's shape
 ({" × ".join(str(x) for x in d["matmul_shape"])}) sustains {num(d["numpy_gemm_gflops"])} GFLOP/s in numpy and
 {num(d["onnx_matmul_gflops"])} GFLOP/s in ONNX Runtime with the embedder's thread setting ({num(d["onnx_matmul_1_thread_gflops"])} on one
 thread). all-MiniLM-L6-v2 costs `{d["flops_formula"]}` operations per chunk (the
