@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"target {mode}: nDCG@10 >= {quality} and p50 <= {p50} ms: "
                 f"{'met' if ok else 'MISSED'}"
             )
-    if cross_validation:
+    if cross_validation and "chosen" in cross_validation:  # one candidate: nothing chosen
         cv_row = cross_validation
         print(
             f"cross-validated fusion ({cv_row['folds']} folds): chosen {cv_row['chosen']}, "
