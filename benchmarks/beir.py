@@ -328,8 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         cross_validation = {"candidates": fusion, **cv.as_dict()}
 
     home = os.environ.get("PGRAG_HOME")
+    precision = os.environ.get("PGRAG_LOCAL_PRECISION")  # the local model's int8 variant
     command = (
         (f"PGRAG_HOME={home} " if home and not args.dsn else "")
+        + (f"PGRAG_LOCAL_PRECISION={precision} " if precision else "")
         + ".venv/bin/python benchmarks/beir.py"
         + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     )
@@ -382,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"target {mode}: nDCG@10 >= {quality} and p50 <= {p50} ms: "
                 f"{'met' if ok else 'MISSED'}"
             )
-    if cross_validation:
+    if cross_validation and "chosen" in cross_validation:  # one candidate: nothing chosen
         cv_row = cross_validation
         print(
             f"cross-validated fusion ({cv_row['folds']} folds): chosen {cv_row['chosen']}, "
