@@ -9,17 +9,21 @@ Work measured in chunks as well as documents (``pgrag ingest``) reports chunks: 
 (embedded, or needing no embedding) of those planned, i.e. chunked so far plus an estimate of
 the rest (``~``) while sources are still being read, and estimates the time left from the
 chunk rate, so one large document shows movement and a sane estimate rather than "0/1".
+
+Mode ``json`` (``--progress-json``) writes the same figures for scripts: one JSON object per line
+on stderr, every ``interval`` seconds and once at the end (``"done": true``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import time
 from typing import Any, Literal
 
-ProgressMode = Literal["auto", "bar", "lines", "off"]
+ProgressMode = Literal["auto", "bar", "lines", "json", "off"]
 DEFAULT_INTERVAL = 10.0
 
 
@@ -67,6 +71,7 @@ class Progress:
         self.bar: Any = None
         self.task: Any = None
         self.lines = False
+        self.json = mode == "json"
         if mode == "off":
             return
         if sys.stderr.isatty() and mode in ("auto", "bar"):
@@ -102,6 +107,9 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
+        if self.json:
+            with self.lock:
+                self._print_event(time.monotonic(), done=True)
 
     def advance(self, n: float = 1, description: str | None = None) -> None:
         """``n`` more units done."""
@@ -186,6 +194,9 @@ class Progress:
         if now - self.last_line < self.interval:
             return
         self.last_line = now
+        if self.json:
+            self._print_event(now, done=False)
+            return
         elapsed = now - self.started
         done = int(self.done)
         if self.total:
@@ -202,3 +213,25 @@ class Progress:
         elif self.total and self.done > 0 and not self.chunks_planned:
             parts.append(f"about {_clock(elapsed * (self.total - self.done) / self.done)} left")
         print(f"{self.label}: {', '.join(parts)}", file=sys.stderr, flush=True)
+
+    def _print_event(self, now: float, *, done: bool) -> None:
+        """One JSON line: units and chunks done of their totals, counters, seconds elapsed and
+        (while running) the estimate of the seconds left."""
+        total, estimated = self._chunk_total()
+        left = self._chunks_left(now) if self.chunks_planned else None
+        if left is None and self.total and self.done > 0 and not self.chunks_planned:
+            left = (now - self.started) * (self.total - self.done) / self.done
+        event = {
+            "event": "progress",
+            "label": self.label,
+            self.unit: int(self.done),
+            f"{self.unit}_total": self.total,
+            "chunks_embedded": self.chunks if self.chunks_planned else None,
+            "chunks_total": total if self.chunks_planned else None,
+            "chunks_total_estimated": estimated if self.chunks_planned else None,
+            "counters": dict(self.counters),
+            "elapsed_s": round(now - self.started, 1),
+            "left_s": None if done or left is None else round(left, 1),
+            "done": done,
+        }
+        print(json.dumps(event), file=sys.stderr, flush=True)

@@ -333,6 +333,24 @@ def test_progress_lines_when_stderr_is_not_a_terminal(
     assert "documents: 6 new" in result.stdout  # the summary stays on stdout
 
 
+def test_progress_json_gives_one_event_per_line_for_scripts(
+    db: str, tmp_path: Path, local_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = many_documents(tmp_path / "many", 6)
+    monkeypatch.setenv("PGRAG_PROGRESS_INTERVAL", "0")
+    args = ["--dsn", db, "ingest", str(folder), "--progress-json", "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert events and all(e["event"] == "progress" and e["label"] == "ingest" for e in events)
+    assert any(not e["done"] and e["chunks_embedded"] is not None for e in events)
+    last = events[-1]
+    assert last["done"] is True and last["left_s"] is None
+    assert (last["documents"], last["documents_total"]) == (6, 6)
+    assert last["chunks_embedded"] == last["chunks_total"] == 6
+    assert json.loads(result.stdout)["documents_new"] == 6  # the summary stays on stdout
+
+
 def test_ctrl_c_during_a_real_ingest_stops_fast_says_what_was_kept_and_leaves_no_half_document(
     db: str, tmp_path: Path
 ) -> None:

@@ -220,6 +220,12 @@ progress_option = click.option(
     help="Report progress on stderr: a live bar on a terminal, else one line every 10 s "
     "(env PGRAG_PROGRESS_INTERVAL). Default: on, except with --json.",
 )
+progress_json_option = click.option(
+    "--progress-json",
+    is_flag=True,
+    help="Report progress on stderr as one JSON object per line, for scripts: every "
+    "PGRAG_PROGRESS_INTERVAL seconds (10) and once at the end.",
+)
 
 
 def tenant_option(

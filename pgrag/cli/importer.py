@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from pgrag.cli.common import echo_json, json_option, pass_state, progress_option
+from pgrag.cli.common import (
+    echo_json,
+    json_option,
+    pass_state,
+    progress_json_option,
+    progress_option,
+)
 from pgrag.cli.state import CliState
 from pgrag.db import DEFAULT_TENANT
 from pgrag.pipeline.embedders import PROVIDERS
@@ -56,6 +62,7 @@ from pgrag.progress import progress_mode
 )
 @click.option("--dry-run", is_flag=True, help="Read, map and check only; write nothing.")
 @progress_option
+@progress_json_option
 @json_option
 @pass_state
 def import_command(
@@ -69,6 +76,7 @@ def import_command(
     language: str,
     dry_run: bool,
     progress: bool | None,
+    progress_json: bool,
     as_json: bool,
 ) -> None:
     """Import chunks that already have embeddings, without re-embedding: from FILE (.jsonl or
@@ -102,7 +110,7 @@ def import_command(
         provider=provider,
         language=language,
         dry_run=dry_run,
-        progress=progress_mode(shown),
+        progress="json" if progress_json else progress_mode(shown),
     )
     summary = import_source(dsn, source, options)
     if as_json:

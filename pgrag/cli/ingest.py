@@ -11,6 +11,7 @@ from pgrag.cli.common import (
     json_option,
     parse_json_object,
     pass_state,
+    progress_json_option,
     progress_option,
 )
 from pgrag.cli.state import CliState
@@ -90,6 +91,7 @@ from pgrag.pipeline.embedders import PROVIDERS, get_embedder, read_embedding_con
     "exist (one transaction).",
 )
 @progress_option
+@progress_json_option
 @json_option
 @pass_state
 def ingest(
@@ -108,6 +110,7 @@ def ingest(
     metadata_json: str | None,
     prune: bool,
     progress: bool | None,
+    progress_json: bool,
     as_json: bool,
 ) -> None:
     """Extract, chunk, embed and load documents: files, folders (recursive) and URLs.
@@ -143,7 +146,7 @@ def ingest(
         tenant=tenant,
         embedder=embedder,
         options=options,
-        progress=progress if progress is not None else not as_json,
+        progress="json" if progress_json else progress if progress is not None else not as_json,
         prune=prune,
     )
     if as_json:
