@@ -62,7 +62,7 @@ begin
               -- query parsing (005-text-search.sql) and highlights (040-highlights.sql)
               'keyword_flags', 'keyword_required', 'keyword_phrases', 'html_escape',
               'highlight_matches', 'highlight_snippet',
-              -- the vector arm's steps and walks (021-vector-walks.sql, 022-vector-arm.sql)
+              -- the vector arm's steps, walks and exact scans (021, 022, 029-vector-exact.sql)
               'vector_sizing', 'vector_walk_sql', 'vector_walk_public', 'vector_walk_shared',
               'vector_walk_tenant_shared', 'vector_walk_own', 'vector_walk_general',
               'vector_exact_tenant', 'vector_exact', 'hnsw_order_sql',
