@@ -210,14 +210,14 @@ def title_matches(expected: str, title: str | None) -> bool:
     )
 
 
-def expected_item(question: GoldenQuestion, source_uri: str, title: str | None) -> int | None:
-    """The index (in :attr:`GoldenQuestion.expected`) of the first expected item the
-    document matches, or None."""
-    for i, want in enumerate(question.expected_sources):
-        if source_matches(want, source_uri):
-            return i
+def expected_items(question: GoldenQuestion, source_uri: str, title: str | None) -> list[int]:
+    """The indexes (in :attr:`GoldenQuestion.expected`) of the expected items the document
+    matches."""
+    sources = [
+        i for i, want in enumerate(question.expected_sources) if source_matches(want, source_uri)
+    ]
     offset = len(question.expected_sources)
-    for i, want in enumerate(question.expected_titles):
-        if title_matches(want, title):
-            return offset + i
-    return None
+    titles = [
+        offset + i for i, want in enumerate(question.expected_titles) if title_matches(want, title)
+    ]
+    return sources + titles

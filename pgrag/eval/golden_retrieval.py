@@ -3,8 +3,9 @@
 Each question is searched as its tenant, in each mode, through the SQL functions ``pgrag
 search`` calls (:func:`pgrag.search.search`); its chunk hits are folded into a document ranking
 (a document ranks at its best chunk). A document is relevant when it matches one of the
-question's expected sources or titles (:func:`pgrag.eval.golden.expected_item`); each expected
-item counts once, at the first document matching it, so recall@k is the share of expected
+question's expected sources or titles (:func:`pgrag.eval.golden.expected_items`); each expected
+item counts once, at the first document matching it (a document matching several items stands
+for the first of them not found yet), so recall@k is the share of expected
 items found in the first k documents. The metrics come from ``pytrec_eval`` (``success``,
 ``recall`` and ``recip_rank`` over the first k documents); a question with no result scores 0.
 Questions without expected sources or titles are left out of these metrics.
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import psycopg
 
-from pgrag.eval.golden import GoldenQuestion, expected_item
+from pgrag.eval.golden import GoldenQuestion, expected_items
 from pgrag.eval.metrics import trec_eval, trec_run
 from pgrag.pipeline.embedders import Embedder
 from pgrag.search import SearchHit, SearchOptions, rerank_hits, search
@@ -67,9 +68,9 @@ def document_ranking(question: GoldenQuestion, hits: Sequence[SearchHit]) -> lis
         if hit.document_id in seen:
             continue
         seen.add(hit.document_id)
-        item = expected_item(question, hit.source_uri, hit.title)
-        if item in used:
-            item = None
+        item = next(
+            (i for i in expected_items(question, hit.source_uri, hit.title) if i not in used), None
+        )
         if item is not None:
             used.add(item)
         ranking.append(RankedDocument(hit.document_id, hit.source_uri, hit.title, item))
