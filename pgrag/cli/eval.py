@@ -12,7 +12,7 @@ from pgrag.cli.rerank import rerank_options, rerank_settings
 from pgrag.cli.state import CliState
 from pgrag.db import connect, wait_for_replay
 from pgrag.query_cache import QueryEmbeddings
-from pgrag.search import query_embedder
+from pgrag.search import ContextOptions, query_embedder
 
 if TYPE_CHECKING:
     from pgrag.eval import CrossValidation
@@ -73,6 +73,16 @@ def _checked_modes(
     default=0,
     show_default=True,
     help="--golden: questions whose answer could not be judged before the run fails (exit 5).",
+)
+@click.option(
+    "--context-limit",
+    type=click.IntRange(min=1),
+    help="--golden: chunks the answer's context considers, as pgrag ask -k (SQL default 8).",
+)
+@click.option(
+    "--token-budget",
+    type=click.IntRange(min=1),
+    help="--golden: the answer's context size in tokens, as pgrag ask (SQL default 2000).",
 )
 @click.option(
     "--no-answers",
@@ -136,6 +146,8 @@ def evaluate(
     k: int,
     minimums: tuple[str, ...],
     max_errors: int,
+    context_limit: int | None,
+    token_budget: int | None,
     no_answers: bool,
     chat_model: str | None,
     judge_model: str | None,
@@ -197,6 +209,7 @@ def evaluate(
             fetch,
             minimums,
             max_errors,
+            ContextOptions(token_budget=token_budget, limit=context_limit),
             no_answers,
             chat_model,
             judge_model,
@@ -207,8 +220,14 @@ def evaluate(
             as_json,
         )
         return
-    if minimums:
-        raise click.UsageError("--min gates a golden-set evaluation: use it with --golden FILE.")
+    golden_only = {
+        "--min": minimums,
+        "--context-limit": context_limit,
+        "--token-budget": token_budget,
+    }
+    if any(golden_only.values()) or no_answers:
+        name = next((n for n, v in golden_only.items() if v), "--no-answers")
+        raise click.UsageError(f"{name} applies to --golden FILE, not to a BEIR dataset.")
     assert dataset_dir is not None
     ev.trec_eval()  # the eval extra: before any work, say how to install it when it is missing
     dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
@@ -310,6 +329,7 @@ def _golden(
     fetch: int,
     minimums: tuple[str, ...],
     max_errors: int,
+    context: ContextOptions,
     no_answers: bool,
     chat_model: str | None,
     judge_model: str | None,
@@ -338,6 +358,7 @@ def _golden(
         tenant=tenant or DEFAULT_TENANT,
         thresholds=thresholds,
         max_errors=max_errors,
+        context=context,
         answers=not no_answers,
         chat_model=chat_model,
         judge_model=judge_model,

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pgrag.eval.golden import GoldenQuestion
     from pgrag.eval.golden_report import GoldenReport
     from pgrag.rerank import RerankSettings
-    from pgrag.search import SearchOptions
+    from pgrag.search import ContextOptions, SearchOptions
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class GoldenRequest:
     tenant: str
     thresholds: dict[str, float]
     max_errors: int
+    context: ContextOptions
     answers: bool
     chat_model: str | None
     judge_model: str | None
@@ -114,7 +115,7 @@ def run_golden(state: CliState, request: GoldenRequest, progress: ProgressMode) 
             return report
         judge = judge_config(chat, request.judge_model)
         report.answers, report.chat_model, report.judge_model = [], chat.model, judge.model
-        setup = AnswerSetup(chat, judge, embedder, reranking=request.reranking)
+        setup = AnswerSetup(chat, judge, embedder, request.context, request.reranking)
         with Progress("golden answers", len(questions), progress, unit="questions") as bar:
             for q in questions:
                 result = evaluate_answer(conn, writer, q, setup, record)
@@ -147,6 +148,13 @@ def print_report(report: GoldenReport) -> None:
     click.echo(f"{'mode':<24}" + "".join(f"{n:>14}" for n in names))
     for mode, means in report.retrieval_means().items():
         click.echo(f"{mode:<24}" + "".join(_cell(means[m], 14) for m in RETRIEVAL_METRICS))
+    for mode, rows in report.retrieval.items():
+        missed = [r.question.id for r in rows if not r.metrics["hit_rate"]]
+        if missed:
+            shown = ", ".join(missed[:10]) + (
+                f" and {len(missed) - 10} more" if len(missed) > 10 else ""
+            )
+            click.echo(f"  {mode}: no expected source in the first {k}: {shown}")
     if report.answers is None:
         click.echo("answer metrics: not measured (no chat endpoint configured, or --no-answers)")
     else:
