@@ -229,3 +229,11 @@ def test_a_threshold_names_a_known_metric_and_a_share() -> None:
     for bad in ("ndcg=0.5", "faithfulness", "recall=high", "mrr=1.5", "mrr=nan"):
         with pytest.raises(ConfigError, match="--min"):
             parse_threshold(bad)
+
+
+def test_every_judge_prompt_is_documented_word_for_word() -> None:
+    from pgrag.eval.judges import PROMPTS
+
+    docs = " ".join((REPO / "docs" / "evaluation.md").read_text(encoding="utf-8").split())
+    for name, prompt in PROMPTS.items():
+        assert " ".join(prompt.split()) in docs, name
