@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from plugins.openai_server import FakeChat
+from pytest_httpserver import HTTPServer
 
 from pgrag.answer import SYSTEM_PROMPT
 from pgrag.cli import main
@@ -304,3 +305,30 @@ def test_the_json_report_holds_the_summary_thresholds_and_each_question(
         "answer", "sources", "faithfulness", "answer_relevance", "context_precision",
         "context_recall", "judged", "error",
     }  # fmt: skip
+
+
+def test_a_question_without_context_is_not_sent_to_the_endpoint(
+    corpus: str, tmp_path: Path, openai_chat: Chat
+) -> None:
+    chat = openai_chat(PORT_ANSWER)
+    path = golden(tmp_path, {"question": "What is the capital of France?", "tenant": "solo"})
+    result = run(corpus, path, "--mode", "hybrid", "--json")
+    assert result.exit_code == 0, result.output
+    answer = report(result)["questions"][0]["answer"]
+    assert (answer["answer"], answer["sources"]) == ("No relevant information found.", [])
+    assert (answer["faithfulness"], answer["answer_relevance"]) == (None, 0.0)
+    assert chat.bodies == []
+
+
+def test_an_endpoint_error_fails_the_question_not_the_run(
+    corpus: str, tmp_path: Path, httpserver: HTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refusal = {"error": {"message": "model not found", "type": "invalid_request_error"}}
+    httpserver.expect_request("/v1/chat/completions").respond_with_json(refusal, status=404)
+    monkeypatch.setenv("OPENAI_BASE_URL", httpserver.url_for("/v1"))
+    result = run(corpus, port_file(tmp_path), "--mode", "hybrid", "--max-errors", "1", "--json")
+    assert result.exit_code == 0, result.output
+    data = report(result)
+    assert data["summary"]["answers"]["failed"] == 1
+    assert "answered 404" in data["questions"][0]["answer"]["error"]
+    assert data["questions"][0]["retrieval"]["hybrid"]["hit_rate"] == 1.0
