@@ -72,7 +72,8 @@ def _checked_modes(
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="--golden: questions whose answer could not be judged before the run fails (exit 5).",
+    help="--golden: how many questions may go unjudged (a malformed judge reply, an endpoint "
+    "error) before the run fails (exit 5).",
 )
 @click.option(
     "--context-limit",
@@ -135,7 +136,11 @@ def _checked_modes(
     "--no-ingest", is_flag=True, help="Skip the (incremental) ingest; the tenant already holds it."
 )
 @rerank_options
-@tenant_option(default=None, help_text="Tenant holding the corpus (default beir-<dataset name>).")
+@tenant_option(
+    default=None,
+    help_text="Tenant holding the corpus (default beir-<dataset name>); with --golden, the "
+    "tenant of the questions that name none (default 'default').",
+)
 @progress_option
 @json_option
 @pass_state
