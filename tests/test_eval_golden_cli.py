@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from plugins.openai_server import FakeChat
+from plugins.rerank import RerankApi
 from pytest_httpserver import HTTPServer
 
 from pgrag.answer import SYSTEM_PROMPT
@@ -332,3 +333,19 @@ def test_an_endpoint_error_fails_the_question_not_the_run(
     assert data["summary"]["answers"]["failed"] == 1
     assert "answered 404" in data["questions"][0]["answer"]["error"]
     assert data["questions"][0]["retrieval"]["hybrid"]["hit_rate"] == 1.0
+
+
+def test_a_re_ranker_reorders_every_search_before_the_metrics(
+    corpus: str, tmp_path: Path, rerank_api: RerankApi
+) -> None:
+    rerank_api.scoring = lambda query, text: float("widget" in text)  # release-process.md only
+    path = golden(
+        tmp_path, {"question": "PyMuPDF", "expected_sources": ["samples/release-process.md"]}
+    )
+    args = ["--tenant", "t", "--mode", "vector", "-k", "1", "--no-answers", "--json"]
+    result = run(corpus, path, *args, "--rerank", rerank_api.url)
+    assert result.exit_code == 0, result.output
+    assert report(result)["summary"]["retrieval"] == {
+        "vector+rerank": {"hit_rate": 1.0, "mrr": 1.0, "recall": 1.0, "questions": 1}
+    }
+    assert rerank_api.bodies[0]["query"] == "PyMuPDF"

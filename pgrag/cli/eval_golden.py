@@ -100,6 +100,7 @@ def run_golden(state: CliState, request: GoldenRequest, progress: ProgressMode) 
         retrievable = [q for q in questions if q.judged_for_retrieval]
         embeddings = embed_questions(writer, retrievable, embedder)
         for name, options in request.modes:
+            name = f"{name}+rerank" if request.reranking is not None else name
             with Progress(f"golden {name}", len(retrievable), progress, unit="questions") as bar:
                 report.retrieval[name] = run_retrieval(
                     conn,
