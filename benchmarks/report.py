@@ -461,6 +461,30 @@ answer with the model loaded: {num(d["check_ms_p50"])} ms (median).
 """
 
 
+def golden() -> str:
+    d = load("golden.json")
+    at1, at10 = d["by_k"]["1"], d["by_k"]["10"]
+    rows = [
+        [f"`{mode}`", f"{at1[mode]['hit_rate']:.3f}", f"{at10[mode]['hit_rate']:.3f}",
+         f"{at10[mode]['mrr']:.3f}", f"{at10[mode]['recall']:.3f}"]
+        for mode in at10
+    ]  # fmt: skip
+    return f"""\
+## Golden set on the sample documents (`benchmarks/golden.py`)
+
+`pgrag eval --golden {d["golden"]}` after `pgrag ingest samples/`: {d["questions"]} questions
+about the sample documents, {at10[next(iter(at10))]["questions"]} of them with expected sources
+(the others are judged on their answers only), scored at the document level against the expected sources
+([evaluation.md](evaluation.md)). Retrieval only: answer metrics need a chat endpoint.
+
+{table(["mode", "hit rate@1", "hit rate@10", "MRR@10", "recall@10"], rows)}
+
+Five documents make @10 easy; hit rate@1 and MRR say which mode puts the right document first.
+
+{provenance(d)} {source("golden.json")}
+"""
+
+
 def latency() -> str:
     d = load("latency.json")
     sizes = d["sizes"]
@@ -1650,6 +1674,7 @@ SECTIONS: list[Callable[[], str]] = [
     relevance_floor,
     rerank,
     answer_check,
+    golden,
     latency,
     vector_arm,
     bm25_pruning,

@@ -12,10 +12,11 @@ from pgrag.cli.rerank import rerank_options, rerank_settings
 from pgrag.cli.state import CliState
 from pgrag.db import connect, wait_for_replay
 from pgrag.query_cache import QueryEmbeddings
-from pgrag.search import query_embedder
+from pgrag.search import ContextOptions, query_embedder
 
 if TYPE_CHECKING:
     from pgrag.eval import CrossValidation
+    from pgrag.progress import ProgressMode
     from pgrag.rerank import RerankSettings
     from pgrag.search import SearchOptions
 
@@ -38,7 +39,67 @@ def _checked_modes(
 
 
 @click.command("eval")
-@click.argument("dataset_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument(
+    "dataset_dir", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@click.option(
+    "--golden",
+    "golden_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Evaluate your own questions instead of a BEIR dataset: a JSONL golden file "
+    "(docs/evaluation.md), searched in the tenants already ingested.",
+)
+@click.option(
+    "-k",
+    "--k",
+    "k",
+    type=click.IntRange(min=1, max=100),
+    default=10,
+    show_default=True,
+    help="--golden: documents counted by hit_rate@k, mrr@k and recall@k.",
+)
+@click.option(
+    "--min",
+    "minimums",
+    multiple=True,
+    metavar="METRIC=VALUE",
+    help="--golden: fail (exit status 5) when METRIC's mean is below VALUE, in any mode for a "
+    "retrieval metric (hit_rate, mrr, recall, faithfulness, answer_relevance, "
+    "context_precision, context_recall); repeatable.",
+)
+@click.option(
+    "--max-errors",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="--golden: how many questions may go unjudged (a malformed judge reply, an endpoint "
+    "error) before the run fails (exit 5).",
+)
+@click.option(
+    "--context-limit",
+    type=click.IntRange(min=1),
+    help="--golden: chunks the answer's context considers, as pgrag ask -k (SQL default 8).",
+)
+@click.option(
+    "--token-budget",
+    type=click.IntRange(min=1),
+    help="--golden: the answer's context size in tokens, as pgrag ask (SQL default 2000).",
+)
+@click.option(
+    "--no-answers",
+    is_flag=True,
+    help="--golden: retrieval metrics only, even with a chat endpoint configured.",
+)
+@click.option(
+    "--chat-model",
+    envvar="PGRAG_CHAT_MODEL",
+    help="--golden: the model answering, as pgrag ask (env PGRAG_CHAT_MODEL; gpt-4o-mini).",
+)
+@click.option(
+    "--judge-model",
+    envvar="PGRAG_CHECK_MODEL",
+    help="--golden: the model judging the answers (env PGRAG_CHECK_MODEL; the chat model).",
+)
 @click.option(
     "--qrels",
     "qrels_file",
@@ -75,13 +136,26 @@ def _checked_modes(
     "--no-ingest", is_flag=True, help="Skip the (incremental) ingest; the tenant already holds it."
 )
 @rerank_options
-@tenant_option(default=None, help_text="Tenant holding the corpus (default beir-<dataset name>).")
+@tenant_option(
+    default=None,
+    help_text="Tenant holding the corpus (default beir-<dataset name>); with --golden, the "
+    "tenant of the questions that name none (default 'default').",
+)
 @progress_option
 @json_option
 @pass_state
 def evaluate(
     state: CliState,
-    dataset_dir: Path,
+    dataset_dir: Path | None,
+    golden_file: Path | None,
+    k: int,
+    minimums: tuple[str, ...],
+    max_errors: int,
+    context_limit: int | None,
+    token_budget: int | None,
+    no_answers: bool,
+    chat_model: str | None,
+    judge_model: str | None,
     qrels_file: Path | None,
     modes: tuple[str, ...],
     limit_queries: int | None,
@@ -94,7 +168,8 @@ def evaluate(
     progress: bool | None,
     as_json: bool,
 ) -> None:
-    """Measure retrieval quality on a BEIR-format dataset (nDCG@10, recall@10/100, MRR@10).
+    """Measure retrieval quality on a BEIR-format dataset (nDCG@10, recall@10/100, MRR@10),
+    or with --golden FILE on your own questions (retrieval and answer metrics).
 
     DATASET_DIR holds corpus.jsonl, queries.jsonl and qrels/test.tsv. The corpus is ingested
     into its own tenant (later runs skip unchanged documents); latency is the p50/p95 of one
@@ -109,11 +184,56 @@ def evaluate(
 
     With --rerank each mode is measured as it is and re-ranked (MODE+rerank): the re-ranker
     re-orders each query's first --rerank-top chunks; its time counts in the latency.
+
+    With --golden FILE (JSONL: question, expected_sources, reference_answer, tenant, id) each
+    question is searched in its tenant in each mode (hit_rate, mrr and recall at --k against
+    its expected sources) and, with a chat endpoint configured, answered as pgrag ask answers
+    and judged (faithfulness, answer_relevance, context_precision, context_recall); --min
+    METRIC=VALUE turns a figure into a CI gate (exit status 5).
     """
     from pgrag import eval as ev
     from pgrag.errors import ConfigError
-    from pgrag.progress import Progress, ProgressMode
+    from pgrag.progress import Progress
 
+    mode: ProgressMode = "off" if progress is False or (as_json and not progress) else "auto"
+    if (dataset_dir is None) == (golden_file is None):
+        raise click.UsageError("give either DATASET_DIR (a BEIR dataset) or --golden FILE.")
+    if golden_file is not None:
+        given = {"--qrels": qrels_file, "--folds": folds, "--limit-queries": limit_queries}
+        extra = [name for name, value in given.items() if value is not None]
+        if extra or no_ingest:
+            raise click.UsageError(
+                f"{(extra or ['--no-ingest'])[0]} applies to a BEIR dataset, not to --golden "
+                "(a golden file is evaluated in the tenants already ingested)."
+            )
+        _golden(
+            state,
+            golden_file,
+            modes,
+            k,
+            fetch,
+            minimums,
+            max_errors,
+            ContextOptions(token_budget=token_budget, limit=context_limit),
+            no_answers,
+            chat_model,
+            judge_model,
+            rerank_spec,
+            rerank_top,
+            tenant,
+            mode,
+            as_json,
+        )
+        return
+    golden_only = {
+        "--min": minimums,
+        "--context-limit": context_limit,
+        "--token-budget": token_budget,
+    }
+    if any(golden_only.values()) or no_answers:
+        name = next((n for n, v in golden_only.items() if v), "--no-answers")
+        raise click.UsageError(f"{name} applies to --golden FILE, not to a BEIR dataset.")
+    assert dataset_dir is not None
     ev.trec_eval()  # the eval extra: before any work, say how to install it when it is missing
     dataset = ev.load_beir(dataset_dir, qrels_file, limit_queries)
     parsed = [ev.parse_mode(spec) for spec in (modes or ev.DEFAULT_EVAL_MODES)]
@@ -128,7 +248,6 @@ def evaluate(
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from exc
     tenant = tenant or f"beir-{dataset.name}"
-    mode: ProgressMode = "off" if progress is False or (as_json and not progress) else "auto"
     if no_ingest:
         with state.connect_read() as conn:
             embedder = query_embedder(conn)
@@ -205,3 +324,49 @@ def _echo_cross_validation(cv: CrossValidation) -> None:
         f"best full-test nDCG@10 {full:.4f} ({name}); out-of-fold {cv.out_of_fold['ndcg@10']:.4f}; "
         f"optimism {cv.optimism:+.4f}"
     )
+
+
+def _golden(
+    state: CliState,
+    path: Path,
+    modes: tuple[str, ...],
+    k: int,
+    fetch: int,
+    minimums: tuple[str, ...],
+    max_errors: int,
+    context: ContextOptions,
+    no_answers: bool,
+    chat_model: str | None,
+    judge_model: str | None,
+    rerank_spec: str | None,
+    rerank_top: int,
+    tenant: str | None,
+    progress: ProgressMode,
+    as_json: bool,
+) -> None:
+    """``pgrag eval --golden``: the options checked before any work, then the run."""
+    from pgrag.cli.eval_golden import GoldenRequest, emit, run_golden
+    from pgrag.db import DEFAULT_TENANT
+    from pgrag.errors import ConfigError
+    from pgrag.eval import DEFAULT_EVAL_MODES, parse_mode
+    from pgrag.eval.golden_report import parse_threshold
+
+    try:
+        thresholds = dict(parse_threshold(spec) for spec in minimums)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--min") from exc
+    request = GoldenRequest(
+        path=path,
+        modes=[parse_mode(spec) for spec in (modes or DEFAULT_EVAL_MODES)],
+        k=k,
+        fetch=max(fetch, k),
+        tenant=tenant or DEFAULT_TENANT,
+        thresholds=thresholds,
+        max_errors=max_errors,
+        context=context,
+        answers=not no_answers,
+        chat_model=chat_model,
+        judge_model=judge_model,
+        reranking=rerank_settings(rerank_spec, rerank_top),
+    )
+    emit(run_golden(state, request, progress), as_json)

@@ -5,6 +5,11 @@ its corpus into a tenant of its own through the normal ingestion API, runs every
 each mode through the SQL functions ``pgrag search`` calls and folds chunk hits into document
 rankings (a document ranks at its best chunk); ``metrics`` scores the rankings with
 ``pytrec_eval``, which comes with the ``eval`` extra (``pip install 'pgrag-sql[eval]'``).
+
+A team's own golden question set (``pgrag eval --golden``) lives in ``golden`` (the file),
+``golden_retrieval`` (hit rate, MRR and recall at k per mode), ``judges`` and
+``golden_answers`` (RAGAS-style answer metrics judged by the chat endpoint) and
+``golden_report`` (means, thresholds, JSON).
 """
 
 from pgrag.eval.dataset import BeirDataset, load_beir, load_qrels
