@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from pgrag import tracing
 from pgrag.cli.common import (
     echo_json,
     json_option,
@@ -94,6 +95,7 @@ from pgrag.pipeline.embedders import PROVIDERS, get_embedder, read_embedding_con
 @progress_json_option
 @json_option
 @pass_state
+@tracing.command("pgrag ingest")
 def ingest(
     state: CliState,
     sources: tuple[str, ...],
