@@ -97,7 +97,8 @@ class Worker(threading.Thread):
         if name is None:
             getattr(self, f"_do_{kind}")(payload)
             return
-        with tracing.span(name, {"pgrag.step": kind}):
+        attributes = {"pgrag.step": kind, "pgrag.tenant": getattr(self, "tenant", None)}
+        with tracing.span(name, attributes):
             getattr(self, f"_do_{kind}")(payload)
 
     def run(self) -> None:
@@ -224,6 +225,7 @@ class EmbeddingStage(Worker):
         tokens = self.embedder.tokens_used - before
         tracing.annotate(
             {
+                "pgrag.tenant": getattr(self.loader, "tenant", None),
                 "gen_ai.operation.name": "embeddings",
                 "gen_ai.provider.name": self.embedder.provider,
                 "gen_ai.request.model": self.embedder.model_name,
