@@ -361,6 +361,10 @@ def test_configured_tracing_without_the_extra_is_one_line_and_the_command_runs(
 
 
 def test_an_otlp_export_reaches_the_collector(corpus: str, httpserver: HTTPServer) -> None:
+    pytest.importorskip(
+        "opentelemetry.exporter.otlp.proto.http",
+        reason="the OTLP/HTTP exporter is not installed (the otel extra)",
+    )
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
