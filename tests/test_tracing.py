@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from plugins.queue import cli_env, pgrag_command, submit_texts
 from plugins.rerank import RerankApi
+from plugins.sample_files import make_corrupt_pdf
 from plugins.search_corpus import CORPUS, seed_corpus
 from pytest_httpserver import HTTPServer
 
@@ -158,6 +159,27 @@ def test_ingest_spans_each_stage_under_one_root(
     assert "copy" not in {f for f in functions if f}  # COPY is a statement, not a function
     assert any(s.name == "COPY pg_temp.pgrag_stage" for s in sql_spans(spans))
     assert "walrus" not in all_text(spans) and "release train" not in all_text(spans)
+
+
+def test_a_document_that_fails_alone_marks_its_span_and_the_run_goes_on(
+    db: str, tmp_path: Path, traced: Callable[..., InMemorySpanExporter]
+) -> None:
+    exporter = traced()
+    (tmp_path / "guide.md").write_text(GUIDE)
+    broken = make_corrupt_pdf(tmp_path / "broken.pdf")
+    result = cli("--dsn", db, "ingest", str(tmp_path), "--no-progress")
+    assert result.exit_code == 1  # one document failed
+
+    spans = finished(exporter)
+    assert_one_trace(spans, "pgrag ingest")
+    failed = [
+        s for s in spans if s.status.status_code == StatusCode.ERROR and s.name != "pgrag ingest"
+    ]
+    assert [s.name for s in failed] == ["extract"]
+    assert (failed[0].attributes or {})["pgrag.document.uri"] == str(broken)
+    assert str(broken.resolve()) in (failed[0].status.description or "")
+    assert one(spans, "chunk").status.status_code == StatusCode.UNSET
+    assert (one(spans, "embed").attributes or {})["pgrag.batch.size"] == 1
 
 
 def test_a_worker_job_is_one_trace_with_its_stages(

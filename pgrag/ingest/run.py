@@ -491,6 +491,8 @@ class IngestRun:
         with tracing.span("chunk", attributes):
             self._chunk(doc)
             tracing.annotate({"pgrag.chunks": doc.n_chunks, "pgrag.failed": doc.failed is not None})
+            if doc.failed is not None:  # this document alone: the run goes on
+                tracing.record_error(ExtractionError(doc.failed))
 
     def _chunk(self, doc: Doc) -> None:
         """Chunk one document into the current batch (flushing full batches as it goes).
