@@ -180,9 +180,10 @@ def content_enabled() -> bool:
 @contextmanager
 def span(name: str, attributes: Attributes | None = None) -> Iterator[Span | None]:
     """A child span of the current one named ``name`` (a stage), or nothing when tracing is
-    off. An exception leaving the block is recorded on it (:func:`record_error`)."""
+    off or no span is current (a command that is not traced, such as ``pgrag eval``, makes
+    no orphan spans). An exception leaving the block is recorded on it (:func:`record_error`)."""
     tracer = _tracer
-    if tracer is None:
+    if tracer is None or not _in_a_trace():
         yield None
         return
     with tracer.start_as_current_span(
@@ -196,6 +197,12 @@ def span(name: str, attributes: Attributes | None = None) -> Iterator[Span | Non
         except BaseException as exc:
             record_error(exc, current)
             raise
+
+
+def _in_a_trace() -> bool:
+    from opentelemetry import trace
+
+    return trace.get_current_span().get_span_context().is_valid
 
 
 @contextmanager
@@ -402,11 +409,11 @@ def sql_span(cursor: psycopg.Cursor[Any], query: Any, params: Any = None) -> Ite
     if tracer is None:
         yield
         return
-    from opentelemetry import trace
-
-    if not trace.get_current_span().get_span_context().is_valid:
+    if not _in_a_trace():
         yield
         return
+    from opentelemetry import trace
+
     text = _statement_text(query, cursor)
     operation, function, summary = summarize(text)
     info = cursor.connection.info

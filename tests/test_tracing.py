@@ -34,6 +34,7 @@ from pytest_httpserver import HTTPServer
 from pgrag import tracing
 from pgrag.cli import main
 from pgrag.db import connect
+from pgrag.search import SearchOptions, run_search
 
 QUERY = "Which port does the widget service listen on?"
 GUIDE = "# Release guide\n\nThe release train leaves every second Tuesday from platform nine.\n"
@@ -135,6 +136,8 @@ def test_ingest_spans_each_stage_under_one_root(
     spans = finished(exporter)
     root = assert_one_trace(spans, "pgrag ingest")
     assert root.attributes is not None and root.attributes["pgrag.tenant"] == "acme"
+    assert root.attributes["pgrag.ingest.documents_new"] == 2
+    assert root.attributes["pgrag.ingest.chunks_embedded"] == 2
     extracts = [s for s in spans if s.name == "extract"]
     chunks = [s for s in spans if s.name == "chunk"]
     assert len(extracts) == 2 and len(chunks) == 2
@@ -250,6 +253,16 @@ def test_a_rerank_is_a_stage_of_the_search(
     attrs = rerank.attributes or {}
     assert attrs["pgrag.rerank.model"] and attrs["pgrag.candidates"] >= 2
     assert QUERY not in all_text(spans)
+
+
+def test_a_search_outside_a_traced_command_makes_no_orphan_spans(
+    corpus: str, traced: Callable[..., InMemorySpanExporter]
+) -> None:
+    exporter = traced()
+    with connect(corpus) as conn:
+        run = run_search(conn, QUERY, SearchOptions(limit=2), tenant="default")
+    assert run.hits
+    assert finished(exporter) == []
 
 
 def test_the_content_opt_in_records_the_query(

@@ -151,6 +151,8 @@ def ingest(
         progress="json" if progress_json else progress if progress is not None else not as_json,
         prune=prune,
     )
+    counts = {k: v for k, v in summary.as_dict().items() if isinstance(v, int | float)}
+    tracing.annotate({f"pgrag.ingest.{k}": v for k, v in counts.items()})  # on the root span
     if as_json:
         echo_json(summary.as_dict())
     else:
