@@ -1121,6 +1121,36 @@ sentence-transformers), a search takes {num(r["onnx"]["p50_s"] * 1000, 0)} ms an
 """
 
 
+def tracing_overhead() -> str:
+    d = load("tracing.json")
+    labels = {
+        "cli": "`pgrag search QUESTION -k 10`, the command in-process (connect to results)",
+        "hybrid_search": "the `hybrid_search` call as `run_search` times it",
+    }
+    rows = [
+        [
+            label,
+            pair(d["results"][key]["off"]["p50_ms"], d["results"][key]["off"]["p95_ms"], 2),
+            pair(d["results"][key]["on"]["p50_ms"], d["results"][key]["on"]["p95_ms"], 2),
+            f"{num(d['results'][key]['ratio_p50'], 2)}× ({num(d['results'][key]['added_p50_ms'], 2)} ms)",
+        ]
+        for key, label in labels.items()
+    ]
+    return f"""\
+## Tracing overhead (`benchmarks/tracing.py`)
+
+What OpenTelemetry tracing ([observability.md](observability.md)) adds to a search: the sample
+corpus ({d["corpus_chunks"]} chunks), {d["queries"]} questions × {d["rounds"]} rounds, tracing off
+and on interleaved (the order alternating) in one run, after an untimed round that filled the
+query-embedding cache (so the model is not in the timings). On: {d["exporter"]}, about
+{num(d["spans_per_traced_search"], 0)} spans per search (root, stages and one per SQL statement).
+
+{table(["what", "off: p50 / p95 ms", "on: p50 / p95 ms", "on / off at p50"], rows)}
+
+{provenance(d)} {source("tracing.json")}
+"""
+
+
 def ingest() -> str:
     d = load("ingest.json")
     b = load("ingest-backends.json")
@@ -1685,6 +1715,7 @@ SECTIONS: list[Callable[[], str]] = [
     search_box,
     browse,
     cli,
+    tracing_overhead,
     ingest,
     import_shapes,
     embedder_bound,

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+from pgrag import tracing
 from pgrag.errors import PgragError
 from pgrag.openai_errors import describe_openai_error
 
@@ -106,6 +108,38 @@ def complete(
         max_retries=config.max_retries,
     )
     where = f"{config.endpoint} (model {config.model})"
+    with tracing.span("chat", chat_attributes(config)):
+        reply = _reply(client, messages, config, where, options)
+        tracing.annotate(
+            {
+                "gen_ai.usage.input_tokens": reply.input_tokens,
+                "gen_ai.usage.output_tokens": reply.output_tokens,
+            }
+        )
+        tracing.annotate_text("gen_ai.completion", reply.text)
+        return reply
+
+
+def chat_attributes(config: ChatConfig) -> dict[str, Any]:
+    """The ``chat`` span's attributes (OpenTelemetry's GenAI conventions)."""
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": config.model,
+        "server.address": urlsplit(config.endpoint).hostname,
+    }
+
+
+def _reply(
+    client: Any,
+    messages: list[ChatCompletionMessageParam],
+    config: ChatConfig,
+    where: str,
+    options: dict[str, Any],
+) -> Answer:
+    """One chat completion as an :class:`Answer`; a failure a one-line :class:`ChatError`."""
+    import openai
+
     try:
         response = client.chat.completions.create(
             model=config.model, messages=messages, temperature=0, **options

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 
+from pgrag import tracing
 from pgrag.errors import ConfigError, DatabaseUnreachable, ReplicaLagging
 
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
@@ -59,6 +60,7 @@ def connect(
         raise DatabaseUnreachable(
             f"cannot connect to the database {redact(dsn)}: {reason}{end} {hint}"
         ) from exc
+    tracing.trace_connection(conn)  # each statement a span, when tracing is on
     register_vector_if_installed(conn)
     return conn
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from pgrag import tracing
 from pgrag.db import one_line, tenant_transaction
 from pgrag.pipeline.embedders import Embedder, embedder_for_database, read_embedding_config
 from pgrag.usage import Usage, record_usage_quietly, warn
@@ -100,6 +101,22 @@ class QueryEmbeddings:
 
     def embed_many(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Embeddings of ``texts`` in order; the model embeds the cache misses in one call."""
+        with tracing.span("embed", {"pgrag.tenant": self.tenant, "pgrag.batch.size": len(texts)}):
+            hits, tokens = self.hits, self.tokens
+            out = self._embed_many(texts)
+            embedder = self.embedder
+            tracing.annotate(
+                {
+                    "gen_ai.operation.name": "embeddings",
+                    "gen_ai.provider.name": embedder.provider,
+                    "gen_ai.request.model": embedder.model_name,
+                    "gen_ai.usage.input_tokens": self.tokens - tokens,
+                    "pgrag.cache.hits": self.hits - hits,
+                }
+            )
+            return out
+
+    def _embed_many(self, texts: Sequence[str]) -> list[np.ndarray]:
         out: list[np.ndarray | None] = [self.cached(t) for t in texts]
         missing = [i for i, v in enumerate(out) if v is None]
         self.hits += len(texts) - len(missing)

@@ -36,6 +36,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from pgrag import tracing
 from pgrag.db import tenant_transaction
 from pgrag.documents import tenant_is_empty
 from pgrag.errors import ConfigError, from_database_error
@@ -211,9 +212,15 @@ def _call(
     from psycopg.rows import dict_row
 
     try:
-        with tenant_transaction(conn, tenant), conn.cursor(row_factory=dict_row) as cur:
+        with (
+            tracing.span("retrieve", {"pgrag.tenant": tenant, "pgrag.function": function}),
+            tenant_transaction(conn, tenant),
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
             cur.execute(query, args)
-            return cur.fetchall()
+            rows = cur.fetchall()
+            tracing.annotate({"pgrag.rows": len(rows)})
+            return rows
     except psycopg.Error as exc:
         # 22023: an argument outside the range the SQL function documents (the SQL checks it
         # and its message names the argument and the range): errors.SQLSTATE_ERRORS.
@@ -530,8 +537,10 @@ def rerank_hits(
     candidates = list(hits[: reranking.top])
     started = time.perf_counter()
     reranker = reranking.reranker
-    scores = reranker.score(query_text, [hit.content for hit in candidates])
-    scores = checked_scores(reranker.name, scores, len(candidates))
+    attributes = {"pgrag.rerank.model": reranker.name, "pgrag.candidates": len(candidates)}
+    with tracing.span("rerank", attributes):
+        scores = reranker.score(query_text, [hit.content for hit in candidates])
+        scores = checked_scores(reranker.name, scores, len(candidates))
     elapsed = (time.perf_counter() - started) * 1000.0
     if not candidates:
         return [], elapsed

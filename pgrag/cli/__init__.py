@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import click
 
-from pgrag import __version__
+from pgrag import __version__, tracing
 from pgrag.cli import browse, bundle, database, importer, ingest, reembed, search, stats, worker
 from pgrag.cli import eval as eval_command
 from pgrag.cli.common import PgragGroup
@@ -47,6 +47,7 @@ def main(ctx: click.Context, dsn: str | None, read_dsn: str | None) -> None:
       pgrag search "question"  hybrid BM25 + vector search with citations
     """
     ctx.obj = CliState(dsn, read_dsn)
+    tracing.configure_from_env()  # OpenTelemetry, when the OTEL_* variables ask for it
 
 
 # -- the commands, one module per group of them ---------------------------------------------------

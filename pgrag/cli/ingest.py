@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from pgrag import tracing
 from pgrag.cli.common import (
     echo_json,
     json_option,
@@ -94,6 +95,7 @@ from pgrag.pipeline.embedders import PROVIDERS, get_embedder, read_embedding_con
 @progress_json_option
 @json_option
 @pass_state
+@tracing.command("pgrag ingest")
 def ingest(
     state: CliState,
     sources: tuple[str, ...],
@@ -149,6 +151,8 @@ def ingest(
         progress="json" if progress_json else progress if progress is not None else not as_json,
         prune=prune,
     )
+    counts = {k: v for k, v in summary.as_dict().items() if isinstance(v, int | float)}
+    tracing.annotate({f"pgrag.ingest.{k}": v for k, v in counts.items()})  # on the root span
     if as_json:
         echo_json(summary.as_dict())
     else:

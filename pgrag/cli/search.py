@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from pgrag import tracing
 from pgrag.cli.check import (
     CheckRequest,
     answer_to_check,
@@ -271,6 +272,7 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @tenant_option()
 @json_option
 @pass_state
+@tracing.command("pgrag search")
 def search(
     state: CliState,
     query: str,
@@ -450,6 +452,7 @@ def print_sources(ctx: Context) -> None:
 @tenant_option()
 @json_option
 @pass_state
+@tracing.command("pgrag ask")
 def ask(
     state: CliState,
     question: str,

@@ -18,7 +18,7 @@ loads").
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from psycopg import sql
@@ -59,6 +59,8 @@ class Loader(Worker):
     from the catalog) decides the COPY. ``on_commit(done, superseded)`` is called after each
     swap committed, with the ids the lifecycle did not swap in.
     """
+
+    spans: ClassVar[dict[str, str]] = {"stage": "load", "commit": "load", "fail": "load"}
 
     def __init__(
         self,

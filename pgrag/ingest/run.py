@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 
+from pgrag import tracing
 from pgrag.db import DEFAULT_TENANT, connect, one_line
 from pgrag.errors import (
     Cancelled,
@@ -80,6 +81,7 @@ class IngestRun:
         self.aborting = False  # the run is stopping: a Ctrl-C changes nothing
         self.finishing = False  # in the final database work: a Ctrl-C cancels the statement
         self.operation = operation  # whose embedding tokens (pgrag.record_usage)
+        self.trace_context = tracing.capture()  # the command's or the worker job's span
         self.conn = connect(dsn, autocommit=True)
         try:
             self._setup(embedder, progress, total)
@@ -413,6 +415,12 @@ class IngestRun:
 
     def _ensure_workers(self) -> EmbeddingStage:
         if self.embedding is None:
+            with tracing.attached(self.trace_context):  # the stages' spans: the run's children
+                return self._start_workers()
+        return self.embedding
+
+    def _start_workers(self) -> EmbeddingStage:
+        if self.embedding is None:
             loader = Loader(
                 self.dsn,
                 self.tenant,
@@ -474,6 +482,19 @@ class IngestRun:
             self.planner.record_failure(replace(failed, reason=reason))
 
     def _document(self, doc: Doc) -> None:
+        """Chunk one document (:meth:`_chunk`) in its ``chunk`` span."""
+        attributes = {
+            "pgrag.tenant": self.tenant,
+            "pgrag.document.id": doc.doc_id,
+            "pgrag.document.uri": doc.source.uri,
+        }
+        with tracing.span("chunk", attributes):
+            self._chunk(doc)
+            tracing.annotate({"pgrag.chunks": doc.n_chunks, "pgrag.failed": doc.failed is not None})
+            if doc.failed is not None:  # this document alone: the run goes on
+                tracing.record_error(ExtractionError(doc.failed))
+
+    def _chunk(self, doc: Doc) -> None:
         """Chunk one document into the current batch (flushing full batches as it goes).
 
         Anything its content makes the reader, parser or chunker raise (not only pgrag's

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from pgrag import tracing
 from pgrag.db import DEFAULT_TENANT, connect
 from pgrag.errors import ConfigError, ExtractionError, Interrupted, NothingToDo
 from pgrag.ingest.lifecycle import FailedSource
@@ -25,10 +26,11 @@ from pgrag.progress import ProgressMode
 
 def _open_sources(sources: Iterable[str]) -> Iterator[ExtractedDocument | FailedSource]:
     for source in sources:
+        uri = source if is_url(source) else _abspath(source)
         try:
-            opened = extract(source)
+            with tracing.span("extract", {"pgrag.document.uri": uri}):
+                opened = extract(source)
         except Exception as exc:  # any error of one source (a parser's too) fails it alone
-            uri = source if source.startswith(("http://", "https://")) else _abspath(source)
             stype = "url" if uri.startswith("http") else (source_type_for(source) or "text")
             reason = str(exc) if isinstance(exc, ExtractionError) else one_line_error(exc)
             yield FailedSource(uri, stype, reason)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from pgrag import tracing
 from pgrag.errors import Cancelled, PgragError
 from pgrag.ingest.lifecycle import SwapRow
 from pgrag.ingest.options import IngestOptions, IngestSummary
@@ -36,7 +37,12 @@ class Worker(threading.Thread):
     raised to whoever puts into it next or waits for it to finish. ``abort`` (an event set
     from outside, e.g. by a worker that is stopping) makes a producer waiting in ``put`` or
     ``finish`` raise :class:`~pgrag.errors.Cancelled` within 0.2 s.
+
+    Tracing: the stage works in the trace context current where it was made; a message whose
+    kind ``spans`` names is handled in a span of that name (``pgrag.step``: the kind).
     """
+
+    spans: ClassVar[dict[str, str]] = {}
 
     def __init__(self, name: str, abort: threading.Event | None = None) -> None:
         super().__init__(name=name, daemon=True)
@@ -44,6 +50,7 @@ class Worker(threading.Thread):
         self.error: BaseException | None = None
         self.cancelled = False
         self.abort = abort
+        self.trace_context = tracing.capture()
 
     def _check_abort(self) -> None:
         if self.abort is not None and self.abort.is_set():
@@ -86,15 +93,22 @@ class Worker(threading.Thread):
         pass
 
     def handle(self, kind: str, payload: Any) -> None:
-        getattr(self, f"_do_{kind}")(payload)
+        name = self.spans.get(kind)
+        if name is None:
+            getattr(self, f"_do_{kind}")(payload)
+            return
+        attributes = {"pgrag.step": kind, "pgrag.tenant": getattr(self, "tenant", None)}
+        with tracing.span(name, attributes):
+            getattr(self, f"_do_{kind}")(payload)
 
     def run(self) -> None:
         try:
-            while True:
-                kind, payload = self.inbox.get()
-                if kind == "stop" or self.cancelled:
-                    return
-                self.handle(kind, payload)
+            with tracing.attached(self.trace_context):
+                while True:
+                    kind, payload = self.inbox.get()
+                    if kind == "stop" or self.cancelled:
+                        return
+                    self.handle(kind, payload)
         except BaseException as exc:
             self.error = exc
             while True:  # drain (so producers never block) until told to stop, or cancelled
@@ -120,6 +134,8 @@ class EmbeddingStage(Worker):
     Running it beside the chunker (main thread) and the loader overlaps CPU-bound embedding
     with extraction, chunking and database work.
     """
+
+    spans: ClassVar[dict[str, str]] = {"stage": "embed"}
 
     def __init__(
         self,
@@ -207,6 +223,18 @@ class EmbeddingStage(Worker):
         except Exception as exc:  # on some text of the batch: find whose (_without_failing)
             raise _EmbedderFailed(exc) from exc
         tokens = self.embedder.tokens_used - before
+        tracing.annotate(
+            {
+                "pgrag.tenant": getattr(self.loader, "tenant", None),
+                "gen_ai.operation.name": "embeddings",
+                "gen_ai.provider.name": self.embedder.provider,
+                "gen_ai.request.model": self.embedder.model_name,
+                "gen_ai.usage.input_tokens": tokens,
+                "pgrag.batch.size": len(batch),
+                "pgrag.embedded": len(texts),
+                "pgrag.document.ids": sorted({doc.doc_id for doc, _ in batch}),
+            }
+        )
         rows: list[dict[str, Any]] = []  # keyed by the staging table's columns
         for (doc, chunk), kind in zip(batch, kinds, strict=True):
             if kind == "reused" or vectors is None:

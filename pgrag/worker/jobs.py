@@ -21,8 +21,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from pgrag import tracing
 from pgrag.db import tenant_transaction
-from pgrag.errors import FetchFailed
+from pgrag.errors import ExtractionError, FetchFailed
 from pgrag.ingest.lifecycle import STAGE, FailedSource, SwapRow, call, swap_arrays
 from pgrag.pipeline.chunking import Chunk
 from pgrag.pipeline.extract import Block, ExtractedDocument
@@ -316,5 +317,12 @@ def job_sources(
     """Each job as a document to plan (prepared once per claim: see :func:`prepare_job`)."""
     for job in jobs:
         if job.prepared is None:
-            job.prepared = prepare_job(job, rules, limits, sandbox, cancel)
+            attributes = {
+                "pgrag.document.id": job.document_id,
+                "pgrag.document.uri": job.source_uri,
+            }
+            with tracing.span("extract", attributes):  # fetched, extracted and chunked
+                job.prepared = prepare_job(job, rules, limits, sandbox, cancel)
+                if isinstance(job.prepared, FailedSource):
+                    tracing.record_error(ExtractionError(job.prepared.reason))
         yield job.prepared

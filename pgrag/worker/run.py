@@ -48,6 +48,7 @@ from typing import Any, cast
 
 import psycopg
 
+from pgrag import tracing
 from pgrag.db import connect, one_line, tenant_transaction
 from pgrag.errors import (
     Cancelled,
@@ -332,26 +333,42 @@ class QueueWorker:
         for job in jobs:
             by_tenant.setdefault(job.tenant, []).append(job)
         for tenant, tenant_jobs in by_tenant.items():
+            attributes = {
+                "pgrag.tenant": tenant,
+                "pgrag.worker.id": self.worker_id,
+                "pgrag.jobs": len(tenant_jobs),
+                "pgrag.document.ids": [job.document_id for job in tenant_jobs],
+            }
+            with tracing.root("pgrag worker job", attributes):
+                self._process_tenant(tenant, tenant_jobs, sandbox)
+
+    def _process_tenant(
+        self, tenant: str, tenant_jobs: list[Job], sandbox: DocumentSandbox
+    ) -> None:
+        """One tenant's jobs of a batch: run, then settle (one by one when the batch failed
+        and one document may be the cause)."""
+        if self.cancel.is_set():
+            self._settle(tenant_jobs, None)  # released
+            return
+        error = self._run_tenant(tenant, tenant_jobs, sandbox)
+        if error is not None:
+            tracing.record_error(error)
+        left = [j for j in tenant_jobs if j.outcome is None]
+        if error is None or len(left) < 2 or self._whole_batch(error):
+            self._settle(tenant_jobs, error)
+            return
+        # One document's data may have failed the batch: each alone, so that the others
+        # complete and only that one fails.
+        self.say(
+            f"a batch of {tenant} failed ({one_line(str(error))}): "
+            f"retrying its {len(left)} document(s) one by one"
+        )
+        self._settle([j for j in tenant_jobs if j.outcome is not None], None)
+        for job in left:
             if self.cancel.is_set():
-                self._settle(tenant_jobs, None)  # released
-                continue
-            error = self._run_tenant(tenant, tenant_jobs, sandbox)
-            left = [j for j in tenant_jobs if j.outcome is None]
-            if error is None or len(left) < 2 or self._whole_batch(error):
-                self._settle(tenant_jobs, error)
-                continue
-            # One document's data may have failed the batch: each alone, so that the others
-            # complete and only that one fails.
-            self.say(
-                f"a batch of {tenant} failed ({one_line(str(error))}): "
-                f"retrying its {len(left)} document(s) one by one"
-            )
-            self._settle([j for j in tenant_jobs if j.outcome is not None], None)
-            for job in left:
-                if self.cancel.is_set():
-                    self._settle([job], None)  # released
-                else:
-                    self._settle([job], self._run_tenant(tenant, [job], sandbox))
+                self._settle([job], None)  # released
+            else:
+                self._settle([job], self._run_tenant(tenant, [job], sandbox))
 
     @staticmethod
     def _whole_batch(error: BaseException) -> bool:
