@@ -143,7 +143,9 @@ def test_a_changed_document_hash_invalidates_the_entry(two_tenants: Loaded, embe
 def test_a_deleted_document_invalidates_the_entry(two_tenants: Loaded, embed: Any) -> None:
     store(two_tenants.db, "acme", QUESTION, embed(QUESTION), two_tenants.chunks["acme"][:1])
     with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
-        conn.execute("delete from pgrag.documents where id = %s", (two_tenants.documents["acme"][0],))
+        conn.execute(
+            "delete from pgrag.documents where id = %s", (two_tenants.documents["acme"][0],)
+        )
     assert lookup(two_tenants.db, "acme", embed(QUESTION)) is None
     assert entries(two_tenants.db) == {}
 
@@ -244,8 +246,10 @@ def test_a_direct_insert_of_another_model_is_refused(two_tenants: Loaded, embed:
             "chunk_ids of sources",
         ),
         ("select public.answer_cache_lookup(%(v)s, '{}', 1.5)", "min_similarity"),
-        ("select public.answer_cache_lookup(%(v)s, jsonb_build_object('x', repeat('x', 10001)))",
-         "settings"),
+        (
+            "select public.answer_cache_lookup(%(v)s, jsonb_build_object('x', repeat('x', 10001)))",
+            "settings",
+        ),
         ("select public.answer_cache_lookup('[1,2,3]')", "dimensions"),
         ("select public.answer_cache_lookup(null)", "must not be null"),
     ],

@@ -323,3 +323,38 @@ end
 $$;
 comment on function public.answer_cache_store(text, @extschema:vector@.vector, text, jsonb, jsonb) is
 'Semantic answer cache, for the current tenant: stores answer to question (its embedding question_embedding, by the model pgrag.embedding_config records) made under settings, from sources (build_context''s sources: the chunk_ids of each are fingerprinted, pgrag.answer_sources_fingerprint), replacing an earlier answer to the same question under the same settings; then drops the tenant''s least recently used entries beyond pgrag.answer_cache_max_entries(). Returns the entry''s id, or null (nothing stored) without a tenant, before the first ingest, without a chunk id in sources, when a source is gone or not visible, or when the operator set the bound to 0. Limits: question 1-10,000 characters, answer 1-100,000, question_embedding of the stored dimension and non-zero, sources a JSON array of at most 1,000,000 bytes naming at most 2,000 chunk ids, settings at most 10,000 bytes; else SQLSTATE 22023.';
+
+create or replace function pgrag.answer_cache_stats(tenant text default null)
+returns table (
+    tenant_id text,
+    entries bigint,
+    lookups bigint,
+    hits bigint,
+    stale bigint,
+    hit_rate double precision,
+    since timestamptz
+)
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    with entries as (
+        select a.tenant_id, pg_catalog.count(*) as entries
+        from pgrag.answer_cache as a
+        where answer_cache_stats.tenant is null or a.tenant_id = answer_cache_stats.tenant
+        group by a.tenant_id
+    ), counted as (
+        select k.tenant_id, k.lookups, k.hits, k.stale, k.since
+        from pgrag.answer_cache_counters as k
+        where answer_cache_stats.tenant is null or k.tenant_id = answer_cache_stats.tenant
+    )
+    select coalesce(e.tenant_id, c.tenant_id), coalesce(e.entries, 0), coalesce(c.lookups, 0),
+           coalesce(c.hits, 0), coalesce(c.stale, 0),
+           case when c.lookups > 0 then c.hits::double precision / c.lookups end, c.since
+    from entries as e
+    full join counted as c on c.tenant_id = e.tenant_id
+    order by 1
+$$;
+comment on function pgrag.answer_cache_stats(text) is
+'The semantic answer cache per tenant (or for tenant alone): entries held, and since the first lookup (since) the lookups, hits, hit rate (hits / lookups; null before any lookup) and entries found stale and removed. pgrag stats shows them. Runs as the caller: row level security applies.';
