@@ -26,7 +26,7 @@ from pgrag.db import one_line, tenant_transaction
 from pgrag.query_cache import QueryEmbeddings
 from pgrag.usage import warn
 
-DEFAULT_SIMILARITY = 0.9
+DEFAULT_SIMILARITY = 0.95
 """Cosine similarity a new question must have to a cached one (``pgrag ask --cache``): measured
 on paraphrases and different questions about the sample documents with the bundled model
 (``benchmarks/answer_cache.py``, docs/benchmarks.md, "Semantic answer cache")."""

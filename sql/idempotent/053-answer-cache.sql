@@ -166,7 +166,7 @@ create or replace trigger answer_cache_bounded
 create or replace function public.answer_cache_lookup(
     question_embedding @extschema:vector@.vector,
     settings jsonb default '{}'::jsonb,
-    min_similarity double precision default 0.9
+    min_similarity double precision default 0.95
 )
 returns table (
     entry_id bigint,
@@ -186,7 +186,7 @@ as $$
 declare
     v_tenant text := pgrag.current_tenant_id();
     v_min double precision := coalesce(
-        pgrag.check_argument('min_similarity', min_similarity, 0, 1), 0.9);
+        pgrag.check_argument('min_similarity', min_similarity, 0, 1), 0.95);
     v_model text;
     v_dims integer;
     v_key text;
@@ -248,7 +248,7 @@ begin
 end
 $$;
 comment on function public.answer_cache_lookup(@extschema:vector@.vector, jsonb, double precision) is
-'Semantic answer cache, for the current tenant: the cached answer whose question is nearest to question_embedding (cosine similarity at least min_similarity, default 0.9), made under the same settings (pgrag.answer_settings_key) and the model pgrag.embedding_config records, and whose sources are unchanged (pgrag.answer_sources_fingerprint); at most one row (entry_id, cached_question, answer, similarity, sources, created_at, hit_count). Entries met whose sources changed or went are removed; the lookup, the hit and the stale entries are counted in pgrag.answer_cache_counters. No row and nothing counted without a tenant or before the first ingest. Writes: call it on the primary. Limits: question_embedding not null, of the stored dimension and non-zero, settings at most 10,000 bytes, min_similarity 0-1; else SQLSTATE 22023.';
+'Semantic answer cache, for the current tenant: the cached answer whose question is nearest to question_embedding (cosine similarity at least min_similarity, default 0.95), made under the same settings (pgrag.answer_settings_key) and the model pgrag.embedding_config records, and whose sources are unchanged (pgrag.answer_sources_fingerprint); at most one row (entry_id, cached_question, answer, similarity, sources, created_at, hit_count). Entries met whose sources changed or went are removed; the lookup, the hit and the stale entries are counted in pgrag.answer_cache_counters. No row and nothing counted without a tenant or before the first ingest. Writes: call it on the primary. Limits: question_embedding not null, of the stored dimension and non-zero, settings at most 10,000 bytes, min_similarity 0-1; else SQLSTATE 22023.';
 
 create or replace function public.answer_cache_store(
     question text,
