@@ -579,7 +579,7 @@ def ask(
             {
                 "answer": None if checked and checked.withheld else text,
                 "found": True,
-                "cached": False,
+                **({"cached": False} if cache is not None else {}),
                 "chat_model": config.model if config and given is None else None,
                 "context": ctx.context,
                 "sources": ctx.sources,
