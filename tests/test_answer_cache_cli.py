@@ -178,3 +178,24 @@ def test_stats_show_the_answer_caches_hit_rate(corpus: str, openai_chat: Chat) -
     assert (cache["entries"], cache["lookups"], cache["hits"], cache["stale"]) == (2, 4, 2, 0)
     assert cache["hit_rate"] == 0.5
     assert "  answers    2 cached; 4 lookups, 2 hits (50 % hit rate)" in text
+
+
+def test_the_same_question_of_another_tenant_is_never_answered_from_the_cache(
+    corpus: str, tmp_path: Path, openai_chat: Chat
+) -> None:
+    other = tmp_path / "globex"
+    other.mkdir()
+    (other / "widgets.md").write_text(WIDGETS.format(port=9999))
+    result = CliRunner().invoke(main, ["--dsn", corpus, "ingest", str(other), "--tenant", "globex"])
+    assert result.exit_code == 0, result.output
+    chat = openai_chat(ANSWER, "The widget service listens on port 9999 [Source 1].")
+
+    ask_json(corpus, QUESTION, "--cache")
+    globex = ask_json(corpus, QUESTION, "--cache", "--tenant", "globex")
+    again = ask_json(corpus, QUESTION, "--cache", "--tenant", "globex")
+    default = ask_json(corpus, QUESTION, "--cache")
+
+    assert globex["cached"] is False and "9999" in globex["answer"]
+    assert again["cached"] is True and "9999" in again["answer"]
+    assert default["cached"] is True and default["answer"] == ANSWER
+    assert len(chat.bodies) == 2
