@@ -237,7 +237,8 @@ def test_a_direct_insert_of_another_model_is_refused(two_tenants: Loaded, embed:
     [
         ("select public.answer_cache_store(repeat('q', 10001), %(v)s, 'a', '[]')", "question"),
         ("select public.answer_cache_store('q', %(v)s, repeat('a', 100001), '[]')", "answer"),
-        ("select public.answer_cache_store('', %(v)s, 'a', '[]')", "not empty"),
+        ("select public.answer_cache_store('', %(v)s, 'a', '[]')", "question must be given"),
+        ("select public.answer_cache_store('q', null, 'a', '[]')", "question_embedding must"),
         ("select public.answer_cache_store('q', %(v)s, 'a', '{}')", "sources must be"),
         (
             "select public.answer_cache_store('q', %(v)s, 'a', jsonb_build_array("
@@ -262,3 +263,14 @@ def test_answer_cache_arguments_out_of_range_are_refused_with_22023(
         request(two_tenants.db, "authenticated", claims_for("acme")) as conn,
     ):
         conn.execute(call, {"v": embed(QUESTION)})
+
+
+def test_chunk_ids_that_cannot_be_chunks_are_ignored_not_an_error(
+    two_tenants: Loaded, embed: Any
+) -> None:
+    odd = json.dumps([{"chunk_ids": [1e30, -5, "12", None, {"id": 1}]}, {"chunk_ids": "1"}, 7])
+    with request(two_tenants.db, "authenticated", claims_for("acme")) as conn:
+        (entry,) = conn.execute(
+            "select public.answer_cache_store('q', %s, 'a', %s)", (embed(QUESTION), odd)
+        ).fetchone()  # type: ignore[misc]
+    assert entry is None and entries(two_tenants.db) == {}

@@ -270,9 +270,18 @@ declare
     v_fingerprint text;
     v_id bigint;
 begin
-    if question is null or answer is null or question_embedding is null
-       or pg_catalog.length(question) < 1 or pg_catalog.length(answer) < 1 then
-        raise exception 'question, question_embedding and answer must be given and not empty'
+    if question is null or pg_catalog.length(question) < 1 then
+        raise exception 'question must be given and not empty'
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
+    if answer is null or pg_catalog.length(answer) < 1 then
+        raise exception 'answer must be given and not empty'
+            using errcode = '22023',
+                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
+    end if;
+    if question_embedding is null then
+        raise exception 'question_embedding must not be null'
             using errcode = '22023',
                   hint = 'pgrag''s argument limits are listed in docs/security.md.';
     end if;
@@ -286,12 +295,17 @@ begin
             using errcode = '22023',
                   hint = 'pgrag''s argument limits are listed in docs/security.md.';
     end if;
-    select pg_catalog.array_agg(distinct (x.value operator(pg_catalog.#>>) '{}')::numeric::bigint) into v_ids
+    -- Each source's chunk_ids: the numbers among them that can be chunk ids (bigint).
+    select pg_catalog.array_agg(distinct n.id::bigint) into v_ids
     from pg_catalog.jsonb_array_elements(sources) as s (value)
     cross join lateral pg_catalog.jsonb_array_elements(
         case when pg_catalog.jsonb_typeof(s.value operator(pg_catalog.->) 'chunk_ids') = 'array'
              then s.value operator(pg_catalog.->) 'chunk_ids' else '[]'::jsonb end) as x (value)
-    where pg_catalog.jsonb_typeof(x.value) = 'number';
+    cross join lateral (
+        select case when pg_catalog.jsonb_typeof(x.value) = 'number'
+                    then pg_catalog.round((x.value operator(pg_catalog.#>>) '{}')::numeric) end
+    ) as n (id)
+    where n.id between 1 and 9223372036854775807;
     perform pgrag.check_length('chunk_ids of sources', pg_catalog.cardinality(v_ids), 2000);
     select c.model into v_model from pgrag.embedding_config as c;
     if v_tenant is null or v_model is null or v_ids is null
@@ -322,7 +336,7 @@ begin
 end
 $$;
 comment on function public.answer_cache_store(text, @extschema:vector@.vector, text, jsonb, jsonb) is
-'Semantic answer cache, for the current tenant: stores answer to question (its embedding question_embedding, by the model pgrag.embedding_config records) made under settings, from sources (build_context''s sources: the chunk_ids of each are fingerprinted, pgrag.answer_sources_fingerprint), replacing an earlier answer to the same question under the same settings; then drops the tenant''s least recently used entries beyond pgrag.answer_cache_max_entries(). Returns the entry''s id, or null (nothing stored) without a tenant, before the first ingest, without a chunk id in sources, when a source is gone or not visible, or when the operator set the bound to 0. Limits: question 1-10,000 characters, answer 1-100,000, question_embedding of the stored dimension and non-zero, sources a JSON array of at most 1,000,000 bytes naming at most 2,000 chunk ids, settings at most 10,000 bytes; else SQLSTATE 22023.';
+'Semantic answer cache, for the current tenant: stores answer to question (its embedding question_embedding, by the model pgrag.embedding_config records) made under settings, from sources (build_context''s sources: the chunk_ids of each are fingerprinted, pgrag.answer_sources_fingerprint), replacing an earlier answer to the same question under the same settings; then drops the tenant''s least recently used entries beyond pgrag.answer_cache_max_entries(). Returns the entry''s id, or null (nothing stored) without a tenant, before the first ingest, without a chunk id in sources, when a source is gone or not visible, or when the operator set the bound to 0. Limits: question 1-10,000 characters, answer 1-100,000 (both given), question_embedding not null, of the stored dimension and non-zero, sources a JSON array of at most 1,000,000 bytes naming at most 2,000 chunk ids, settings at most 10,000 bytes; else SQLSTATE 22023.';
 
 create or replace function pgrag.answer_cache_stats(tenant text default null)
 returns table (
