@@ -274,3 +274,31 @@ def test_chunk_ids_that_cannot_be_chunks_are_ignored_not_an_error(
             "select public.answer_cache_store('q', %s, 'a', %s)", (embed(QUESTION), odd)
         ).fetchone()  # type: ignore[misc]
     assert entry is None and entries(two_tenants.db) == {}
+
+
+def test_a_wide_installation_caches_3072_dimension_questions(
+    empty_db: str, authenticator: str
+) -> None:
+    from pgrag.install.migrator import Migrator
+
+    wide = 3072
+    assert Migrator(empty_db).migrate(wide).dims == wide
+    rng = np.random.default_rng(7)
+    question = rng.standard_normal(wide).astype(np.float32)
+    paraphrase = question + 0.05 * rng.standard_normal(wide).astype(np.float32)
+    with connect(empty_db) as conn:
+        conn.execute("update pgrag.embedding_config set model = 'wide-model', provider = 'openai'")
+        (doc,) = conn.execute(
+            "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status) "
+            "values ('acme', 'Wide', 'text', 'wide.txt', 'ready') returning id"
+        ).fetchone()  # type: ignore[misc]
+        (chunk,) = conn.execute(
+            "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, embedding, "
+            "content_sha256) values ('acme', %s, 0, 'Wide text.', %s, 'x') returning id",
+            (doc, question),
+        ).fetchone()  # type: ignore[misc]
+        conn.commit()
+    assert store(empty_db, "acme", QUESTION, question, [chunk])
+    hit = lookup(empty_db, "acme", paraphrase, 0.9)
+    assert hit is not None and hit["cached_question"] == QUESTION
+    assert lookup(empty_db, "globex", paraphrase, 0.0) is None
