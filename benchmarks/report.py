@@ -485,6 +485,73 @@ Five documents make @10 easy; hit rate@1 and MRR say which mode puts the right d
 """
 
 
+def answer_cache() -> str:
+    d = load("answer_cache.json")
+    e2e = d["end_to_end"]
+    cached = d["cached_questions"]
+    default = f"{d['default_similarity']}"
+    rows = [
+        [
+            f"{t}" + (" (default)" if t == default else ""),
+            f"{r['retyped_hits']} of {cached}",
+            f"{r['paraphrase_hits']} of {d['paraphrases']} "
+            f"({100 * r['paraphrase_hits'] / d['paraphrases']:.0f} %)",
+            f"{len(r['paraphrase_wrong_hits'])}",
+            f"{len(r['different_false_hits'])} of {d['different_questions']}",
+        ]
+        for t, r in d["by_threshold"].items()
+    ]
+    false_hits = sorted(
+        {
+            f"{a!r} for {b!r}"
+            for r in d["by_threshold"].values()
+            for a, b in r["different_false_hits"]
+        }
+    )
+    sims = d["similarity"]
+    para = sims["paraphrase_to_own_question"]
+    diff = sims["different_to_nearest_question"]
+    hit, miss = e2e["latency_ms"]["hit"], e2e["latency_ms"]["miss"]
+    return f"""\
+## Semantic answer cache (`benchmarks/answer_cache.py`)
+
+`pgrag ask --cache` on the sample documents with the bundled model: {d["questions"]} questions
+about them are answered and cached ({cached} had sources), then looked up again as the same
+question typed again (lower case, no question mark), as {d["paraphrases"]} paraphrases (2 or 3
+each) and as {d["different_questions"]} different questions (10 off the documents' subjects, 10
+near misses such as "on Windows" for "on Linux"), at each `--cache-similarity`:
+
+{table(["similarity", "typed again: hits", "paraphrases: right hits", "paraphrases: wrong hits", "different questions: false hits"], rows)}
+
+False hits (a different question given a cached answer), at any threshold above: {"; ".join(false_hits)}.
+Cosine similarity of a paraphrase to its own question: median {para["median"]}, 10th percentile
+{para["p10"]}, 90th {para["p90"]}; of a different question to the nearest cached one: median
+{diff["median"]}, 90th percentile {diff["p90"]}, highest {diff["max"]}; a question typed again:
+at least {sims["retyped_to_own_question_min"]}. With this small model, paraphrases overlap
+different questions, and a question that differs from a cached one by a single word (a model
+name, an operating system) is as close as the same question typed again: no threshold below
+that takes out every false hit, and every threshold below 0.95 adds more. Hence the default
+0.95: repeated and lightly reworded questions hit; most paraphrases miss and are answered
+again (a miss costs a chat call, a false hit a wrong answer). A
+stronger embedding model separates paraphrases better; keep the cache off where a near miss
+must never share an answer.
+
+End to end at {e2e["similarity"]} (`pgrag ask --cache --json` in one process, each command timed
+from invocation to output, the model loaded by each as the CLI does; misses stored as well):
+{e2e["paraphrase_hits"]} paraphrases answered from the cache, false hits
+{e2e["different_false_hits"]}; hit rate over all {e2e["stats"]["lookups"]} lookups {100 * e2e["stats"]["hit_rate"]:.0f} % (`pgrag stats`). The chat
+endpoint is a local stand-in answering after {num(d["chat_stand_in_latency_ms"], 0)} ms.
+
+{table(["ask --cache", "commands", "p50 / p95 ms"], [["hit (no retrieval, no chat call)", f"{hit['n']}", pair(hit["p50_ms"], hit["p95_ms"])], ["miss (retrieval, chat, store)", f"{miss['n']}", pair(miss["p50_ms"], miss["p95_ms"])]])}
+
+The lookup itself (`public.answer_cache_lookup` over {d["lookup_ms"]["entries"]} entries, SQL
+alone): {pair(d["lookup_ms"]["p50_ms"], d["lookup_ms"]["p95_ms"], 2)} ms (p50 / p95); the rest
+of a hit is the command's own start-up and the question's embedding.
+
+{provenance(d)} {source("answer_cache.json")}
+"""
+
+
 def latency() -> str:
     d = load("latency.json")
     sizes = d["sizes"]
@@ -1705,6 +1772,7 @@ SECTIONS: list[Callable[[], str]] = [
     rerank,
     answer_check,
     golden,
+    answer_cache,
     latency,
     vector_arm,
     bm25_pruning,

@@ -555,6 +555,7 @@ def run_context(
     tenant: str,
     writer: psycopg.Connection[Any] | None = None,
     reranking: RerankSettings | None = None,
+    queries: QueryEmbeddings | None = None,
 ) -> ContextRun:
     """The context for ``query_text`` as ``tenant``, the way ``pgrag ask`` builds it: as
     :func:`run_search`, with ``build_context`` (logged as mode ``context``).
@@ -562,8 +563,9 @@ def run_context(
     With ``reranking``: hybrid search fetches ``reranking.top`` candidates (the same filters,
     MMR and cosine floor), the re-ranker orders them, and ``build_context_for`` builds the
     block from them in that order (windows, budget and ``limit`` as ``build_context``); each
-    source's score is then the re-ranker's."""
-    queries = QueryEmbeddings(writer or reader, tenant)
+    source's score is then the re-ranker's. ``queries``: the query embeddings to use (e.g. the
+    answer cache's, which embedded the question already), else new ones on ``writer``."""
+    queries = queries or QueryEmbeddings(writer or reader, tenant)
     if reranking is None:
         ctx, latency_ms = context_text(reader, query_text, options, tenant=tenant, queries=queries)
     else:

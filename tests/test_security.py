@@ -45,7 +45,10 @@ API_FUNCTIONS = (
 # The document queue's RPCs: a tenant submits and reads its queue (authenticated and
 # service_role; anon has no tenant and writes nothing).
 QUEUE_FUNCTIONS = ("submit_document", "document_status", "queue_status")
-PUBLIC_FUNCTIONS = API_FUNCTIONS + QUEUE_FUNCTIONS
+# The semantic answer cache's RPCs: a tenant's own lookups and answers (authenticated and
+# service_role; anon has no tenant).
+ANSWER_CACHE_FUNCTIONS = ("answer_cache_lookup", "answer_cache_store")
+PUBLIC_FUNCTIONS = API_FUNCTIONS + QUEUE_FUNCTIONS + ANSWER_CACHE_FUNCTIONS
 QUERY = "vacation policy paid leave"
 
 
@@ -462,6 +465,9 @@ READ_ONLY_TENANT_TABLES = ("token_usage",)
 READ_DELETE_TENANT_TABLES = ("saved_embeddings",)
 APPEND_ONLY_TENANT_TABLES = ("search_log",)
 OWNER_TENANT_TABLES = ("chunk_embeddings_next",)
+# The answer cache and its counters: a tenant's lookups read and write them (as the caller),
+# anon has no tenant and no grant.
+ANSWER_CACHE_TABLES = ("answer_cache", "answer_cache_counters")
 # The internal helpers the API functions reach (docs/security.md, "Functions each role can
 # execute"); delete_documents for the writing roles only.
 PGRAG_FUNCTIONS = (
@@ -544,6 +550,9 @@ WRITER_FUNCTIONS = (
     "query_cache_put",
     "search_log_max_rows",
     "text_search_config_allowed",
+    "answer_cache_max_entries",
+    "answer_settings_key",
+    "answer_sources_fingerprint",
 )
 
 # The loader's and the worker's functions (the document lifecycle): the owner and service_role.
@@ -613,7 +622,17 @@ def expected_grants(
     for table in every:
         for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
             out.add((f"table pgrag.{table}", "service_role", priv))
-    for table in (*tables, *APPEND_ONLY_TENANT_TABLES, *READ_DELETE_TENANT_TABLES):
+    for table in ANSWER_CACHE_TABLES:
+        out |= {
+            (f"table pgrag.{table}", "service_role", p)
+            for p in ("SELECT", "INSERT", "UPDATE", "DELETE")
+        }
+    for table in (
+        *tables,
+        *APPEND_ONLY_TENANT_TABLES,
+        *READ_DELETE_TENANT_TABLES,
+        *ANSWER_CACHE_TABLES,
+    ):
         out |= {(f"table pgrag.{table}", "authenticated", p) for p in ("SELECT", "DELETE")}
     out |= {(f"table pgrag.{t}", "authenticated", "SELECT") for t in READ_ONLY_TENANT_TABLES}
     out |= {(f"table pgrag.{t}", r, "SELECT") for t in BM25_TABLES for r in API_ROLES}
@@ -639,7 +658,7 @@ def expected_grants(
     out |= {("table pgrag.queue_settings", r, "SELECT") for r in ("authenticated", "service_role")}
     out.add(("table pgrag.fetch_allowlist", "service_role", "SELECT"))
     out |= {("table pgrag.queue_rotation", "service_role", p) for p in ("SELECT", "UPDATE")}
-    for seq in ("chunks_id_seq", "documents_id_seq", "search_log_id_seq"):
+    for seq in ("chunks_id_seq", "documents_id_seq", "search_log_id_seq", "answer_cache_id_seq"):
         out |= {(f"sequence pgrag.{seq}", r, "USAGE") for r in ("authenticated", "service_role")}
     for fn in PGRAG_FUNCTIONS:
         out |= {(f"function pgrag.{fn}", role, "EXECUTE") for role in API_ROLES}
@@ -649,7 +668,7 @@ def expected_grants(
         out.add((f"function pgrag.{fn}", "service_role", "EXECUTE"))
     for fn in API_FUNCTIONS:
         out |= {(f"function public.{fn}", role, "EXECUTE") for role in API_ROLES}
-    for fn in QUEUE_FUNCTIONS:
+    for fn in (*QUEUE_FUNCTIONS, *ANSWER_CACHE_FUNCTIONS):
         out |= {(f"function public.{fn}", r, "EXECUTE") for r in ("authenticated", "service_role")}
     return out
 
@@ -699,7 +718,7 @@ def test_audit_every_grant_on_pgrag_objects_and_the_api(db: str) -> None:
         tables = TENANT_TABLES
         queue = {f"{QUEUE_TABLE}.{c}" for c in QUEUE_SUBMITTED_COLUMNS}
         expected = expected_grants(
-            writable_columns(conn, tables) | queue,
+            writable_columns(conn, tables + ANSWER_CACHE_TABLES) | queue,
             writable_columns(conn, APPEND_ONLY_TENANT_TABLES),
             tables,
         )

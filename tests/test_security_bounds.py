@@ -84,6 +84,8 @@ KNOWN_WRITERS = {
     "pgrag.prune_query_cache",
     "public.log_search",
     "public.submit_document",
+    "public.answer_cache_lookup",
+    "public.answer_cache_store",
 }
 WRITER_SQLSTATES = {"public.submit_document": {"PR010"}}
 # Writers whose new rows are checked inside their own (rolled-back) request: the rows they make

@@ -12,6 +12,8 @@ from typing import Any
 import click
 
 from pgrag import tracing
+from pgrag.answer_cache import DEFAULT_SIMILARITY, ENV_CACHE, ENV_SIMILARITY
+from pgrag.cli.answer_cache import CacheRequest, cache_settings, print_cached
 from pgrag.cli.check import (
     CheckRequest,
     answer_to_check,
@@ -446,6 +448,26 @@ def print_sources(ctx: Context) -> None:
 @click.option(
     "--context-only", is_flag=True, help="Print the context and sources; do not call the LLM."
 )
+@click.option(
+    "--cache/--no-cache",
+    "use_cache",
+    envvar=ENV_CACHE,
+    default=False,
+    show_default=True,
+    help="Semantic answer cache: reuse this tenant's earlier answer to a question that means "
+    "the same (within --cache-similarity, under the same settings, its sources unchanged), "
+    "skipping retrieval and the chat call; else answer and cache the answer (env "
+    "PGRAG_ANSWER_CACHE=on).",
+)
+@click.option(
+    "--cache-similarity",
+    type=click.FloatRange(0, 1),
+    envvar=ENV_SIMILARITY,
+    default=DEFAULT_SIMILARITY,
+    show_default=True,
+    help="Cosine similarity of the question to a cached question for --cache to reuse its "
+    "answer (env PGRAG_ANSWER_CACHE_SIMILARITY).",
+)
 @check_options
 @rerank_options
 @filter_options
@@ -463,6 +485,8 @@ def ask(
     mmr_lambda: float | None,
     chat_model: str | None,
     context_only: bool,
+    use_cache: bool,
+    cache_similarity: float,
     check: CheckRequest | None,
     rerank_spec: str | None,
     rerank_top: int,
@@ -483,6 +507,11 @@ def ask(
     With --check, each sentence of the answer must cite a [Source N] that supports it, as
     judged by the chat endpoint (llm) or the local embedding model (local); an answer whose
     confidence is below --min-confidence is withheld with the reason, exit status 4.
+
+    With --cache (off by default), an answer this tenant got before to a question within
+    --cache-similarity, under the same settings and from sources that have not changed, is
+    printed again without retrieval or chat call; a new answer is cached (not one --check
+    withheld).
     """
     from pgrag.answer import ChatConfig, answer_for_tenant
 
@@ -496,17 +525,35 @@ def ask(
         filters=make_filters(document_ids, metadata, source_types, after, before),
     )
     reranking = rerank_settings(rerank_spec, rerank_top)
-    with state.connect_read_and_write() as (conn, writer):
-        run = run_context(
-            conn, question, options, tenant=tenant, writer=writer, reranking=reranking
+    config = None if context_only else ChatConfig.from_env(chat_model)
+    given = answer_to_check(check, config)
+    # The cache holds the chat model's answers: none to reuse or keep without one, or for an
+    # answer given with --answer.
+    cache = None
+    if use_cache and config is not None and given is None:
+        cache = CacheRequest(
+            cache_settings(config, options, rerank_spec, rerank_top, check), cache_similarity
         )
+    with state.connect_read_and_write() as (conn, writer):
+        hit = cache.look_up(writer, question, tenant) if cache else None
+        if hit is None:
+            run = run_context(
+                conn,
+                question,
+                options,
+                tenant=tenant,
+                writer=writer,
+                reranking=reranking,
+                queries=cache.queries if cache else None,
+            )
+    if hit is not None:
+        print_cached(hit, config, as_json)
+        return
     ctx = run.context
     if run.tenant_empty:
         if as_json:
             echo_json(NO_ANSWER)
         raise NothingToDo(run.tenant_empty)
-    config = None if context_only else ChatConfig.from_env(chat_model)
-    given = answer_to_check(check, config)
     if ctx.empty:
         if as_json:
             echo_json(NO_ANSWER)
@@ -528,11 +575,14 @@ def ask(
             dsn=state.dsn(),
             scorer=reranking.reranker if reranking is not None else None,
         )
+    if cache is not None and text is not None and not (checked and checked.withheld):
+        cache.store(state.dsn(), tenant, question, text, ctx.sources)
     if as_json:
         echo_json(
             {
                 "answer": None if checked and checked.withheld else text,
                 "found": True,
+                **({"cached": False} if cache is not None else {}),
                 "chat_model": config.model if config and given is None else None,
                 "context": ctx.context,
                 "sources": ctx.sources,

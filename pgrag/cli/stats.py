@@ -1,4 +1,4 @@
-"""``pgrag stats``: documents, chunks, queue, tokens, cost and cache hit rate per tenant."""
+"""``pgrag stats``: documents, chunks, queue, tokens, cost and cache hit rates per tenant."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pgrag.cli.common import echo_json, json_option, pass_state
 from pgrag.cli.state import CliState
 from pgrag.db import connect
 from pgrag.errors import NothingToDo
-from pgrag.stats import ModelUsage, TenantStats, tenant_stats, usage_costs
+from pgrag.stats import AnswerCacheStats, ModelUsage, TenantStats, tenant_stats, usage_costs
 
 
 def _count(n: int) -> str:
@@ -103,6 +103,19 @@ def print_tenant(t: TenantStats, usage: list[ModelUsage]) -> None:
             + f", cost {_cost(u.cost)}"
         )
     click.echo(f"  searches   {_count(t.searches_logged)} logged")
+    if t.answer_cache is not None:
+        click.echo(f"  answers    {answer_cache_line(t.answer_cache)}")
+
+
+def answer_cache_line(a: AnswerCacheStats) -> str:
+    """``12 cached; 40 lookups, 25 hits (62 % hit rate), 3 stale removed`` (the stale part only
+    when there were some)."""
+    rate = f" ({100 * a.hit_rate:.0f} % hit rate)" if a.hit_rate is not None else ""
+    stale = f", {_count(a.stale)} stale removed" if a.stale else ""
+    return (
+        f"{_count(a.entries)} cached; {_plural(a.lookups, 'lookup')}, "
+        f"{_plural(a.hits, 'hit')}{rate}{stale}"
+    )
 
 
 @click.command()
@@ -121,8 +134,8 @@ def print_tenant(t: TenantStats, usage: list[ModelUsage]) -> None:
 @json_option
 @pass_state
 def stats(state: CliState, tenant: str | None, since: datetime | None, as_json: bool) -> None:
-    """Show per tenant: documents by state, chunks, the document queue, tokens, cost and the
-    query-embedding cache hit rate.
+    """Show per tenant: documents by state, chunks, the document queue, tokens, cost, the
+    query-embedding cache hit rate and the answer cache's entries and hit rate.
 
     \b
     Tokens are recorded by pgrag ingest, pgrag reembed, the worker (document embeddings),

@@ -162,8 +162,10 @@ begin
         -- on every tenant table so that search functions run for anon without a permission
         -- error; a table without an anon policy (postings, statistics) shows anon no rows.
         -- (Not the document queue: submissions are no one's public content yet; nor the saved
-        -- embeddings of a document being loaded, which no search reads.)
-        continue when t.relname in ('document_queue', 'saved_embeddings');
+        -- embeddings of a document being loaded, which no search reads; nor the answer cache
+        -- and its counters, which only a tenant's own lookups read.)
+        continue when t.relname in ('document_queue', 'saved_embeddings', 'answer_cache',
+                                    'answer_cache_counters');
         execute pg_catalog.format('grant select on pgrag.%I to anon', t.relname);
         anon_cond := case
             when t.relname = 'documents' then '(is_public)'

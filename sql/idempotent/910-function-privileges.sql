@@ -49,6 +49,8 @@ begin
               'check_query_text', 'normalize_query', 'query_cache_key', 'chunk_text',
               'check_chunk_arguments', 'query_cache_get', 'query_cache_put', 'prune_query_cache',
               'query_cache_max_entries',
+              -- the semantic answer cache's helpers (053-answer-cache.sql)
+              'answer_cache_max_entries', 'answer_settings_key', 'answer_sources_fingerprint',
               -- re-ranking in the database (052-rerank.sql)
               'rerank_scores', 'check_rerank_arguments',
               -- the search log's bound (032-search-log.sql: its trigger runs as the writer)
@@ -77,10 +79,11 @@ begin
         if f.proname in ('delete_documents', 'check_document_fields', 'text_search_config_allowed',
                          'chunk_text', 'check_chunk_arguments', 'query_cache_get',
                          'query_cache_put', 'prune_query_cache', 'query_cache_max_entries',
-                         'search_log_max_rows')
+                         'search_log_max_rows', 'answer_cache_max_entries',
+                         'answer_settings_key', 'answer_sources_fingerprint')
            or f.proname operator(pg_catalog.~) '^own_graph_walk_t_' then
             -- writers only (the chunks triggers call text_search_config_allowed as the writer;
-            -- the cache's writers, chunking): anon writes nothing; and the walk functions, for
+            -- the caches' writers, chunking): anon writes nothing; and the walk functions, for
             -- callers with a tenant (anon has none and never walks a tenant's graph)
             execute pg_catalog.format('grant execute on function %s to authenticated, service_role', f.sig);
         else
@@ -155,15 +158,16 @@ $$;
 
 -- The RPC API in the exposed schema (public): executable by the API roles, not by PUBLIC.
 -- The lists name every function pgrag creates there; tests/test_security.py checks that each
--- "create function public.*" in sql/ is listed. The queue's RPCs need a tenant (anon has
--- none and writes nothing): authenticated and service_role only.
+-- "create function public.*" in sql/ is listed. The queue's RPCs and the answer cache's need a
+-- tenant (anon has none and writes nothing): authenticated and service_role only.
 do $$
 declare
     f record;
 begin
     for f in
         select p.oid::regprocedure as sig,
-               p.proname = any (array['submit_document', 'document_status', 'queue_status'])
+               p.proname = any (array['submit_document', 'document_status', 'queue_status',
+                                      'answer_cache_lookup', 'answer_cache_store'])
                    as tenant_only
         from pg_catalog.pg_proc as p
         where p.pronamespace = 'public'::regnamespace
@@ -171,7 +175,7 @@ begin
               'vector_search', 'keyword_search', 'hybrid_search', 'chunk_windows',
               'build_context', 'hybrid_search_text', 'rerank', 'build_context_for', 'log_search',
               'submit_document', 'document_status', 'queue_status', 'search_facets', 'suggest_query',
-              'highlight'
+              'highlight', 'answer_cache_lookup', 'answer_cache_store'
           ])
           -- never an extension's function of the same name
           and not exists (select 1 from pg_catalog.pg_depend as d

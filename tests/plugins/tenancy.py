@@ -205,9 +205,10 @@ def tenant_tables(db: str, readable_by: str | None = None) -> list[str]:
 
 def usage_and_search_log_rows(db: str) -> None:
     """A row of usage and of the search log for each tenant (written as the owner), and of the
-    query-embedding cache where it is installed (issue 14)."""
+    query-embedding cache and the answer cache (an entry and its counters) where installed."""
     with connect(db) as conn:
         cache = conn.execute("select to_regclass('pgrag.query_embeddings')").fetchone()
+        answers = conn.execute("select to_regclass('pgrag.answer_cache')").fetchone()
         conn.execute("update pgrag.settings set search_log = true")
         for tenant in TENANTS:
             conn.execute("select pgrag.set_request_tenant(%s)", (tenant,))
@@ -215,6 +216,18 @@ def usage_and_search_log_rows(db: str) -> None:
             conn.execute("select public.log_search('hybrid', 5, 1, 0.5)")
             if cache and cache[0]:
                 conn.execute("select pgrag.query_cache_put('m', 'vacation', '[1,2,3]')")
+            if answers and answers[0]:
+                conn.execute(
+                    "insert into pgrag.answer_cache (tenant_id, model, settings_key, question, "
+                    "question_embedding, answer, sources, chunk_ids, sources_fingerprint) "
+                    "values (%s, 'm', repeat('0', 64), 'vacation?', '[1,2,3]', 'Thirty days.', "
+                    "'[]', '{1}', repeat('0', 64))",
+                    (tenant,),
+                )
+                conn.execute(
+                    "insert into pgrag.answer_cache_counters (tenant_id, lookups) values (%s, 1)",
+                    (tenant,),
+                )
         conn.execute("update pgrag.settings set search_log = false")
         conn.commit()
 
