@@ -39,6 +39,7 @@ from pgrag.ingest.workers import EmbeddingStage
 from pgrag.pipeline.chunking import Chunk, chunk_settings, make_chunker, token_counter
 from pgrag.pipeline.embedders import Embedder, get_embedder, read_embedding_config
 from pgrag.pipeline.extract import ExtractedDocument
+from pgrag.pipeline.semantic_chunking import SemanticChunker
 from pgrag.progress import Progress, ProgressMode
 from pgrag.usage import Operation
 
@@ -107,6 +108,8 @@ class IngestRun:
             self.overlap,
             options.language,
             max_tokens=self.embedder.max_tokens - 2,
+            embed=self.embedder.embed,
+            breakpoint=options.breakpoint,
         )
         self.settings = {
             "chunker": options.chunker,
@@ -114,6 +117,8 @@ class IngestRun:
             "overlap": self.overlap,
             "language": options.language,
         }
+        if isinstance(self.chunker, SemanticChunker):  # another rule re-chunks on re-ingest
+            self.settings["breakpoint"] = self.chunker.breakpoint.spec
         self.planner = Planner(self.conn, self.tenant, options, self.settings, self.lifecycle)
         if isinstance(self.lifecycle, IngestLifecycle) and not options.force:
             self.planner.saved_model = self.embedder.model_name
