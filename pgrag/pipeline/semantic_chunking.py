@@ -13,7 +13,8 @@ How a breakpoint is found: every sentence (a table or code block counts as one u
 by its first ``MAX_UNIT_CHARS`` characters) is embedded with the ingest's own embedder, in
 batches. The distance of a gap is ``1 - cosine`` between the mean embedding of the ``GROUP``
 sentences before it and of the ``GROUP`` after it (within the section). A gap is a breakpoint
-when its distance is above the rule's threshold: ``pN``, the N-th percentile of the gap
+when its distance is a local peak (farther than its neighbours': of the high gaps around a topic
+change, only the change) and above the rule's threshold: ``pN``, the N-th percentile of the gap
 distances of the document (so about (100 - N) % of its gaps are candidates), or a fixed
 distance (``0.45``). A breakpoint is honoured only once the chunk holds ``chunk_size // 4``
 tokens of its own (no tiny chunks). Huge documents are processed in windows of
@@ -106,6 +107,16 @@ def gap_distances(vectors: np.ndarray, sections: Sequence[int], group: int = GRO
     return out
 
 
+def breakpoints(distances: np.ndarray, threshold: float) -> list[int]:
+    """Gaps above ``threshold`` that are local peaks (no farther than the gap after them, and
+    farther than the gap before them): of a run of high gaps around a topic change, only the
+    change itself."""
+    d = np.nan_to_num(distances, nan=-np.inf)
+    before = np.concatenate(([-np.inf], d[:-1]))
+    after = np.concatenate((d[1:], [-np.inf]))
+    return [int(i) for i in np.flatnonzero((d > threshold) & (d > before) & (d >= after))]
+
+
 class SemanticChunker(TokenChunker):
     """The token chunker, cutting also where the topic changes (see the module's docs)."""
 
@@ -164,6 +175,5 @@ class SemanticChunker(TokenChunker):
         vectors = np.asarray(self.embed(texts), dtype=np.float64)
         distances = gap_distances(vectors, sections)
         gaps = distances[~np.isnan(distances)]
-        threshold = self.breakpoint.threshold(gaps)
-        for i in np.flatnonzero(np.nan_to_num(distances, nan=-1.0) > threshold):
-            owners[int(i)].cut = True
+        for i in breakpoints(distances, self.breakpoint.threshold(gaps)):
+            owners[i].cut = True
