@@ -332,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             drop_database(admin, dsn)
     result = {
         "benchmark": "chunking",
+        "command": "benchmarks/chunking.py " + " ".join(argv or sys.argv[1:]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
         "model": cached.model_name,

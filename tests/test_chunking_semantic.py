@@ -228,3 +228,22 @@ def test_breakpoint_needs_the_semantic_chunker(db: str, tmp_path: Path) -> None:
 
     assert result.exit_code != 0
     assert "--breakpoint applies to --chunker semantic only" in result.output
+
+
+def test_the_sentence_embeddings_are_recorded_as_ingest_usage(
+    db: str, tmp_path: Path, local_embedder: LocalEmbedder
+) -> None:
+    path = tmp_path / "notes.md"
+    path.write_text("# Notes\n\n" + " ".join(BREAD + JUPITER) + "\n")
+
+    result = invoke(db, "ingest", str(path), "--chunker", "semantic", "--overlap", "0")
+
+    assert result.exit_code == 0, result.output
+    with connect(db) as conn:
+        recorded, chunks = conn.execute(
+            "select (select sum(input_tokens) from pgrag.token_usage where operation = 'ingest'),"
+            " array_agg(content order by chunk_index) from pgrag.chunks"
+        ).fetchone() or (0, [])
+    chunk_tokens = sum(min(n + 2, 256) for n in local_embedder.count_tokens_many(chunks))
+    sentence_tokens = sum(n + 2 for n in local_embedder.count_tokens_many([*BREAD, *JUPITER]))
+    assert recorded == chunk_tokens + sentence_tokens

@@ -25,6 +25,7 @@ Output is deterministic for a given model and runtime (no sampling, ties broken 
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -86,6 +87,29 @@ def parse_breakpoint(spec: str | None) -> Breakpoint:
         f"--breakpoint {spec!r}: use pN (a percentile of the document's sentence distances, "
         "0 < N < 100, e.g. p90) or a cosine distance between 0 and 2 (e.g. 0.45)."
     )
+
+
+class SentenceEmbedder:
+    """A twin of the ingest's embedder for the chunker's sentence embeddings: the same model and
+    settings, with its own runtime session (the local model: the ingest embeds chunks on another
+    thread meanwhile) and its own token count, which :meth:`take_usage` hands to the run to
+    record in ``pgrag.token_usage`` beside the chunks' own."""
+
+    def __init__(self, embedder: Any) -> None:
+        self.embedder = copy.copy(embedder)
+        self.embedder.__dict__.pop("_model", None)  # a session of its own, loaded on first use
+        self.embedder.tokens_used = 0
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.calls += 1
+        return self.embedder.embed(texts)
+
+    def take_usage(self) -> tuple[int, int]:
+        """Tokens and calls since the last call (or since the start)."""
+        usage = (int(self.embedder.tokens_used), self.calls)
+        self.embedder.tokens_used, self.calls = 0, 0
+        return usage
 
 
 def gap_distances(vectors: np.ndarray, sections: Sequence[int], group: int = GROUP) -> np.ndarray:
