@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from pgrag.cli import main
 from pgrag.db import connect
 from pgrag.errors import ConfigError
+from pgrag.pipeline import semantic_chunking
 from pgrag.pipeline.chunking import Chunk, make_chunker, token_counter
 from pgrag.pipeline.embedders import LocalEmbedder
 from pgrag.pipeline.extract import Block
@@ -90,6 +92,26 @@ def test_no_semantic_chunk_exceeds_the_size_limit(local_embedder: LocalEmbedder)
     assert len(chunks) > 6
     assert all(c.token_count <= 60 for c in chunks)
     assert all(c.token_count == local_embedder.count_tokens(c.content) for c in chunks)
+
+
+def test_a_long_document_is_embedded_in_bounded_windows(
+    local_embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(semantic_chunking, "WINDOW_UNITS", 8)
+    calls: list[int] = []
+
+    def embed(texts: Sequence[str]) -> Any:
+        calls.append(len(texts))
+        return local_embedder.embed(texts)
+
+    chunker = make_chunker(
+        "semantic", token_counter(local_embedder), 60, 0, embed=embed, breakpoint="p90"
+    )
+    sentences = (BREAD + JUPITER) * 4
+    chunks = list(chunker.chunks([Block(s) for s in sentences]))
+
+    assert len(calls) == len(sentences) // 8 and max(calls) == 8
+    assert " ".join(c.content for c in chunks).split() == " ".join(sentences).split()
 
 
 def test_semantic_chunks_keep_their_section_and_page(local_embedder: LocalEmbedder) -> None:

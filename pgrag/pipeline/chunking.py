@@ -7,6 +7,9 @@ lines are never split. Consecutive chunks of a section overlap by whole trailing
 (``overlap`` tokens at most, counted inside ``chunk_size``); ``overlap_chars`` records how
 many leading characters of a chunk repeat the previous one.
 
+``semantic`` (:mod:`pgrag.pipeline.semantic_chunking`) is ``tokens`` that also cuts where the
+embeddings of consecutive sentences drift apart (a ``_Piece`` marked ``cut``).
+
 ``words`` cuts fixed windows of ``chunk_size`` words overlapping by ``overlap`` words (fewer
 words when a window would exceed the model's token limit).
 
