@@ -16,7 +16,7 @@ sentences before it and of the ``GROUP`` after it (within the section). A gap is
 when its distance is a local peak (farther than its neighbours': of the high gaps around a topic
 change, only the change) and above the rule's threshold: ``pN``, the N-th percentile of the gap
 distances of the document (so about (100 - N) % of its gaps are candidates), or a fixed
-distance (``0.45``). A breakpoint is honoured only once the chunk holds ``chunk_size // 4``
+distance (``0.8``). A breakpoint is honoured only once the chunk holds ``chunk_size // 4``
 tokens of its own (no tiny chunks). Huge documents are processed in windows of
 ``WINDOW_UNITS`` sentences (the percentile is then the window's): memory stays bounded.
 
@@ -85,7 +85,7 @@ def parse_breakpoint(spec: str | None) -> Breakpoint:
         return Breakpoint(distance=value)
     raise ConfigError(
         f"--breakpoint {spec!r}: use pN (a percentile of the document's sentence distances, "
-        "0 < N < 100, e.g. p90) or a cosine distance between 0 and 2 (e.g. 0.45)."
+        "0 < N < 100, e.g. p90) or a cosine distance between 0 and 2 (e.g. 0.8)."
     )
 
 
