@@ -239,7 +239,7 @@ def test_ingest_stores_the_semantic_chunks(db: str, tmp_path: Path) -> None:
     assert len(rows) >= 2
     assert any(own.startswith(JUPITER[0]) for own, _, _ in rows)  # after the default overlap
     assert all(list(path_) == ["Notes"] for _, path_, _ in rows)
-    assert rows[0][2]["chunker"] == "semantic" and rows[0][2]["breakpoint"] == "p90"
+    assert rows[0][2]["chunker"] == "semantic" and rows[0][2]["breakpoint"] == "p70"
 
 
 def test_breakpoint_needs_the_semantic_chunker(db: str, tmp_path: Path) -> None:

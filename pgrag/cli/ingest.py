@@ -57,7 +57,7 @@ from pgrag.pipeline.embedders import PROVIDERS, get_embedder, read_embedding_con
     default=None,
     metavar="pN|DISTANCE",
     help="semantic only: cut at gaps between sentences whose embedding distance is above the "
-    "N-th percentile of the document's (pN), or above a cosine distance; default p90.",
+    "N-th percentile of the document's (pN), or above a cosine distance; default p70.",
 )
 @click.option(
     "--chunk-size",

@@ -40,7 +40,7 @@ from pgrag.pipeline.extract import Block
 EmbedMany = Callable[[Sequence[str]], Any]
 """The embedder's ``embed``: texts in, one unit-length vector per text out."""
 
-DEFAULT_BREAKPOINT = "p90"
+DEFAULT_BREAKPOINT = "p70"  # chosen by cross-validation (benchmarks/chunking.py)
 GROUP = 2  # sentences on each side of a gap whose mean embeddings are compared
 WINDOW_UNITS = 1024  # sentences embedded and thresholded together (bounds memory)
 MAX_UNIT_CHARS = 2000  # a table or code block is compared by its start
