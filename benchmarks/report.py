@@ -1176,6 +1176,15 @@ def chunking() -> str:
     header = ["mode", "structural", "semantic, out of fold", "difference", "rule chosen"]
     header += [f"{r} (all queries)" for r in rules]
     docs, sci = d["docs"], d["scifact"]
+    picks = [
+        rule.replace("semantic ", "")
+        for corpus in (docs, sci)
+        for cv in corpus.get("ndcg@10", {}).values()
+        for rule in cv["chosen_per_fold"]
+    ]
+    counts = {r: picks.count(r) for r in rules}
+    default = max(rules, key=lambda r: counts[r])  # ties: the first given
+    chosen_text = ", ".join(f"`{r}` {counts[r]}" for r in rules)
     chunks = [
         [name, num(row["chunks"], 0), num(sci["configurations"][name]["chunks"], 0)]
         if "configurations" in sci
@@ -1225,6 +1234,9 @@ change its rank:
 {table(header, _chunking_rows(docs, rules))}
 
 {scifact}
+
+The default `--breakpoint` is the rule the folds chose most often over both corpora and the
+three modes ({len(picks)} choices, each made on the other folds: {chosen_text}): `{default}`.
 
 Chunks stored, and the time of an ingest with the plain model (no embedding cache), structural
 against semantic (`{rules[0]}`), on the same busy machine:
