@@ -18,7 +18,8 @@ change, only the change) and above the rule's threshold: ``pN``, the N-th percen
 distances of the document (so about (100 - N) % of its gaps are candidates), or a fixed
 distance (``0.8``). A breakpoint is honoured only once the chunk holds ``chunk_size // 4``
 tokens of its own (no tiny chunks). Huge documents are processed in windows of
-``WINDOW_UNITS`` sentences (the percentile is then the window's): memory stays bounded.
+``WINDOW_UNITS`` sentences (the percentile is then the window's, and the gap before a
+window's first sentence is no breakpoint): memory stays bounded.
 
 Output is deterministic for a given model and runtime (no sampling, ties broken by position).
 """
