@@ -1278,6 +1278,98 @@ chunks/s ({ratio(bb["onnx"], bb["sentence-transformers"])}×), the embeddings eq
 """
 
 
+def _chunking_rows(corpus: Json, rules: Sequence[str]) -> list[list[str]]:
+    rows = []
+    for mode, cv in corpus["ndcg@10"].items():
+        gain = cv["semantic_out_of_fold"] - cv["structural"]
+        picks = ", ".join(sorted(set(cv["chosen_per_fold"]), key=cv["chosen_per_fold"].index))
+        full = [num(cv["semantic_full_test"][f"semantic {r}"], 4) for r in rules]
+        structural, semantic = num(cv["structural"], 4), num(cv["semantic_out_of_fold"], 4)
+        chosen = picks.replace("semantic ", "")
+        rows.append([mode, structural, semantic, f"{gain:+.4f}", chosen, *full])
+    return rows
+
+
+def chunking() -> str:
+    """Structural against semantic chunking (``chunking.json``): nDCG@10 out of fold, time."""
+    d = load("chunking.json")
+    rules = list(d["breakpoints"])
+    header = ["mode", "structural", "semantic, out of fold", "difference", "rule chosen"]
+    header += [f"{r} (all queries)" for r in rules]
+    docs, sci = d["docs"], d["scifact"]
+    picks = [
+        rule.replace("semantic ", "")
+        for corpus in (docs, sci)
+        for cv in corpus.get("ndcg@10", {}).values()
+        for rule in cv["chosen_per_fold"]
+    ]
+    counts = {r: picks.count(r) for r in rules}
+    default = max(rules, key=lambda r: counts[r])  # ties: the first given
+    chosen_text = ", ".join(f"`{r}` {counts[r]}" for r in rules)
+    chunks = [
+        [name, num(row["chunks"], 0), num(sci["configurations"][name]["chunks"], 0)]
+        if "configurations" in sci
+        else [name, num(row["chunks"], 0), "–"]
+        for name, row in docs["configurations"].items()
+    ]
+    times = []
+    for label, corpus in (("docs", docs), ("SciFact", sci)):
+        t = corpus.get("ingest_time")
+        if t:
+            s, m = (
+                t["seconds"]["structural"],
+                next(v for k, v in t["seconds"].items() if k != "structural"),
+            )
+            what = f"{t['documents']} abstracts" if "documents" in t else "docs/*.md"
+            times.append(
+                [f"{label} ({what})", num(s), num(m), f"{t['semantic_over_structural']:.2f}×"]
+            )
+    scifact = (
+        f"Skipped: {sci['skipped']}."
+        if "skipped" in sci
+        else f"""SciFact ({sci["documents"]:,} abstracts, {sci["queries"]} queries) at
+{sci["chunk_size"]}-token chunks (most abstracts hold 150–350 tokens: at the default 250 most would
+be one chunk whatever the chunker), documents ranked at their best chunk:
+
+{table(header, _chunking_rows(sci, rules))}"""
+    )
+    return f"""
+## Semantic chunking against structural chunking
+
+`benchmarks/chunking.py` ingests each corpus once per chunking, structural (`--chunker tokens`)
+and semantic (`--chunker semantic`) with each breakpoint rule of {", ".join(f"`{r}`" for r in rules)},
+and scores nDCG@10 in each search mode. The semantic rule is chosen by cross-validation: the
+queries are dealt into {d["folds"]} folds as `pgrag eval --folds` does, each fold is scored with the
+rule best on the other four, and "out of fold" averages those held-out scores; the per-rule
+columns score every rule on all queries (for reading only: choosing among them there would be
+choosing on the test). Structural chunking is one fixed method, so its figure on all queries
+is its out-of-fold figure.
+
+The repository's docs (`docs/*.md` but this generated page; {docs["queries"]} questions written
+before any chunker ran, each answered by one section, in `benchmarks/data/docs_queries.jsonl`),
+at the default chunk size, judged at document + section level: a hit counts for its file and
+heading path, the ranking is the distinct sections in order of their best chunk, and the judged
+section (or one under it) is relevant, so the number of chunks a section is cut into does not
+change its rank:
+
+{table(header, _chunking_rows(docs, rules))}
+
+{scifact}
+
+The default `--breakpoint` is the rule the folds chose most often over both corpora and the
+three modes ({len(picks)} choices, each made on the other folds: {chosen_text}): `{default}`.
+
+Chunks stored, and the time of an ingest with the plain model (no embedding cache), structural
+against semantic (`{rules[0]}`), on the same busy machine:
+
+{table(["configuration", "docs chunks", "SciFact chunks"], chunks)}
+
+{table(["corpus", "structural s", "semantic s", "semantic / structural"], times)}
+
+{provenance(d)} {source("chunking.json")}
+"""
+
+
 def import_shapes() -> str:
     d = load("import_shapes.json")
     labels = {
@@ -1785,6 +1877,7 @@ SECTIONS: list[Callable[[], str]] = [
     cli,
     tracing_overhead,
     ingest,
+    chunking,
     import_shapes,
     embedder_bound,
     first_load,

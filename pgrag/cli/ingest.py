@@ -17,8 +17,9 @@ from pgrag.cli.common import (
 )
 from pgrag.cli.state import CliState
 from pgrag.db import DEFAULT_TENANT, connect
+from pgrag.errors import ConfigError
 from pgrag.ingest import IngestOptions, IngestSummary, ingest_paths
-from pgrag.pipeline.chunking import CHUNKERS
+from pgrag.pipeline.chunking import INGEST_CHUNKERS
 from pgrag.pipeline.embedders import PROVIDERS, get_embedder, read_embedding_config, vector_literal
 
 
@@ -46,10 +47,18 @@ from pgrag.pipeline.embedders import PROVIDERS, get_embedder, read_embedding_con
 )
 @click.option(
     "--chunker",
-    type=click.Choice(CHUNKERS),
+    type=click.Choice(INGEST_CHUNKERS),
     default="tokens",
     show_default=True,
-    help="tokens: structure-aware, sized in model tokens; words: fixed word windows.",
+    help="tokens: structure-aware, sized in model tokens; words: fixed word windows; "
+    "semantic: as tokens, also cutting where the topic changes (embeds every sentence).",
+)
+@click.option(
+    "--breakpoint",
+    default=None,
+    metavar="pN|DISTANCE",
+    help="semantic only: cut at gaps between sentences whose embedding distance is above the "
+    "N-th percentile of the document's (pN), or above a cosine distance; default p70.",
 )
 @click.option(
     "--chunk-size",
@@ -103,6 +112,7 @@ def ingest(
     provider: str | None,
     model: str | None,
     chunker: str,
+    breakpoint: str | None,
     chunk_size: int | None,
     overlap: int | None,
     force: bool,
@@ -124,6 +134,8 @@ def ingest(
     130 when interrupted (finished documents are kept; run the command again to finish).
     """
     metadata = parse_json_object(metadata_json) or {}
+    if breakpoint is not None and chunker != "semantic":
+        raise ConfigError("--breakpoint applies to --chunker semantic only.")
     dsn = state.dsn()
     embedder = None
     if provider or model or switch_model:
@@ -134,6 +146,7 @@ def ingest(
         embedder = get_embedder(provider or db_provider, model, dims)
     options = IngestOptions(
         chunker=chunker,
+        breakpoint=breakpoint,
         chunk_size=chunk_size,
         overlap=overlap,
         force=force or switch_model,

@@ -20,6 +20,7 @@ class IngestOptions:
     """
 
     chunker: str = "tokens"
+    breakpoint: str | None = None  # semantic chunker: pN or a distance (semantic_chunking)
     chunk_size: int | None = None
     overlap: int | None = None
     force: bool = False

@@ -40,8 +40,9 @@ from pgrag.ingest.workers import EmbeddingStage
 from pgrag.pipeline.chunking import Chunk, chunk_settings, make_chunker, token_counter
 from pgrag.pipeline.embedders import Embedder, get_embedder, read_embedding_config
 from pgrag.pipeline.extract import ExtractedDocument
+from pgrag.pipeline.semantic_chunking import SemanticChunker, SentenceEmbedder
 from pgrag.progress import Progress, ProgressMode
-from pgrag.usage import Operation
+from pgrag.usage import Operation, Usage, record_usage
 
 GROUP_DOCS = 64  # documents looked up together
 BATCH_CHUNKS = 64  # chunks embedded, COPYed and committed together (progress moves per batch)
@@ -102,6 +103,8 @@ class IngestRun:
             options.overlap,
         )
         self.counter = token_counter(self.embedder)
+        semantic = options.chunker == "semantic"
+        self.sentences = SentenceEmbedder(self.embedder) if semantic else None
         self.chunker = make_chunker(
             options.chunker,
             self.counter,
@@ -109,6 +112,8 @@ class IngestRun:
             self.overlap,
             options.language,
             max_tokens=self.embedder.max_tokens - 2,
+            embed=self.sentences.embed if self.sentences else None,
+            breakpoint=options.breakpoint,
         )
         self.settings = {
             "chunker": options.chunker,
@@ -116,6 +121,8 @@ class IngestRun:
             "overlap": self.overlap,
             "language": options.language,
         }
+        if isinstance(self.chunker, SemanticChunker):  # another rule re-chunks on re-ingest
+            self.settings["breakpoint"] = self.chunker.breakpoint.spec
         self.planner = Planner(self.conn, self.tenant, options, self.settings, self.lifecycle)
         if isinstance(self.lifecycle, IngestLifecycle) and not options.force:
             self.planner.saved_model = self.embedder.model_name
@@ -581,6 +588,11 @@ class IngestRun:
         if self.completed:
             done, self.completed = self.completed, []
             embedder.put("commit", done)
+        if self.sentences is not None:  # the semantic chunker's sentence embeddings
+            tokens, calls = self.sentences.take_usage()
+            provider, model = self.embedder.provider, self.embedder.model_name
+            usage = Usage(self.operation, provider, model, tokens, 0, calls)
+            record_usage(self.conn, self.tenant, usage)
 
 
 class ChunkEstimate:

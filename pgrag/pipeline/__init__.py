@@ -5,7 +5,8 @@ In order:
 * :mod:`.extract`: a file, a URL or a string -> an ``ExtractedDocument`` (title, hash, blocks),
   with :mod:`.frontmatter` (bounded YAML front matter) and :mod:`.html_depth` (bounded HTML
   nesting) guarding untrusted input;
-* :mod:`.chunking`: blocks -> chunks, sized in the embedding model's own tokens;
+* :mod:`.chunking`: blocks -> chunks, sized in the embedding model's own tokens
+  (:mod:`.semantic_chunking` also cuts where sentence embeddings show a change of topic);
 * :mod:`.embedders`: chunks (and queries) -> vectors: the local model, run by :mod:`.onnx_model`
   on ONNX Runtime, or an OpenAI-compatible endpoint.
 

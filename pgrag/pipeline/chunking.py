@@ -7,6 +7,9 @@ lines are never split. Consecutive chunks of a section overlap by whole trailing
 (``overlap`` tokens at most, counted inside ``chunk_size``); ``overlap_chars`` records how
 many leading characters of a chunk repeat the previous one.
 
+``semantic`` (:mod:`pgrag.pipeline.semantic_chunking`) is ``tokens`` that also cuts where the
+embeddings of consecutive sentences drift apart (a ``_Piece`` marked ``cut``).
+
 ``words`` cuts fixed windows of ``chunk_size`` words overlapping by ``overlap`` words (fewer
 words when a window would exceed the model's token limit).
 
@@ -34,6 +37,9 @@ from pgrag.errors import ConfigError
 from pgrag.pipeline.extract import Block
 
 CHUNKERS = ("tokens", "words")
+# What pgrag ingest offers: semantic also embeds every sentence, so it needs the embedder (the
+# worker's sandbox and SQL's chunk_text have only a tokenizer: they offer CHUNKERS).
+INGEST_CHUNKERS = (*CHUNKERS, "semantic")
 # WordPiece (BERT, all-MiniLM) reads a word longer than 100 characters as one [UNK] token.
 MAX_WORD_CHARS = 100
 TokenCounter = Callable[[Sequence[str]], list[int]]
@@ -87,8 +93,8 @@ def chunk_settings(
     sizes = default_sizes(chunker, max_tokens)
     size = chunk_size or sizes[0]
     if overlap is None:
-        overlap = size // (8 if chunker == "tokens" else 10) if chunk_size else sizes[1]
-    if chunker == "tokens" and size > max_tokens - 2:
+        overlap = size // (10 if chunker == "words" else 8) if chunk_size else sizes[1]
+    if chunker != "words" and size > max_tokens - 2:
         raise ConfigError(
             f"--chunk-size {size} exceeds what {model_name} reads "
             f"({max_tokens} tokens): its chunks would be truncated."
@@ -135,6 +141,7 @@ class _Piece:
     sep: str  # joins this piece to the previous one inside a chunk
     table: bool = False
     heading: bool = False
+    cut: bool = False  # a semantic breakpoint: a new chunk starts here (SemanticChunker)
 
 
 def split_words(text: str) -> list[str]:
@@ -176,6 +183,10 @@ def _paragraph_units(block: Block) -> list[tuple[str, str]]:
 
 
 class TokenChunker:
+    # A semantic breakpoint (``_Piece.cut``) starts a new chunk only when the current one holds
+    # at least this many tokens of its own (SemanticChunker sets it; no piece is cut here).
+    min_cut_tokens = 0
+
     def __init__(
         self, count_many: TokenCounter, chunk_size: int, overlap: int, language: str
     ) -> None:
@@ -252,6 +263,11 @@ class TokenChunker:
             out[0].sep = "\n\n"
         return out
 
+    def _blocks(self, blocks: Iterable[Block]) -> Iterator[tuple[Block, list[_Piece]]]:
+        """Each block with its pieces (SemanticChunker marks breakpoints on them)."""
+        for block in blocks:
+            yield block, self._pieces(block)
+
     def chunks(self, blocks: Iterable[Block]) -> Iterator[Chunk]:
         index = 0
         current: list[_Piece] = []
@@ -300,7 +316,7 @@ class TokenChunker:
                 tail
             )
 
-        for block in blocks:
+        for block, pieces in self._blocks(blocks):
             if block.heading_path != path or block.kind == "heading":
                 if current and seeded < len(current) and not only_headings():
                     yield emit()
@@ -313,7 +329,6 @@ class TokenChunker:
                     ]
                     seeded = 0
                 path = block.heading_path
-            pieces = self._pieces(block)
             if not pieces:
                 continue
             block_tokens = sum(p.tokens for p in pieces)
@@ -340,6 +355,18 @@ class TokenChunker:
                         used -= current.pop(0).tokens
                         seeded -= 1
             for piece in pieces:
+                if (
+                    piece.cut
+                    and len(current) > seeded
+                    and not only_headings()
+                    and sum(p.tokens for p in current[seeded:]) >= self.min_cut_tokens
+                ):
+                    yield emit()
+                    current, seeded = seed()
+                    used = sum(p.tokens for p in current)
+                    while keep_whole and current and used + block_tokens > self.size:
+                        used -= current.pop(0).tokens  # the table or code block stays whole
+                        seeded -= 1
                 used = sum(p.tokens for p in current)
                 if used + piece.tokens > self.size and len(current) > seeded and only_headings():
                     while current and used + piece.tokens > self.size:
@@ -464,9 +491,23 @@ def make_chunker(
     overlap: int,
     language: str = "english",
     max_tokens: int | None = None,
+    embed: Callable[[Sequence[str]], Any] | None = None,
+    breakpoint: str | None = None,
 ) -> TokenChunker | WordChunker:
     """A chunker; ``max_tokens`` bounds word windows by what the model reads (tokens chunks
-    are bounded by ``chunk_size`` tokens already)."""
+    are bounded by ``chunk_size`` tokens already). ``semantic`` needs ``embed`` (the ingest's
+    embedder) and takes ``breakpoint`` (see :mod:`pgrag.pipeline.semantic_chunking`)."""
+    if name == "semantic":
+        from pgrag.pipeline.semantic_chunking import SemanticChunker, parse_breakpoint
+
+        if embed is None:
+            raise ConfigError(
+                "the semantic chunker embeds every sentence: use it with pgrag ingest "
+                f"(here choose one of {', '.join(CHUNKERS)})."
+            )
+
+        rule = parse_breakpoint(breakpoint)
+        return SemanticChunker(count_many, chunk_size, overlap, language, embed, rule)
     if name == "tokens":
         return TokenChunker(count_many, chunk_size, overlap, language)
     if name == "words":
