@@ -4,7 +4,9 @@ database with real embeddings of the bundled model."""
 from __future__ import annotations
 
 import json
+import random
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from pgrag.cli import main
 from pgrag.db import tenant_transaction
+from pgrag.importer.sources import open_file
 from pgrag.pipeline.embedders import LOCAL_MODEL_NAME, vector_literal
 
 TEXTS = [
@@ -510,3 +513,76 @@ def test_the_semantic_search_guide_table_imports_body_with_its_title(
     assert (s["chunks_imported"], s["unmapped_columns"]) == (1, [])
     assert conn.execute("select title from pgrag.documents").fetchone() == ("Passwords",)
     assert [r[2] for r in chunks(conn)] == [TEXTS[0]]
+
+
+# -- files of any size and row order ------------------------------------------------------------
+
+
+def many_rows(vectors: list[np.ndarray], documents: int, per_document: int) -> list[dict[str, Any]]:
+    """``per_document`` rows for each of ``documents`` sources, in document order."""
+    return [
+        {
+            "id": f"m{d}-{part}",
+            "content": f"Part {part} of manual {d}: {TEXTS[part % len(TEXTS)]}",
+            "embedding": [float(x) for x in vectors[(d + part) % len(vectors)]],
+            "metadata": {"start_index": part * 100, "manual": d},
+            "source_uri": f"kb/manual-{d}.md",
+        }
+        for d in range(documents)
+        for part in range(per_document)
+    ]
+
+
+def write_rows(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_file_whose_document_rows_are_scattered_imports_as_a_sorted_one(
+    db: str,
+    conn: psycopg.Connection[Any],
+    vectors: list[np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records = many_rows(vectors, documents=5, per_document=8)
+    scattered = records[:]
+    random.Random(7).shuffle(scattered)
+    sorted_file = write_rows(tmp_path / "sorted.jsonl", records)
+    scattered_file = write_rows(tmp_path / "scattered.jsonl", scattered)
+    # runs of a few rows: the scattered file is ordered through several temporary files
+    monkeypatch.setattr("pgrag.importer.sources.RUN_BYTES", 10_000)
+
+    first = run(db, str(sorted_file), "--model", LOCAL_MODEL_NAME, "--tenant", "a")
+    second = run(db, str(scattered_file), "--tenant", "b")
+
+    assert (summary(first)["documents_new"], summary(second)["documents_new"]) == (5, 5)
+    assert chunks(conn, "a") == chunks(conn, "b") and len(chunks(conn, "a")) == 40
+    parts = [r[3]["start_index"] for r in chunks(conn, "b") if r[0] == "kb/manual-3.md"]
+    assert parts == [100 * i for i in range(8)]
+
+
+def test_reading_a_file_holds_about_one_run_of_its_rows_in_memory(
+    vectors: list[np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = many_rows(vectors, documents=300, per_document=10)  # 3,000 rows, ~25 MB
+    random.Random(3).shuffle(records)
+    path = write_rows(tmp_path / "big.jsonl", records)
+    monkeypatch.setattr("pgrag.importer.sources.RUN_BYTES", 2**20)
+
+    tracemalloc.start()
+    try:
+        source = open_file(path)
+        previous: tuple[Any, ...] = ()
+        count = 0
+        for row in source.rows:  # in document order, as the importer reads them
+            key = (row.source, row.start)
+            assert key > previous
+            previous, count = key, count + 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert count == source.rows_total == 3000
+    # all the rows as read would take about 3000 x 1.5 KB of embeddings alone, and more
+    assert peak < 4 * 2**20, peak

@@ -3,7 +3,11 @@
 Every source yields :class:`SourceRow` values **ordered by document**: the rows of one
 document (same ``source``) next to each other, in chunk order. A table is read by one SQL
 statement that maps its shape's columns to pgrag's and sorts (a server-side cursor streams
-it); a file is read whole and sorted the same way.
+it); a file is read once and sorted the same way with bounded memory: rows are held up to
+``RUN_BYTES`` at a time, each such run sorted and, when the file holds more than one,
+written to a private temporary folder (``TMPDIR``) and the runs merged as they are read back
+(:class:`DocumentOrder`), so a file of any size and any row order imports in the memory of a
+few runs' rows.
 
 Shapes of a table, told apart by their columns (docs/ingest.md, "Importing existing
 embeddings"), with the rule that groups rows into documents:
@@ -24,8 +28,11 @@ then ``start_index`` / ``start_char_idx`` / ``chunk_index`` of their metadata, t
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
+import pickle
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +47,8 @@ from pgrag.errors import ConfigError, MissingExtra, NotInstalled
 
 FILE_COLUMNS = ("id", "content", "embedding", "metadata", "source_uri", "title", "page")
 READ_BATCH = 2000
+RUN_BYTES = 32 * 2**20  # rows of a file held in memory at a time while it is put in order
+MERGE_RUNS = 64  # runs merged at once (open files); more are merged in several passes
 
 
 @dataclass
@@ -67,6 +76,7 @@ class Source:
     unmapped: list[str]
     ignored: dict[str, str]  # column -> why it is not needed
     rows: Iterable[SourceRow]
+    rows_total: int | None = None  # when known before reading (a file: counted as sorted)
 
 
 # -- tables --------------------------------------------------------------------------------------
@@ -327,25 +337,107 @@ def _file_row(record: Any, row_id: str, unmapped: set[str]) -> SourceRow:
     )
 
 
+def _order_key(r: SourceRow) -> tuple[bool, str, bool, int, bool, int]:
+    """Documents together (by source; rows without one last), then chunk order."""
+    return (
+        r.source is None,
+        r.source or "",
+        r.page is not None,
+        r.page or 0,
+        r.start is not None,
+        r.start or 0,
+    )
+
+
 def document_order(rows: list[SourceRow]) -> list[SourceRow]:
     """``rows`` sorted as a table's statement sorts them (documents together, chunk order)."""
-    return sorted(
-        rows,
-        key=lambda r: (
-            r.source is None,
-            r.source or "",
-            r.page is not None,
-            r.page or 0,
-            r.start is not None,
-            r.start or 0,
-        ),
-    )
+    return sorted(rows, key=_order_key)
+
+
+def _row_bytes(row: SourceRow) -> int:
+    """About what ``row`` holds in memory (its text, embedding and metadata)."""
+    size = 300 + 100 * len(row.metadata)
+    if isinstance(row.content, str):
+        size += len(row.content)
+    if isinstance(row.embedding, np.ndarray):
+        size += row.embedding.nbytes
+    elif isinstance(row.embedding, list):
+        size += 32 * len(row.embedding)
+    return size
+
+
+class DocumentOrder:
+    """Rows put in document order (:func:`document_order`) with bounded memory.
+
+    :meth:`add` keeps rows until they hold about ``run_bytes``; then they are sorted and written
+    as one run to a private temporary folder. :meth:`rows` yields them all in order: the only
+    run from memory, else every run merged (``heapq.merge``, stable like ``sorted``: rows of
+    equal keys keep the file's order), ``MERGE_RUNS`` files at a time. Pickle is only ever read
+    back from the files this object wrote, in a folder only this user can read.
+    """
+
+    def __init__(self, run_bytes: int | None = None) -> None:
+        self.run_bytes = RUN_BYTES if run_bytes is None else run_bytes
+        self.buffer: list[SourceRow] = []
+        self.held = 0
+        self.count = 0
+        self.folder: tempfile.TemporaryDirectory[str] | None = None
+        self.runs: list[Path] = []
+        self.spilled = 0  # runs written, merged ones included
+
+    def add(self, row: SourceRow) -> None:
+        self.buffer.append(row)
+        self.count += 1
+        self.held += _row_bytes(row)
+        if self.held >= self.run_bytes:
+            self._spill(document_order(self.buffer))
+
+    def _spill(self, rows: Iterable[SourceRow]) -> None:
+        if self.folder is None:
+            self.folder = tempfile.TemporaryDirectory(prefix="pgrag-import-")
+        self.spilled += 1
+        path = Path(self.folder.name) / f"run-{self.spilled}"
+        with path.open("wb") as handle:
+            for row in rows:
+                pickle.dump(row, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        self.runs.append(path)
+        self.buffer, self.held = [], 0
+
+    @staticmethod
+    def _read(path: Path) -> Iterator[SourceRow]:
+        with path.open("rb") as handle:
+            while True:
+                try:
+                    row: SourceRow = pickle.load(handle)
+                except EOFError:
+                    break
+                yield row
+        path.unlink()
+
+    def rows(self) -> Iterator[SourceRow]:
+        """Every row added, in document order (the temporary files removed as they end)."""
+        try:
+            if not self.runs:
+                rows, self.buffer = document_order(self.buffer), []
+                yield from rows
+                return
+            if self.buffer:
+                self._spill(document_order(self.buffer))
+            while len(self.runs) > MERGE_RUNS:  # consecutive runs: the merge stays stable
+                group, self.runs = self.runs[:MERGE_RUNS], self.runs[MERGE_RUNS:]
+                merged = heapq.merge(*(self._read(p) for p in group), key=_order_key)
+                self._spill(merged)
+                self.runs = [self.runs[-1], *self.runs[:-1]]
+            yield from heapq.merge(*(self._read(p) for p in self.runs), key=_order_key)
+        finally:
+            if self.folder is not None:
+                self.folder.cleanup()
 
 
 def open_jsonl(path: Path) -> Source:
     """The rows of a JSONL file (one JSON object a line; blank lines skipped)."""
     unmapped: set[str] = set()
-    rows: list[SourceRow] = []
+    rows = DocumentOrder()
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -353,16 +445,17 @@ def open_jsonl(path: Path) -> Source:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                rows.append(SourceRow(f"line {number}", None, None, problem=f"not JSON: {exc.msg}"))
+                rows.add(SourceRow(f"line {number}", None, None, problem=f"not JSON: {exc.msg}"))
                 continue
-            rows.append(_file_row(record, f"line {number}", unmapped))
+            rows.add(_file_row(record, f"line {number}", unmapped))
     return Source(
         label=f"file {path}",
         shape="jsonl",
         uri_prefix=str(path),
         unmapped=sorted(unmapped),
         ignored={},
-        rows=document_order(rows),
+        rows=rows.rows(),
+        rows_total=rows.count,
     )
 
 
@@ -375,19 +468,20 @@ def open_parquet(path: Path) -> Source:
             "reading Parquet needs pyarrow: pip install 'pgrag-sql[parquet]'"
         ) from exc
     unmapped: set[str] = set()
-    rows: list[SourceRow] = []
+    rows = DocumentOrder()
     number = 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH):
         for record in batch.to_pylist():
             number += 1
-            rows.append(_file_row(record, f"row {number}", unmapped))
+            rows.add(_file_row(record, f"row {number}", unmapped))
     return Source(
         label=f"file {path}",
         shape="parquet",
         uri_prefix=str(path),
         unmapped=sorted(unmapped),
         ignored={},
-        rows=document_order(rows),
+        rows=rows.rows(),
+        rows_total=rows.count,
     )
 
 
