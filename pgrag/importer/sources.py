@@ -77,6 +77,7 @@ class Source:
     ignored: dict[str, str]  # column -> why it is not needed
     rows: Iterable[SourceRow]
     rows_total: int | None = None  # when known before reading (a file: counted as sorted)
+    rows_estimated: bool = False  # rows_total is the catalog's estimate (a table)
 
 
 # -- tables --------------------------------------------------------------------------------------
@@ -233,6 +234,13 @@ def open_table(dsn: str, table: str, collection: str | None = None) -> Source:
         shape = _shape_of(conn, schema, name, columns)
         if collection is not None and shape.name != "langchain":
             raise ConfigError("--collection applies to LangChain's langchain_pg_embedding only.")
+        estimate = None
+        if collection is None:  # the catalog's row count: the progress's total, estimated
+            row = conn.execute(
+                "select reltuples::bigint from pg_catalog.pg_class where oid = %s::regclass",
+                (sql.Identifier(schema, name).as_string(conn),),
+            ).fetchone()
+            estimate = int(row[0]) if row and row[0] is not None and row[0] > 0 else None
     ident = sql.Identifier(schema, name)
     statement = sql.SQL(
         "/* pgrag:import */ select {row_id}, {content}::text, r.embedding::real[], "
@@ -282,6 +290,8 @@ def open_table(dsn: str, table: str, collection: str | None = None) -> Source:
         unmapped=unmapped,
         ignored=ignored,
         rows=rows(),
+        rows_total=estimate,
+        rows_estimated=True,
     )
 
 
