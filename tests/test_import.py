@@ -588,6 +588,10 @@ def test_reading_a_file_holds_about_one_run_of_its_rows_in_memory(
     assert peak < 4 * 2**20, peak
 
 
+def progress_events(result: Result) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+
+
 def test_import_progress_counts_the_file_rows_read_and_the_chunks_written(
     db: str, vectors: list[np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -601,10 +605,30 @@ def test_import_progress_counts_the_file_rows_read_and_the_chunks_written(
     )
 
     assert result.exit_code == 0, result.output
-    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    events = [e for e in progress_events(result) if e["label"] == "import"]
     # the file's rows are counted as it is read: the total is exact from the first event
     assert all((e["chunks_total"], e["chunks_total_estimated"]) == (150, False) for e in events)
     assert all(e["chunks_embedded"] is None for e in events)  # nothing is embedded
     assert sorted({e["chunks_done"] for e in events}) == [0, 50, 100, 150]  # a batch at a time
     assert any(e["left_s"] is not None for e in events), events
     assert (events[-1]["chunks_done"], events[-1]["chunks_written"]) == (150, 150)
+
+
+def test_reading_an_import_file_reports_its_bytes_before_the_import(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_rows(tmp_path / "rows.jsonl", many_rows(vectors, documents=30, per_document=5))
+
+    result = CliRunner().invoke(
+        main,
+        ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--progress-json"],
+        env={"PGRAG_PROGRESS_INTERVAL": "0"},
+    )
+
+    assert result.exit_code == 0, result.output
+    labels = [e["label"] for e in progress_events(result)]
+    assert labels[0] == "reading" and labels[-1] == "import"
+    assert labels.index("import") > max(i for i, label in enumerate(labels) if label == "reading")
+    read = [e for e in progress_events(result) if e["label"] == "reading"]
+    size = path.stat().st_size
+    assert read[-1]["done"] and (read[-1]["bytes"], read[-1]["bytes_total"]) == (size, size)

@@ -44,6 +44,7 @@ from psycopg import sql
 
 from pgrag.db import connect
 from pgrag.errors import ConfigError, MissingExtra, NotInstalled
+from pgrag.progress import Progress
 
 FILE_COLUMNS = ("id", "content", "embedding", "metadata", "source_uri", "title", "page")
 READ_BATCH = 2000
@@ -444,12 +445,15 @@ class DocumentOrder:
                 self.folder.cleanup()
 
 
-def open_jsonl(path: Path) -> Source:
-    """The rows of a JSONL file (one JSON object a line; blank lines skipped)."""
+def open_jsonl(path: Path, progress: Progress | None = None) -> Source:
+    """The rows of a JSONL file (one JSON object a line; blank lines skipped); ``progress``
+    advances by the characters read (of a total in bytes)."""
     unmapped: set[str] = set()
     rows = DocumentOrder()
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
+            if progress is not None:
+                progress.advance(len(line))
             if not line.strip():
                 continue
             try:
@@ -469,8 +473,9 @@ def open_jsonl(path: Path) -> Source:
     )
 
 
-def open_parquet(path: Path) -> Source:
-    """The rows of a Parquet file with the JSONL columns (pyarrow: the ``parquet`` extra)."""
+def open_parquet(path: Path, progress: Progress | None = None) -> Source:
+    """The rows of a Parquet file with the JSONL columns (pyarrow: the ``parquet`` extra);
+    ``progress`` advances by its share of the file's bytes per row."""
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:
@@ -480,10 +485,14 @@ def open_parquet(path: Path) -> Source:
     unmapped: set[str] = set()
     rows = DocumentOrder()
     number = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH):
+    parquet = pq.ParquetFile(path)
+    per_row = path.stat().st_size / max(parquet.metadata.num_rows, 1)
+    for batch in parquet.iter_batches(batch_size=READ_BATCH):
         for record in batch.to_pylist():
             number += 1
             rows.add(_file_row(record, f"row {number}", unmapped))
+        if progress is not None:
+            progress.advance(per_row * batch.num_rows)
     return Source(
         label=f"file {path}",
         shape="parquet",
@@ -495,13 +504,14 @@ def open_parquet(path: Path) -> Source:
     )
 
 
-def open_file(path: Path) -> Source:
-    """A JSONL (``.jsonl``, ``.ndjson``, ``.json``) or Parquet (``.parquet``) file."""
+def open_file(path: Path, progress: Progress | None = None) -> Source:
+    """A JSONL (``.jsonl``, ``.ndjson``, ``.json``) or Parquet (``.parquet``) file, read and
+    put in document order now (``progress``: of the file's bytes)."""
     if not path.is_file():
         raise ConfigError(f"{path}: no such file.")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson", ".json"):
-        return open_jsonl(path)
+        return open_jsonl(path, progress)
     if suffix in (".parquet", ".pq"):
-        return open_parquet(path)
+        return open_parquet(path, progress)
     raise ConfigError(f"{path}: import reads .jsonl or .parquet files, not {suffix or 'this'}.")
