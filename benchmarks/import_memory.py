@@ -12,7 +12,9 @@ reads its peak resident memory (``ru_maxrss`` of ``wait4``):
 * ``baseline``: this checkout, ``--dry-run`` of a 1 MB file of the same rows (the process with
   its libraries and the model's tokenizer, and next to no rows).
 
-    python benchmarks/import_memory.py --mb 200 --before e727e46~1
+* with ``--larger-mb``: ``before`` and ``after`` ``--dry-run`` again on a larger file.
+
+    python benchmarks/import_memory.py --mb 200 --larger-mb 600 --before e727e46~1
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ WORDS = ["the", "manual", "shows", "how", "each", "part", "is", "set", "up", "an
 def write_file(path: Path, megabytes: int, per_doc: int) -> int:
     """A shuffled JSONL file of about ``megabytes``; its number of rows."""
     rng = np.random.default_rng(7)
-    vector = [-0.012345678901234567] * 384
-    probe = json.dumps({"content": "x" * 600, "embedding": vector, "source_uri": "kb/d.md"})
+    sample = [-0.012345678901234567] * 384
+    probe = json.dumps({"content": "x" * 600, "embedding": sample, "source_uri": "kb/d.md"})
     count = megabytes * 2**20 // (len(probe) + 40)
     rows = [(i // per_doc, i % per_doc) for i in range(count)]
     order = rng.permutation(count)
@@ -109,6 +111,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--mb", type=int, default=200, help="size of the JSONL file")
+    parser.add_argument("--larger-mb", type=int, default=0, help="and a larger file (dry runs)")
     parser.add_argument("--per-doc", type=int, default=10, help="rows sharing a source")
     parser.add_argument("--before", default=None, help="git revision of the code before")
     parser.add_argument("--admin-dsn", help="superuser DSN of a server with pgvector")
@@ -157,6 +160,20 @@ def main() -> None:
         print("after", result["runs"]["after, --dry-run"], flush=True)
         result["runs"]["after, import"] = run_import(ROOT, dsn, path)
         print("after import", result["runs"]["after, import"], flush=True)
+        if args.larger_mb:  # the same before and after on a larger file: what grows with it
+            path.unlink()
+            larger = Path(tmp) / "larger.jsonl"
+            write_file(larger, args.larger_mb, args.per_doc)
+            mb = round(larger.stat().st_size / 2**20)
+            if args.before:
+                runs = result["runs"]
+                runs[f"before, --dry-run, {mb} MB file"] = run_import(
+                    before, dsn, larger, "--dry-run"
+                )
+            result["runs"][f"after, --dry-run, {mb} MB file"] = run_import(
+                ROOT, dsn, larger, "--dry-run"
+            )
+            print("larger", result["runs"], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 

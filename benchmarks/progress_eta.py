@@ -23,7 +23,9 @@ predicts (``left_s``) with the time that was actually left:
 The ratio of an event is max(predicted / actual, actual / predicted); the worst ratio over the
 compared events is what must stay within 2.
 
-    python benchmarks/progress_eta.py --int8 [--files 300] [--large-mb 50 --large-seconds 480]
+    python benchmarks/progress_eta.py [--int8] [--files 300] [--large-mb 50 --large-seconds 480]
+
+``--only small|large`` runs one of them, keeping the other's results in the output file.
 """
 
 from __future__ import annotations
@@ -146,7 +148,13 @@ def run_ingest(
     command += ["--dsn", dsn, "ingest", str(target), "--progress-json", "--json"]
     started = time.monotonic()
     proc = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a job started in the background ignores SIGINT, and so would the child: restore it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     events: list[dict[str, Any]] = []
     other: list[str] = []
@@ -186,6 +194,18 @@ def run_ingest(
 def ratio(predicted: float, actual: float) -> float:
     predicted, actual = max(predicted, 0.05), max(actual, 0.05)
     return max(predicted / actual, actual / predicted)
+
+
+def brief(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k not in ("points", "events")}
+
+
+def compact(run: dict[str, Any]) -> list[list[Any]]:
+    """Each event as [t, chunks done, written, total, left_s]: to try other estimates."""
+    return [
+        [e["t"], e["chunks_done"], e["chunks_written"], e["chunks_total"], e["left_s"]]
+        for e in run["events"]
+    ]
 
 
 def compare_complete(run: dict[str, Any], warmup: float) -> dict[str, Any]:
@@ -297,9 +317,9 @@ def main() -> None:
             Migrator(dsn).migrate(384)
             run = run_ingest(dsn, folder, env, None)
             small = compare_complete(run, args.warmup)
-            small.update(files=args.files, bytes=size, status=run["status"])
+            small.update(files=args.files, bytes=size, status=run["status"], events=compact(run))
             result["runs"]["small"] = small
-            print("small", {k: v for k, v in small.items() if k != "points"}, flush=True)
+            print("small", brief(small), flush=True)
         if args.only in (None, "large"):
             path = Path(tmp) / "manual.md"
             write_markdown(path, int(args.large_mb * 2**20), np.random.default_rng(5))
@@ -314,9 +334,21 @@ def main() -> None:
                 bytes=path.stat().st_size,
                 chunking_s=round(chunking, 1),
                 status=run["status"],
+                events=compact(run),
             )
             result["runs"]["large"] = large
-            print("large", {k: v for k, v in large.items() if k != "points"}, flush=True)
+            print("large", brief(large), flush=True)
+    for run in result["runs"].values():  # each run says how it was made
+        run.update(
+            command=result["command"],
+            measured_at=result["measured_at"],
+            git_head=head,
+            machine=result["machine"],
+            precision=result["precision"],
+        )
+    if args.only and args.out.exists():  # one run again: keep the other's results
+        kept = json.loads(args.out.read_text())
+        result["runs"] = {**kept.get("runs", {}), **result["runs"]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 
