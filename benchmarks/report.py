@@ -1645,6 +1645,82 @@ grows with the corpus; a suggestion reads a few lexicon rows and one chunk per u
 """
 
 
+def progress_eta() -> str:
+    def over(run: Json) -> str:
+        points = run["points"]
+        return f"{sum(1 for p in points if p[1] > p[2])} of {len(points)}"
+
+    d = load("progress_eta.json")
+    m = load("import_memory.json")
+    small, large = d["runs"]["small"], d["runs"]["large"]
+    low, high = large["chunk_total_estimate_vs_true"]
+    rows = [
+        [
+            f"{small['files']} Markdown files ({num(small['bytes'] / 2**20)} MB), to the end",
+            num(small["seconds"], 0),
+            f"{small['chunks']:,}",
+            str(small["events_compared"]),
+            num(small["median_ratio"], 2),
+            f"**{num(small['worst_ratio'], 2)}**",
+        ],
+        [
+            f"one {num(large['bytes'] / 2**20, 0)} MB Markdown file, stopped after "
+            f"{num(large['seconds_run'], 0)} s",
+            f"{num(large['seconds_run'], 0)} of ~{num(large['chunks_in_file'] / large['rate_at_stop'], 0)}",
+            f"{large['chunks_written_at_stop']:,} of {large['chunks_in_file']:,}",
+            str(large["events_compared"]),
+            num(large["median_ratio"], 2),
+            f"**{num(large['worst_ratio'], 2)}**",
+        ],
+    ]
+    mem_rows = [
+        [
+            name,
+            num(r["peak_rss_mb"], 0),
+            num(r["seconds"], 1),
+            f"{r['rows_read']:,}",
+        ]
+        for name, r in m["runs"].items()
+    ]
+    return f"""\
+## Progress estimates (`benchmarks/progress_eta.py`)
+
+How right `pgrag ingest`'s estimate of the time left is ([ingest.md](ingest.md#interruptions-failures-and-progress)):
+real `pgrag ingest --progress-json` runs (local model, {small["precision"]}; an event every
+{num(d["interval_s"], 0)} s) on a fresh database each. For every event after the first
+{num(d["warmup_s"], 0)} s, the time it predicts is compared with the time actually left; the ratio
+is max(predicted / actual, actual / predicted). The small files run to the end (the time left is
+the process's exit, final database work included, minus the event's time). The large file would
+take far longer than this shared machine can give, so it is interrupted; its chunks reach the
+embedder in order, so its end is extrapolated: the file is chunked beforehand with the same
+settings for its true chunk count, and after an event the rest is taken to go at the rate
+measured from that event to the interruption (only events followed by at least a minute of
+measured work are compared). Its estimated chunk total was {num(low, 2)}–{num(high, 2)} × the
+true one (the chunks' text leaves out some of the Markdown's bytes). {over(small)} of the small
+files' estimates and {over(large)} of the large file's were longer than the time actually left:
+the rate so far is an average since the first batch, so when the machine's other work eases it
+lags behind the speed-up. {large.get("stopped", "")}
+
+{table(["run", "seconds", "chunks", "events compared", "median ratio", "worst ratio"], rows)}
+
+Small files: {provenance(small)} Large file: {provenance(large)} {source("progress_eta.json")}
+
+`pgrag import FILE` reads a file in bounded memory: rows are held {m.get("run_mib", 32)} MiB at
+a time, sorted and spilled to a temporary folder, then merged ([ingest.md](ingest.md#importing-existing-embeddings)).
+Peak resident memory of the importing process for a {num(m["file_mb"], 0)} MB JSONL file
+({m["rows"]:,} rows of 384-dimension embeddings, {m["per_doc"]} per document, shuffled so that no
+document's rows are together), before (`{m.get("before_revision", "")}`: the file read whole and
+sorted in memory) and after; the last two rows read a larger file of the same rows. Before, the
+peak grows with the file; after, it is the process's own (the 1 MB baseline: libraries and the
+model's tokenizer) plus about one run of rows, whatever the file's size; the spilled runs cost a
+few seconds on the small file and save time on the large one.
+
+{table(["run", "peak RSS (MB)", "seconds", "rows"], mem_rows)}
+
+{provenance(m)} {source("import_memory.json")}
+"""
+
+
 SECTIONS: list[Callable[[], str]] = [
     beir,
     relevance_floor,
@@ -1662,6 +1738,7 @@ SECTIONS: list[Callable[[], str]] = [
     cli,
     ingest,
     import_shapes,
+    progress_eta,
     embedder_bound,
     first_load,
     plpython,
