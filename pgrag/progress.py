@@ -179,8 +179,8 @@ class Progress:
     def _chunk_total(self) -> tuple[int, bool]:
         """Chunks to do in all, and whether that is an estimate."""
         estimate = self.chunks_estimate
-        if estimate is not None and estimate > self.chunks_planned:
-            return estimate, True
+        if estimate is not None and estimate > max(self.chunks_planned, self.chunks):
+            return estimate, True  # (an estimate passed by the chunks done is no longer one)
         return max(self.chunks_planned, self.chunks), False
 
     def _chunk_rate(self, now: float) -> float | None:

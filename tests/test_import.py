@@ -632,3 +632,38 @@ def test_reading_an_import_file_reports_its_bytes_before_the_import(
     read = [e for e in progress_events(result) if e["label"] == "reading"]
     size = path.stat().st_size
     assert read[-1]["done"] and (read[-1]["bytes"], read[-1]["bytes_total"]) == (size, size)
+
+
+def test_a_table_import_counts_its_rows_against_the_catalog_estimate_until_passed(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+    conn.execute("analyze public.documents")  # the catalog now estimates 4 rows
+    conn.execute(
+        "insert into public.documents (content, embedding) select content || ' again', "
+        "embedding from public.documents"
+    )
+    conn.commit()
+
+    result = CliRunner().invoke(
+        main,
+        [
+            "--dsn",
+            db,
+            "import",
+            "--table",
+            "documents",
+            "--model",
+            LOCAL_MODEL_NAME,
+            "--progress-json",
+        ],
+        env={"PGRAG_PROGRESS_INTERVAL": "0"},
+    )
+
+    assert result.exit_code == 0, result.output
+    events = [e for e in progress_events(result) if e["label"] == "import"]
+    assert (events[0]["chunks_total"], events[0]["chunks_total_estimated"]) == (4, True)
+    # once the rows read pass the estimate, the total is what was read: never over 100 %
+    assert all(e["chunks_done"] <= e["chunks_total"] for e in events)
+    assert (events[-1]["chunks_done"], events[-1]["chunks_total"]) == (8, 8)
+    assert events[-1]["chunks_total_estimated"] is False
