@@ -26,6 +26,8 @@ compared events is what must stay within 2.
     python benchmarks/progress_eta.py [--int8] [--files 300] [--large-mb 50 --large-seconds 480]
 
 ``--only small|large`` runs one of them, keeping the other's results in the output file.
+``--replay`` replays other estimates (:func:`replay`) on the raw events of the output's
+interrupted runs, and records their worst ratios.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -267,6 +270,49 @@ def compare_truncated(run: dict[str, Any], warmup: float, true_total: int) -> di
     }
 
 
+def replay(run: dict[str, Any], warmup: float) -> dict[str, float]:
+    """Other estimates of the time left, replayed from an interrupted run's raw events and
+    compared as :func:`compare_truncated` does: the worst ratio of each (the chunks left over
+    the rate in the last 1, 2 or 5 minutes, or an exponential average over 5 minutes)."""
+    events = [e for e in run["events"] if e[2] is not None]
+    first, (t_stop, w_stop) = events[0], events[-1][0:3:2]
+    true_total = run["chunks_in_file"]
+
+    def windowed(i: int, window: float) -> float:
+        t, done, written, total, _ = events[i]
+        j = max(k for k in range(i + 1) if events[k][0] <= max(t - window, first[0]))
+        return float((total - written) / ((done - events[j][1]) / (t - events[j][0])))
+
+    averaged: list[float] = []
+    rate = 0.0
+    for i, (t, done, written, total, _) in enumerate(events):
+        if i == 0:
+            averaged.append(math.inf)
+            continue
+        dt = t - events[i - 1][0]
+        now = (done - events[i - 1][1]) / dt
+        if i == 1:
+            rate = now
+        rate += (now - rate) * (1 - math.exp(-dt / 300))
+        averaged.append((total - written) / rate if rate > 0 else math.inf)
+    estimates: dict[str, Callable[[int], float]] = {
+        "window_60s": lambda i: windowed(i, 60),
+        "window_120s": lambda i: windowed(i, 120),
+        "window_300s": lambda i: windowed(i, 300),
+        "ewma_300s": lambda i: averaged[i],
+    }
+    worst = {}
+    for name, estimate in estimates.items():
+        ratios = []
+        for i, (t, _, written, _, _) in enumerate(events):
+            if t < warmup or t_stop - t < warmup:
+                continue
+            rate_after = (w_stop - written) / (t_stop - t)
+            ratios.append(ratio(estimate(i), (t_stop - t) + (true_total - w_stop) / rate_after))
+        worst[name] = round(max(ratios), 2)
+    return worst
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -280,9 +326,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=60)
     parser.add_argument("--int8", action="store_true", help="PGRAG_LOCAL_PRECISION=int8")
     parser.add_argument("--only", choices=["small", "large"], default=None)
+    parser.add_argument(
+        "--replay", action="store_true", help="only replay other estimates on the output's runs"
+    )
     parser.add_argument("--admin-dsn", help="superuser DSN of a server with pgvector")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if args.replay:
+        saved = json.loads(args.out.read_text())
+        for run in saved["runs"].values():
+            if "events" in run and "chunks_in_file" in run:
+                run["replayed_worst_ratio"] = replay(run, saved["warmup_s"])
+        args.out.write_text(json.dumps(saved, indent=1) + "\n")
+        return
     head = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
         capture_output=True,
@@ -331,6 +387,7 @@ def main() -> None:
             run = run_ingest(dsn, path, env, args.large_seconds)
             large = compare_truncated(run, args.warmup, true_total)
             large.update(
+                replayed_worst_ratio=replay({**large, "events": compact(run)}, args.warmup),
                 bytes=path.stat().st_size,
                 chunking_s=round(chunking, 1),
                 status=run["status"],
