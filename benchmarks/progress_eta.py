@@ -37,6 +37,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -199,6 +200,12 @@ def ratio(predicted: float, actual: float) -> float:
     return max(predicted / actual, actual / predicted)
 
 
+def dump(result: dict[str, Any]) -> str:
+    """JSON with each innermost list (an event, a point) on one line."""
+    text = json.dumps(result, indent=1)
+    return re.sub(r"\[[^\[\]{}]*\]", lambda m: re.sub(r"\s+", " ", m.group(0)), text) + "\n"
+
+
 def brief(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k not in ("points", "events")}
 
@@ -337,7 +344,7 @@ def main() -> None:
         for run in saved["runs"].values():
             if "events" in run and "chunks_in_file" in run:
                 run["replayed_worst_ratio"] = replay(run, saved["warmup_s"])
-        args.out.write_text(json.dumps(saved, indent=1) + "\n")
+        args.out.write_text(dump(saved))
         return
     head = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -407,7 +414,7 @@ def main() -> None:
         kept = json.loads(args.out.read_text())
         result["runs"] = {**kept.get("runs", {}), **result["runs"]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.write_text(dump(result))
 
 
 if __name__ == "__main__":
