@@ -1858,6 +1858,110 @@ grows with the corpus; a suggestion reads a few lexicon rows and one chunk per u
 """
 
 
+def progress_eta() -> str:
+    def over(run: Json) -> str:
+        points = run["points"]
+        return f"{sum(1 for p in points if p[1] > p[2])} of {len(points)}"
+
+    def speeds(run: Json) -> str:
+        """The slowest and fastest chunks/s over one-minute stretches (from the raw events)."""
+        events = [e for e in run.get("events", []) if e[1] is not None]
+        rates = []
+        for i, e in enumerate(events):
+            later = [f for f in events[i:] if f[0] >= e[0] + 60]
+            if later:
+                rates.append((later[0][1] - e[1]) / (later[0][0] - e[0]))
+        return f"{num(min(rates), 0)}–{num(max(rates), 0)}" if rates else "–"
+
+    def large_row(run: Json, name: str) -> list[str]:
+        left = run["chunks_in_file"] / run["rate_at_stop"]
+        return [
+            f"one {num(run['bytes'] / 2**20, 0)} MB Markdown file ({name}), stopped",
+            f"{num(run['seconds_run'], 0)} of ~{num(run['seconds_run'] + left, 0)}",
+            f"{run['chunks_written_at_stop']:,} of {run['chunks_in_file']:,}",
+            speeds(run),
+            str(run["events_compared"]),
+            num(run["median_ratio"], 2),
+            f"**{num(run['worst_ratio'], 2)}**",
+        ]
+
+    d = load("progress_eta.json")
+    m = load("import_memory.json")
+    small, first, large = d["runs"]["small"], d["runs"]["large_first"], d["runs"]["large"]
+    low, high = large["chunk_total_estimate_vs_true"]
+    replayed = large["replayed_worst_ratio"]
+    rows = [
+        [
+            f"{small['files']} Markdown files ({num(small['bytes'] / 2**20)} MB), to the end",
+            num(small["seconds"], 0),
+            f"{small['chunks']:,}",
+            speeds(small),
+            str(small["events_compared"]),
+            num(small["median_ratio"], 2),
+            f"**{num(small['worst_ratio'], 2)}**",
+        ],
+        large_row(first, "first run"),
+        large_row(large, "second run"),
+    ]
+    mem_rows = [
+        [
+            name,
+            num(r["peak_rss_mb"], 0),
+            num(r["seconds"], 1),
+            f"{r['rows_read']:,}",
+        ]
+        for name, r in m["runs"].items()
+    ]
+    return f"""\
+## Progress estimates (`benchmarks/progress_eta.py`)
+
+How right `pgrag ingest`'s estimate of the time left is ([ingest.md](ingest.md#interruptions-failures-and-progress)):
+real `pgrag ingest --progress-json` runs (local model, {small["precision"]}; an event every
+{num(d["interval_s"], 0)} s) on a fresh database each. For every event after the first
+{num(d["warmup_s"], 0)} s, the time it predicts is compared with the time actually left; the ratio
+is max(predicted / actual, actual / predicted). The small files run to the end (the time left is
+the process's exit, final database work included, minus the event's time). The large file would
+take far longer than this shared machine can give, so it is interrupted; its chunks reach the
+embedder in order, so its end is extrapolated: the file is chunked beforehand with the same
+settings for its true chunk count, and after an event the rest is taken to go at the rate
+measured from that event to the interruption (only events followed by at least a minute of
+measured work are compared). Its estimated chunk total was {num(low, 2)}–{num(high, 2)} × the
+true one (the chunks' text leaves out some of the Markdown's bytes).
+
+{table(["run", "seconds", "chunks", "chunks/s over a minute", "events compared", "median ratio", "worst ratio"], rows)}
+
+The estimate divides the chunks left by the average rate since the first batch, and this
+machine's speed is not its own: the other engineers' work on its two cores changes it. While
+it held (the small files; the first large run, which ran beside this project's import
+benchmark for its first three minutes), every estimate after the first minute was within 2× of
+the time actually left ({over(small)} and {over(first)} of them long). In the second large run
+the speed fell to a third and then rose four-fold within ten minutes (the column above): the
+estimates made before the rise were up to {num(large["worst_ratio"], 1)}× too long. A rate
+over a recent window does not do better on that run (replayed from its raw events,
+`progress_eta.py --replay`: windows of 1, 2 and 5 minutes gave a worst ratio of
+{num(replayed["window_60s"], 1)}, {num(replayed["window_120s"], 1)} and
+{num(replayed["window_300s"], 1)}, an exponential average over 5 minutes
+{num(replayed["ewma_300s"], 1)}): no estimate from the past foresees a change of speed, and the
+average since the start was the steadiest. {first.get("stopped", "")}
+
+Small files: {provenance(small)} Large file, first run: {provenance(first)} Second run: {provenance(large)} {source("progress_eta.json")}
+
+`pgrag import FILE` reads a file in bounded memory: rows are held {m.get("run_mib", 32)} MiB at
+a time, sorted and spilled to a temporary folder, then merged ([ingest.md](ingest.md#importing-existing-embeddings)).
+Peak resident memory of the importing process for a {num(m["file_mb"], 0)} MB JSONL file
+({m["rows"]:,} rows of 384-dimension embeddings, {m["per_doc"]} per document, shuffled so that no
+document's rows are together), before (`{m.get("before_revision", "")}`: the file read whole and
+sorted in memory) and after; the last two rows read a larger file of the same rows. Before, the
+peak grows with the file; after, it is the process's own (the 1 MB baseline: libraries and the
+model's tokenizer) plus about one run of rows, whatever the file's size; the spilled runs cost a
+few seconds on the small file and save time on the large one.
+
+{table(["run", "peak RSS (MB)", "seconds", "rows"], mem_rows)}
+
+{provenance(m)} {source("import_memory.json")}
+"""
+
+
 SECTIONS: list[Callable[[], str]] = [
     beir,
     relevance_floor,
@@ -1879,6 +1983,7 @@ SECTIONS: list[Callable[[], str]] = [
     ingest,
     chunking,
     import_shapes,
+    progress_eta,
     embedder_bound,
     first_load,
     plpython,

@@ -5,13 +5,17 @@ embedded that moves per batch); in a pipe, a log or CI, one line every ``interva
 (env PGRAG_PROGRESS_INTERVAL, default 10) says how far the work is and how long it should
 still take. Safe to update from several threads.
 
-Work measured in chunks as well as documents (``pgrag ingest``) reports chunks: those done
-(embedded, or needing no embedding) of those planned, i.e. chunked so far plus an estimate of
-the rest (``~``) while sources are still being read, and estimates the time left from the
-chunk rate, so one large document shows movement and a sane estimate rather than "0/1".
+Work measured in chunks as well as documents (``pgrag ingest``, ``pgrag import``) reports
+chunks: those done (ingest: embedded, or needing no embedding; import: rows read and checked)
+of those planned, i.e. chunked so far plus an estimate of the rest (``~``) while sources are
+still being read, and those written to the database. The time left is the chunks not yet
+written divided by the rate at which chunks got done since the first ones (the first batch,
+which includes the model's warm-up, is not counted), so one large document shows movement and a
+sane estimate rather than "0/1", and the last batches' writing is included.
 
 Mode ``json`` (``--progress-json``) writes the same figures for scripts: one JSON object per line
-on stderr, every ``interval`` seconds and once at the end (``"done": true``).
+on stderr, every ``interval`` seconds and once at the end (``"done": true``); the fields are
+listed in docs/cli.md ("Progress").
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 ProgressMode = Literal["auto", "bar", "lines", "json", "off"]
@@ -50,16 +55,24 @@ class Progress:
         *,
         unit: str = "documents",
         interval: float | None = None,
+        chunks_done_as: str = "chunks embedded",
+        writes_trail: bool = True,
     ) -> None:
         self.label = label
         self.total = total
         self.unit = unit
         self.done = 0.0
         self.counters: dict[str, int] = {}
-        self.chunks = 0  # chunks done (embedded, or needing no embedding)
+        self.chunks = 0  # chunks done (embedded, or needing no embedding; import: rows read)
+        self.chunks_done_as = chunks_done_as  # what a chunk done is, in the lines
         self.chunks_planned = 0  # chunks known so far (chunked)
         self.chunks_estimate: int | None = None  # all the run's chunks, estimated
-        self.chunks_started: float | None = None  # when the first chunk was done
+        self.chunks_started: float | None = None  # when the first chunks were done
+        self.chunks_first = 0  # how many: not counted in the rate (done before that time)
+        self.written: int | None = None  # chunks written to the database, once reported
+        # Every chunk done is written after it (ingest's loader): the time left includes the
+        # writing of those done but not written. Else (import) a chunk done is settled.
+        self.writes_trail = writes_trail
         self.interval = (
             interval
             if interval is not None
@@ -80,7 +93,6 @@ class Progress:
                 MofNCompleteColumn,
                 TextColumn,
                 TimeElapsedColumn,
-                TimeRemainingColumn,
             )
             from rich.progress import (
                 Progress as RichProgress,
@@ -91,7 +103,6 @@ class Progress:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                TimeRemainingColumn(),
                 TextColumn("{task.description}", style="dim"),
                 transient=True,
             )
@@ -130,6 +141,24 @@ class Progress:
             self.chunks_estimate = estimate
             self._show(None)
 
+    def expect_chunks(self, total: int | None, estimated: bool = False) -> None:
+        """The run's chunks are known before they are read (import: the rows of a file, or a
+        table's row estimate); None: not known."""
+        if total is None:
+            return
+        with self.lock:
+            if estimated:
+                self.chunks_estimate = total
+            else:
+                self.chunks_planned = total
+            self._show(None)
+
+    def chunks_written(self, n: int) -> None:
+        """``n`` more chunks written to the database (staged or swapped in)."""
+        with self.lock:
+            self.written = (self.written or 0) + n
+            self._show(None)
+
     def forget_chunks(self, planned: int, done: int) -> None:
         """A failed document's chunks: ``planned`` of them, ``done`` already counted."""
         with self.lock:
@@ -143,29 +172,43 @@ class Progress:
             return
         with self.lock:
             if self.chunks_started is None:
-                self.chunks_started = time.monotonic()
+                self.chunks_started, self.chunks_first = time.monotonic(), n
             self.chunks += n
             self._show(None)
 
     def _chunk_total(self) -> tuple[int, bool]:
         """Chunks to do in all, and whether that is an estimate."""
         estimate = self.chunks_estimate
-        if estimate is not None and estimate > self.chunks_planned:
-            return estimate, True
+        if estimate is not None and estimate > max(self.chunks_planned, self.chunks):
+            return estimate, True  # (an estimate passed by the chunks done is no longer one)
         return max(self.chunks_planned, self.chunks), False
 
-    def _chunks_left(self, now: float) -> float | None:
-        """Seconds left at the chunk rate so far (None before any chunk was done)."""
-        total, _ = self._chunk_total()
-        if self.chunks_started is None or not self.chunks or not total:
+    def _chunk_rate(self, now: float) -> float | None:
+        """Chunks done a second since the first ones (None until a second batch is done)."""
+        if self.chunks_started is None or self.chunks <= self.chunks_first:
             return None
-        rate = self.chunks / max(now - self.chunks_started, 1e-3)
-        return max(total - self.chunks, 0) / rate
+        return (self.chunks - self.chunks_first) / max(now - self.chunks_started, 1e-3)
+
+    def _chunks_left(self, now: float) -> float | None:
+        """Seconds left: the chunks not yet written (``writes_trail``, once writes are
+        reported), else not yet done, at the chunk rate so far; None before a rate is known."""
+        total, _ = self._chunk_total()
+        rate = self._chunk_rate(now)
+        if rate is None or not total:
+            return None
+        settled = self.chunks
+        if self.writes_trail and self.written is not None:
+            settled = min(self.written, total)
+        pending = total - settled
+        return max(pending, 0) / rate
 
     def _chunk_text(self) -> str:
         total, estimated = self._chunk_total()
         percent = f" ({100 * self.chunks / total:.0f} %)" if total else ""
-        return f"{self.chunks}/{'~' if estimated else ''}{total} chunks embedded{percent}"
+        text = f"{self.chunks}/{'~' if estimated else ''}{total} {self.chunks_done_as}{percent}"
+        if self.written is not None:
+            text += f", {self.written} written"
+        return text
 
     def _counters(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
@@ -173,13 +216,29 @@ class Progress:
             f"{value} {name} ({value / elapsed:.1f}/s)" for name, value in self.counters.items()
         )
 
+    def _by_chunks(self) -> bool:
+        """Whether the work is measured in chunks (some planned, or an estimate given)."""
+        return bool(self.chunks_planned) or self.chunks_estimate is not None
+
+    def _left(self, now: float) -> float | None:
+        """Seconds left: from chunks when measured in chunks, else from the units done."""
+        if self._by_chunks():
+            return self._chunks_left(now)
+        if self.total and self.done > 0:
+            return (now - self.started) * (self.total - self.done) / self.done
+        return None
+
     def _show(self, description: str | None) -> None:
         if self.bar is not None:
             text = self._counters()
-            if self.chunks_planned:  # the bar moves with chunks; documents beside it
+            left = self._left(time.monotonic())
+            if left is not None:
+                text = ", ".join(t for t in (text, f"about {_clock(left)} left") if t)
+            if self._by_chunks():  # the bar moves with chunks; documents and writes beside it
                 total, estimated = self._chunk_total()
                 where = f"{int(self.done)}/{self.total} {self.unit}" if self.total else ""
-                text = ", ".join(t for t in (where, "~" if estimated else "", text) if t)
+                wrote = f"{self.written} written" if self.written is not None else ""
+                text = ", ".join(t for t in ("~" if estimated else "", wrote, where, text) if t)
                 if description:
                     text = f"{text}  {description}" if text else description
                 self.bar.update(self.task, completed=self.chunks, total=total, description=text)
@@ -203,35 +262,42 @@ class Progress:
             where = f"{done}/{self.total} {self.unit} ({100 * self.done / self.total:.0f} %)"
         else:
             where = f"{done} {self.unit}"
-        parts = [self._chunk_text(), where] if self.chunks_planned else [where]
+        parts = [self._chunk_text(), where] if self._by_chunks() else [where]
         if self.counters:
             parts.append(self._counters())
         parts.append(f"elapsed {_clock(elapsed)}")
-        left = self._chunks_left(now) if self.chunks_planned else None
+        left = self._left(now)
         if left is not None:
             parts.append(f"about {_clock(left)} left")
-        elif self.total and self.done > 0 and not self.chunks_planned:
-            parts.append(f"about {_clock(elapsed * (self.total - self.done) / self.done)} left")
         print(f"{self.label}: {', '.join(parts)}", file=sys.stderr, flush=True)
 
     def _print_event(self, now: float, *, done: bool) -> None:
-        """One JSON line: units and chunks done of their totals, counters, seconds elapsed and
-        (while running) the estimate of the seconds left."""
+        """One JSON line (fields: docs/cli.md, "Progress"): units and chunks done of their
+        totals, chunks written, counters, seconds elapsed and, while running, the estimate of
+        the seconds left and of the time the work ends."""
+        by_chunks = self._by_chunks()
         total, estimated = self._chunk_total()
-        left = self._chunks_left(now) if self.chunks_planned else None
-        if left is None and self.total and self.done > 0 and not self.chunks_planned:
-            left = (now - self.started) * (self.total - self.done) / self.done
+        left = None if done else self._left(now)
+        rate = self._chunk_rate(now) if by_chunks else None
+        eta = None
+        if left is not None:
+            eta = (datetime.now(UTC) + timedelta(seconds=left)).isoformat(timespec="seconds")
+        embedding = by_chunks and self.chunks_done_as == "chunks embedded"
         event = {
             "event": "progress",
             "label": self.label,
             self.unit: int(self.done),
             f"{self.unit}_total": self.total,
-            "chunks_embedded": self.chunks if self.chunks_planned else None,
-            "chunks_total": total if self.chunks_planned else None,
-            "chunks_total_estimated": estimated if self.chunks_planned else None,
+            "chunks_done": self.chunks if by_chunks else None,
+            "chunks_embedded": self.chunks if embedding else None,
+            "chunks_written": self.written,
+            "chunks_total": total if by_chunks else None,
+            "chunks_total_estimated": estimated if by_chunks else None,
+            "chunks_per_s": None if rate is None else round(rate, 1),
             "counters": dict(self.counters),
             "elapsed_s": round(now - self.started, 1),
-            "left_s": None if done or left is None else round(left, 1),
+            "left_s": None if left is None else round(left, 1),
+            "eta": eta,
             "done": done,
         }
         print(json.dumps(event), file=sys.stderr, flush=True)

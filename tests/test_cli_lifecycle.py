@@ -329,7 +329,9 @@ def test_progress_lines_when_stderr_is_not_a_terminal(
     lines = [line for line in result.stderr.splitlines() if line.startswith("ingest: ")]
     assert any("/6 chunks embedded" in line for line in lines), result.stderr
     assert any("/6 documents" in line for line in lines)
-    assert lines[-1].startswith("ingest: 6/6 chunks embedded (100 %), 6/6 documents (100 %)")
+    assert lines[-1].startswith(
+        "ingest: 6/6 chunks embedded (100 %), 6 written, 6/6 documents (100 %)"
+    )
     assert "documents: 6 new" in result.stdout  # the summary stays on stdout
 
 

@@ -4,7 +4,9 @@ database with real embeddings of the bundled model."""
 from __future__ import annotations
 
 import json
+import random
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from pgrag.cli import main
 from pgrag.db import tenant_transaction
+from pgrag.importer.sources import open_file
 from pgrag.pipeline.embedders import LOCAL_MODEL_NAME, vector_literal
 
 TEXTS = [
@@ -510,3 +513,157 @@ def test_the_semantic_search_guide_table_imports_body_with_its_title(
     assert (s["chunks_imported"], s["unmapped_columns"]) == (1, [])
     assert conn.execute("select title from pgrag.documents").fetchone() == ("Passwords",)
     assert [r[2] for r in chunks(conn)] == [TEXTS[0]]
+
+
+# -- files of any size and row order ------------------------------------------------------------
+
+
+def many_rows(vectors: list[np.ndarray], documents: int, per_document: int) -> list[dict[str, Any]]:
+    """``per_document`` rows for each of ``documents`` sources, in document order."""
+    return [
+        {
+            "id": f"m{d}-{part}",
+            "content": f"Part {part} of manual {d}: {TEXTS[part % len(TEXTS)]}",
+            "embedding": [float(x) for x in vectors[(d + part) % len(vectors)]],
+            "metadata": {"start_index": part * 100, "manual": d},
+            "source_uri": f"kb/manual-{d}.md",
+        }
+        for d in range(documents)
+        for part in range(per_document)
+    ]
+
+
+def write_rows(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_file_whose_document_rows_are_scattered_imports_as_a_sorted_one(
+    db: str,
+    conn: psycopg.Connection[Any],
+    vectors: list[np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records = many_rows(vectors, documents=5, per_document=8)
+    scattered = records[:]
+    random.Random(7).shuffle(scattered)
+    sorted_file = write_rows(tmp_path / "sorted.jsonl", records)
+    scattered_file = write_rows(tmp_path / "scattered.jsonl", scattered)
+    # runs of a few rows: the scattered file is ordered through several temporary files
+    monkeypatch.setattr("pgrag.importer.sources.RUN_BYTES", 10_000)
+
+    first = run(db, str(sorted_file), "--model", LOCAL_MODEL_NAME, "--tenant", "a")
+    second = run(db, str(scattered_file), "--tenant", "b")
+
+    assert (summary(first)["documents_new"], summary(second)["documents_new"]) == (5, 5)
+    assert chunks(conn, "a") == chunks(conn, "b") and len(chunks(conn, "a")) == 40
+    parts = [r[3]["start_index"] for r in chunks(conn, "b") if r[0] == "kb/manual-3.md"]
+    assert parts == [100 * i for i in range(8)]
+
+
+def test_reading_a_file_holds_about_one_run_of_its_rows_in_memory(
+    vectors: list[np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = many_rows(vectors, documents=300, per_document=10)  # 3,000 rows, ~25 MB
+    random.Random(3).shuffle(records)
+    path = write_rows(tmp_path / "big.jsonl", records)
+    monkeypatch.setattr("pgrag.importer.sources.RUN_BYTES", 2**20)
+
+    tracemalloc.start()
+    try:
+        source = open_file(path)
+        previous: tuple[Any, ...] = ()
+        count = 0
+        for row in source.rows:  # in document order, as the importer reads them
+            key = (row.source, row.start)
+            assert key > previous
+            previous, count = key, count + 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert count == source.rows_total == 3000
+    # all the rows as read would take about 3000 x 1.5 KB of embeddings alone, and more
+    assert peak < 4 * 2**20, peak
+
+
+def progress_events(result: Result) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+
+
+def test_import_progress_counts_the_file_rows_read_and_the_chunks_written(
+    db: str, vectors: list[np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_rows(tmp_path / "rows.jsonl", many_rows(vectors, documents=30, per_document=5))
+    monkeypatch.setattr("pgrag.importer.run.BATCH_DOCUMENTS", 10)
+
+    result = CliRunner().invoke(
+        main,
+        ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--progress-json"],
+        env={"PGRAG_PROGRESS_INTERVAL": "0"},
+    )
+
+    assert result.exit_code == 0, result.output
+    events = [e for e in progress_events(result) if e["label"] == "import"]
+    # the file's rows are counted as it is read: the total is exact from the first event
+    assert all((e["chunks_total"], e["chunks_total_estimated"]) == (150, False) for e in events)
+    assert all(e["chunks_embedded"] is None for e in events)  # nothing is embedded
+    assert sorted({e["chunks_done"] for e in events}) == [0, 50, 100, 150]  # a batch at a time
+    assert any(e["left_s"] is not None for e in events), events
+    assert (events[-1]["chunks_done"], events[-1]["chunks_written"]) == (150, 150)
+
+
+def test_reading_an_import_file_reports_its_bytes_before_the_import(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_rows(tmp_path / "rows.jsonl", many_rows(vectors, documents=30, per_document=5))
+
+    result = CliRunner().invoke(
+        main,
+        ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--progress-json"],
+        env={"PGRAG_PROGRESS_INTERVAL": "0"},
+    )
+
+    assert result.exit_code == 0, result.output
+    labels = [e["label"] for e in progress_events(result)]
+    assert labels[0] == "reading" and labels[-1] == "import"
+    assert labels.index("import") > max(i for i, label in enumerate(labels) if label == "reading")
+    read = [e for e in progress_events(result) if e["label"] == "reading"]
+    size = path.stat().st_size
+    assert read[-1]["done"] and (read[-1]["bytes"], read[-1]["bytes_total"]) == (size, size)
+
+
+def test_a_table_import_counts_its_rows_against_the_catalog_estimate_until_passed(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+    conn.execute("analyze public.documents")  # the catalog now estimates 4 rows
+    conn.execute(
+        "insert into public.documents (content, embedding) select content || ' again', "
+        "embedding from public.documents"
+    )
+    conn.commit()
+
+    result = CliRunner().invoke(
+        main,
+        [
+            "--dsn",
+            db,
+            "import",
+            "--table",
+            "documents",
+            "--model",
+            LOCAL_MODEL_NAME,
+            "--progress-json",
+        ],
+        env={"PGRAG_PROGRESS_INTERVAL": "0"},
+    )
+
+    assert result.exit_code == 0, result.output
+    events = [e for e in progress_events(result) if e["label"] == "import"]
+    assert (events[0]["chunks_total"], events[0]["chunks_total_estimated"]) == (4, True)
+    # once the rows read pass the estimate, the total is what was read: never over 100 %
+    assert all(e["chunks_done"] <= e["chunks_total"] for e in events)
+    assert (events[-1]["chunks_done"], events[-1]["chunks_total"]) == (8, 8)
+    assert events[-1]["chunks_total_estimated"] is False

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +251,54 @@ def test_progress_of_a_single_large_file_moves_with_its_chunks(
     assert estimates and all(0.5 * written <= e <= 2 * written for e in estimates)
     assert counts[-1][1:] == (False, written)
     assert any("left" in line for line in lines if "0/1 documents" in line)
+
+
+def json_events(stderr: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+def test_progress_json_events_carry_chunks_embedded_and_written_and_an_eta(
+    db: str, tmp_path: Path, local_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = corpus(tmp_path / "many", 100)  # two batches: 64, then 36
+    monkeypatch.setenv("PGRAG_PROGRESS_INTERVAL", "0")
+
+    result = CliRunner().invoke(main, ["--dsn", db, "ingest", str(folder), "--progress-json"])
+
+    assert result.exit_code == 0, result.output
+    events = json_events(result.stderr)
+    running = [e for e in events if not e["done"]]
+    assert any(e["chunks_written"] and e["chunks_written"] < 100 for e in running), events
+    timed = [e for e in running if e["left_s"] is not None]
+    assert timed and all(e["eta"] and e["chunks_per_s"] > 0 for e in timed)
+    ends = [datetime.fromisoformat(e["eta"]) for e in timed]
+    assert all(end.tzinfo is not None for end in ends)
+    last = events[-1]
+    assert last["done"] and (last["left_s"], last["eta"]) == (None, None)
+    assert last["chunks_done"] == last["chunks_embedded"] == last["chunks_written"] == 100
+
+
+def test_the_time_left_is_the_chunks_not_yet_written_at_the_chunk_rate(
+    db: str, tmp_path: Path, local_embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paragraphs = [
+        f"Paragraph {i} says how gadget {i} is wired to relay {i * 7} in cabinet {i % 9}."
+        for i in range(150)
+    ]
+    path = write(tmp_path, "long.txt", "\n\n".join(paragraphs) + "\n")
+    monkeypatch.setenv("PGRAG_PROGRESS_INTERVAL", "0")
+    args = ["ingest", str(path), "--progress-json", "--chunk-size", "24", "--overlap", "0"]
+
+    result = CliRunner().invoke(main, ["--dsn", db, *args])
+
+    assert result.exit_code == 0, result.output
+    timed = [e for e in json_events(result.stderr) if e["left_s"] is not None]
+    # one document, not done until the end: a document count would give no estimate at all
+    assert len([e for e in timed if e["documents"] == 0]) >= 3, timed
+    for e in timed:
+        pending = e["chunks_total"] - e["chunks_written"]
+        assert e["left_s"] == pytest.approx(pending / e["chunks_per_s"], rel=0.02, abs=0.2), e
+    assert timed[-1]["left_s"] < timed[0]["left_s"]
 
 
 # -- Ctrl-C ------------------------------------------------------------------------------------

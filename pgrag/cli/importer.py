@@ -17,7 +17,7 @@ from pgrag.cli.common import (
 from pgrag.cli.state import CliState
 from pgrag.db import DEFAULT_TENANT
 from pgrag.pipeline.embedders import PROVIDERS
-from pgrag.progress import progress_mode
+from pgrag.progress import Progress, ProgressMode, progress_mode
 
 
 @click.command("import")
@@ -98,19 +98,23 @@ def import_command(
     if collection is not None and table is None:
         raise click.UsageError("--collection goes with --table (LangChain's table).")
     dsn = state.dsn()
+    shown = progress if progress is not None else not as_json
+    mode: ProgressMode = "json" if progress_json else progress_mode(shown)
     if table is not None:
         source = open_table(dsn, table, collection)
     else:
         assert file is not None  # one of the two, checked above
-        source = open_file(file)
-    shown = progress if progress is not None else not as_json
+        size = file.stat().st_size if file.is_file() else None
+        # the file is read and put in document order before the import's own progress
+        with Progress("reading", size, mode, unit="bytes") as reading:
+            source = open_file(file, reading)
     options = ImportOptions(
         tenant=tenant,
         model=model,
         provider=provider,
         language=language,
         dry_run=dry_run,
-        progress="json" if progress_json else progress_mode(shown),
+        progress=mode,
     )
     summary = import_source(dsn, source, options)
     if as_json:

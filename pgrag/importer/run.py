@@ -175,7 +175,10 @@ class Importer:
         tally = DimensionTally()
         meta = {"from": self.source.label}
         batch: list[ImportDoc] = []
-        with Progress("import", None, self.options.progress) as progress:
+        with Progress(
+            "import", None, self.options.progress, chunks_done_as="rows read", writes_trail=False
+        ) as progress:
+            progress.expect_chunks(self.source.rows_total, self.source.rows_estimated)
             for doc in documents(self.source, self.dims, meta, tally):
                 self.summary.rows_read += len(doc.chunks) + len(doc.refused)
                 batch.append(doc)
@@ -250,7 +253,8 @@ class Importer:
                 self.lifecycle.relabel(self.conn, self.options.tenant, relabel)
             if load:
                 self._load(load)
-        progress.chunks_done(sum(len(d.chunks) for d in batch))
+                progress.chunks_written(sum(len(d.chunks) for d in load))
+        progress.chunks_done(sum(len(d.chunks) + len(d.refused) for d in batch))
         progress.advance(len(batch), batch[-1].uri[-60:])
 
     def _load(self, docs: list[ImportDoc]) -> None:

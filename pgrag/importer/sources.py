@@ -3,7 +3,11 @@
 Every source yields :class:`SourceRow` values **ordered by document**: the rows of one
 document (same ``source``) next to each other, in chunk order. A table is read by one SQL
 statement that maps its shape's columns to pgrag's and sorts (a server-side cursor streams
-it); a file is read whole and sorted the same way.
+it); a file is read once and sorted the same way with bounded memory: rows are held up to
+``RUN_BYTES`` at a time, each such run sorted and, when the file holds more than one,
+written to a private temporary folder (``TMPDIR``) and the runs merged as they are read back
+(:class:`DocumentOrder`), so a file of any size and any row order imports in the memory of a
+few runs' rows.
 
 Shapes of a table, told apart by their columns (docs/ingest.md, "Importing existing
 embeddings"), with the rule that groups rows into documents:
@@ -24,8 +28,11 @@ then ``start_index`` / ``start_char_idx`` / ``chunk_index`` of their metadata, t
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
+import pickle
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +44,12 @@ from psycopg import sql
 
 from pgrag.db import connect
 from pgrag.errors import ConfigError, MissingExtra, NotInstalled
+from pgrag.progress import Progress
 
 FILE_COLUMNS = ("id", "content", "embedding", "metadata", "source_uri", "title", "page")
 READ_BATCH = 2000
+RUN_BYTES = 32 * 2**20  # rows of a file held in memory at a time while it is put in order
+MERGE_RUNS = 64  # runs merged at once (open files); more are merged in several passes
 
 
 @dataclass
@@ -67,6 +77,8 @@ class Source:
     unmapped: list[str]
     ignored: dict[str, str]  # column -> why it is not needed
     rows: Iterable[SourceRow]
+    rows_total: int | None = None  # when known before reading (a file: counted as sorted)
+    rows_estimated: bool = False  # rows_total is the catalog's estimate (a table)
 
 
 # -- tables --------------------------------------------------------------------------------------
@@ -223,6 +235,13 @@ def open_table(dsn: str, table: str, collection: str | None = None) -> Source:
         shape = _shape_of(conn, schema, name, columns)
         if collection is not None and shape.name != "langchain":
             raise ConfigError("--collection applies to LangChain's langchain_pg_embedding only.")
+        estimate = None
+        if collection is None:  # the catalog's row count: the progress's total, estimated
+            row = conn.execute(
+                "select reltuples::bigint from pg_catalog.pg_class where oid = %s::regclass",
+                (sql.Identifier(schema, name).as_string(conn),),
+            ).fetchone()
+            estimate = int(row[0]) if row and row[0] is not None and row[0] > 0 else None
     ident = sql.Identifier(schema, name)
     statement = sql.SQL(
         "/* pgrag:import */ select {row_id}, {content}::text, r.embedding::real[], "
@@ -272,6 +291,8 @@ def open_table(dsn: str, table: str, collection: str | None = None) -> Source:
         unmapped=unmapped,
         ignored=ignored,
         rows=rows(),
+        rows_total=estimate,
+        rows_estimated=True,
     )
 
 
@@ -327,47 +348,134 @@ def _file_row(record: Any, row_id: str, unmapped: set[str]) -> SourceRow:
     )
 
 
-def document_order(rows: list[SourceRow]) -> list[SourceRow]:
-    """``rows`` sorted as a table's statement sorts them (documents together, chunk order)."""
-    return sorted(
-        rows,
-        key=lambda r: (
-            r.source is None,
-            r.source or "",
-            r.page is not None,
-            r.page or 0,
-            r.start is not None,
-            r.start or 0,
-        ),
+def _order_key(r: SourceRow) -> tuple[bool, str, bool, int, bool, int]:
+    """Documents together (by source; rows without one last), then chunk order."""
+    return (
+        r.source is None,
+        r.source or "",
+        r.page is not None,
+        r.page or 0,
+        r.start is not None,
+        r.start or 0,
     )
 
 
-def open_jsonl(path: Path) -> Source:
-    """The rows of a JSONL file (one JSON object a line; blank lines skipped)."""
+def document_order(rows: list[SourceRow]) -> list[SourceRow]:
+    """``rows`` sorted as a table's statement sorts them (documents together, chunk order)."""
+    return sorted(rows, key=_order_key)
+
+
+def _row_bytes(row: SourceRow) -> int:
+    """About what ``row`` holds in memory (its text, embedding and metadata)."""
+    size = 300 + 100 * len(row.metadata)
+    if isinstance(row.content, str):
+        size += len(row.content)
+    if isinstance(row.embedding, np.ndarray):
+        size += row.embedding.nbytes
+    elif isinstance(row.embedding, list):
+        size += 32 * len(row.embedding)
+    return size
+
+
+class DocumentOrder:
+    """Rows put in document order (:func:`document_order`) with bounded memory.
+
+    :meth:`add` keeps rows until they hold about ``run_bytes``; then they are sorted and written
+    as one run to a private temporary folder. :meth:`rows` yields them all in order: the only
+    run from memory, else every run merged (``heapq.merge``, stable like ``sorted``: rows of
+    equal keys keep the file's order), ``MERGE_RUNS`` files at a time. Pickle is only ever read
+    back from the files this object wrote, in a folder only this user can read.
+    """
+
+    def __init__(self, run_bytes: int | None = None) -> None:
+        self.run_bytes = RUN_BYTES if run_bytes is None else run_bytes
+        self.buffer: list[SourceRow] = []
+        self.held = 0
+        self.count = 0
+        self.folder: tempfile.TemporaryDirectory[str] | None = None
+        self.runs: list[Path] = []
+        self.spilled = 0  # runs written, merged ones included
+
+    def add(self, row: SourceRow) -> None:
+        self.buffer.append(row)
+        self.count += 1
+        self.held += _row_bytes(row)
+        if self.held >= self.run_bytes:
+            self._spill(document_order(self.buffer))
+
+    def _spill(self, rows: Iterable[SourceRow]) -> None:
+        if self.folder is None:
+            self.folder = tempfile.TemporaryDirectory(prefix="pgrag-import-")
+        self.spilled += 1
+        path = Path(self.folder.name) / f"run-{self.spilled}"
+        with path.open("wb") as handle:
+            for row in rows:
+                pickle.dump(row, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        self.runs.append(path)
+        self.buffer, self.held = [], 0
+
+    @staticmethod
+    def _read(path: Path) -> Iterator[SourceRow]:
+        with path.open("rb") as handle:
+            while True:
+                try:
+                    row: SourceRow = pickle.load(handle)
+                except EOFError:
+                    break
+                yield row
+        path.unlink()
+
+    def rows(self) -> Iterator[SourceRow]:
+        """Every row added, in document order (the temporary files removed as they end)."""
+        try:
+            if not self.runs:
+                rows, self.buffer = document_order(self.buffer), []
+                yield from rows
+                return
+            if self.buffer:
+                self._spill(document_order(self.buffer))
+            while len(self.runs) > MERGE_RUNS:  # consecutive runs: the merge stays stable
+                group, self.runs = self.runs[:MERGE_RUNS], self.runs[MERGE_RUNS:]
+                merged = heapq.merge(*(self._read(p) for p in group), key=_order_key)
+                self._spill(merged)
+                self.runs = [self.runs[-1], *self.runs[:-1]]
+            yield from heapq.merge(*(self._read(p) for p in self.runs), key=_order_key)
+        finally:
+            if self.folder is not None:
+                self.folder.cleanup()
+
+
+def open_jsonl(path: Path, progress: Progress | None = None) -> Source:
+    """The rows of a JSONL file (one JSON object a line; blank lines skipped); ``progress``
+    advances by the characters read (of a total in bytes)."""
     unmapped: set[str] = set()
-    rows: list[SourceRow] = []
+    rows = DocumentOrder()
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
+            if progress is not None:
+                progress.advance(len(line))
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                rows.append(SourceRow(f"line {number}", None, None, problem=f"not JSON: {exc.msg}"))
+                rows.add(SourceRow(f"line {number}", None, None, problem=f"not JSON: {exc.msg}"))
                 continue
-            rows.append(_file_row(record, f"line {number}", unmapped))
+            rows.add(_file_row(record, f"line {number}", unmapped))
     return Source(
         label=f"file {path}",
         shape="jsonl",
         uri_prefix=str(path),
         unmapped=sorted(unmapped),
         ignored={},
-        rows=document_order(rows),
+        rows=rows.rows(),
+        rows_total=rows.count,
     )
 
 
-def open_parquet(path: Path) -> Source:
-    """The rows of a Parquet file with the JSONL columns (pyarrow: the ``parquet`` extra)."""
+def open_parquet(path: Path, progress: Progress | None = None) -> Source:
+    """The rows of a Parquet file with the JSONL columns (pyarrow: the ``parquet`` extra);
+    ``progress`` advances by its share of the file's bytes per row."""
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:
@@ -375,29 +483,35 @@ def open_parquet(path: Path) -> Source:
             "reading Parquet needs pyarrow: pip install 'pgrag-sql[parquet]'"
         ) from exc
     unmapped: set[str] = set()
-    rows: list[SourceRow] = []
+    rows = DocumentOrder()
     number = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH):
+    parquet = pq.ParquetFile(path)
+    per_row = path.stat().st_size / max(parquet.metadata.num_rows, 1)
+    for batch in parquet.iter_batches(batch_size=READ_BATCH):
         for record in batch.to_pylist():
             number += 1
-            rows.append(_file_row(record, f"row {number}", unmapped))
+            rows.add(_file_row(record, f"row {number}", unmapped))
+        if progress is not None:
+            progress.advance(per_row * batch.num_rows)
     return Source(
         label=f"file {path}",
         shape="parquet",
         uri_prefix=str(path),
         unmapped=sorted(unmapped),
         ignored={},
-        rows=document_order(rows),
+        rows=rows.rows(),
+        rows_total=rows.count,
     )
 
 
-def open_file(path: Path) -> Source:
-    """A JSONL (``.jsonl``, ``.ndjson``, ``.json``) or Parquet (``.parquet``) file."""
+def open_file(path: Path, progress: Progress | None = None) -> Source:
+    """A JSONL (``.jsonl``, ``.ndjson``, ``.json``) or Parquet (``.parquet``) file, read and
+    put in document order now (``progress``: of the file's bytes)."""
     if not path.is_file():
         raise ConfigError(f"{path}: no such file.")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson", ".json"):
-        return open_jsonl(path)
+        return open_jsonl(path, progress)
     if suffix in (".parquet", ".pq"):
-        return open_parquet(path)
+        return open_parquet(path, progress)
     raise ConfigError(f"{path}: import reads .jsonl or .parquet files, not {suffix or 'this'}.")

@@ -437,6 +437,8 @@ class IngestRun:
                 self._committed,
                 self.operation,
             )
+            loader.handled = self._written
+            self.progress.chunks_written(0)  # the time left counts the chunks to write
             loader.start()
             self.loader = loader
             self.saving = loader.save
@@ -452,6 +454,11 @@ class IngestRun:
             )
             self.embedding.start()
         return self.embedding
+
+    def _written(self, kind: str, payload: Any) -> None:
+        """Called by the loader after each message: a staged batch is in the database."""
+        if kind == "stage":
+            self.progress.chunks_written(len(payload[0]))
 
     def _group(self, group: list[ExtractedDocument | FailedSource]) -> None:
         """Plan a group of sources (:mod:`pgrag.ingest.plan`) and chunk those to load."""

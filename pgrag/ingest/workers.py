@@ -51,6 +51,8 @@ class Worker(threading.Thread):
         self.cancelled = False
         self.abort = abort
         self.trace_context = tracing.capture()
+        # Called on the stage's thread after each message it handled (e.g. to count writes).
+        self.handled: Callable[[str, Any], None] | None = None
 
     def _check_abort(self) -> None:
         if self.abort is not None and self.abort.is_set():
@@ -109,6 +111,8 @@ class Worker(threading.Thread):
                     if kind == "stop" or self.cancelled:
                         return
                     self.handle(kind, payload)
+                    if self.handled is not None:
+                        self.handled(kind, payload)
         except BaseException as exc:
             self.error = exc
             while True:  # drain (so producers never block) until told to stop, or cancelled
