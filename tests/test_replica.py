@@ -127,9 +127,10 @@ CALLS: list[tuple[str, str, Callable[[str, Any, list[int]], tuple[Any, ...]]]] =
         lambda q, e, ids: (QUEUED_URI,),
     ),
 ]
-# Written by a client, so not in CALLS: log_search (tests/test_query_cache_clients.py) and
-# submit_document (tests/test_queue.py); a standby refuses both.
-WRITERS = {"log_search", "submit_document"}
+# Written by a client, so not in CALLS: log_search (tests/test_query_cache_clients.py),
+# submit_document (tests/test_queue.py) and the answer cache, whose lookup counts hits and
+# removes stale entries (tests/test_answer_cache.py); a standby refuses them all.
+WRITERS = {"log_search", "submit_document", "answer_cache_lookup", "answer_cache_store"}
 QUEUED_URI = "note://replica/queued"
 QUEUE_READERS = {"queue_status", "document_status"}
 TEXT_SEARCH = next(statement for name, statement, _ in CALLS if name == "hybrid_search_text")

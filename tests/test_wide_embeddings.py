@@ -9,7 +9,7 @@ text-embedding-3-large); the database, the searches and their plans are real.
 
 from __future__ import annotations
 
-import shutil
+import gzip
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from pgrag.errors import ConfigError, MigrationError
 from pgrag.ingest import ingest_documents
 from pgrag.install.bundle import bundle_sql, supabase_files
 from pgrag.install.citus import migrate_citus
-from pgrag.install.migrator import Migrator, sql_dir
+from pgrag.install.migrator import Migrator
 from pgrag.pipeline.embedders import LocalEmbedder, get_embedder
 from pgrag.pipeline.extract import ExtractedDocument
 from pgrag.reembed import reembed
@@ -142,20 +142,30 @@ def test_a_narrow_install_keeps_its_vector_graphs(db: str) -> None:
     assert "(embedding vector_cosine_ops)" in graphs["chunks_embedding_hnsw"]
 
 
+# pgrag's SQL bundle as it was released just before 018-wide-embeddings.sql
+# (tests/fixtures/releases/README.md): the schema an upgrade starts from.
+BEFORE_WIDE = Path(__file__).parent / "fixtures" / "releases" / "pgrag-5c1a8d0.sql.gz"
+
+
 @pytest.fixture
-def before_wide(tmp_path: Path) -> Path:
-    """pgrag's SQL without 018-wide-embeddings.sql and what came after it: the schema an
-    upgrade starts from."""
-    root = tmp_path / "sql"
-    shutil.copytree(sql_dir(), root)
-    for path in (root / "incremental").glob("*.sql"):
-        if path.name >= "018-wide-embeddings.sql":
-            path.unlink()
-    return root
+def before_wide(tmp_path: Path) -> Callable[[str, int], None]:
+    """Installs the release before wide embeddings, at a given dimension, with psql."""
+
+    def install(dsn: str, dims: int) -> None:
+        text = gzip.decompress(BEFORE_WIDE.read_bytes()).decode()
+        first = "set pgrag.embedding_dims = 384;"
+        assert first in text
+        path = tmp_path / "before-wide.sql"
+        path.write_text(text.replace(first, f"set pgrag.embedding_dims = {dims};", 1))
+        psql(dsn, path)
+
+    return install
 
 
-def test_an_upgrade_keeps_a_narrow_database_as_it_is(empty_db: str, before_wide: Path) -> None:
-    Migrator(empty_db, root=before_wide).migrate(1536)
+def test_an_upgrade_keeps_a_narrow_database_as_it_is(
+    empty_db: str, before_wide: Callable[[str, int], None]
+) -> None:
+    before_wide(empty_db, 1536)
     with connect(empty_db) as conn:
         before = hnsw_indexes(conn)
     applied = Migrator(empty_db).migrate().applied
@@ -171,9 +181,9 @@ def test_an_upgrade_keeps_a_narrow_database_as_it_is(empty_db: str, before_wide:
 
 
 def test_a_database_of_2000_dimensions_with_chunks_is_not_widened(
-    empty_db: str, before_wide: Path
+    empty_db: str, before_wide: Callable[[str, int], None]
 ) -> None:
-    Migrator(empty_db, root=before_wide).migrate(2000)
+    before_wide(empty_db, 2000)
     with connect(empty_db) as conn:
         row = conn.execute(
             "insert into pgrag.documents (tenant_id, source_type, source_uri, status)"
