@@ -18,7 +18,9 @@ loads").
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -188,13 +190,53 @@ class Loader(Worker):
         return superseded
 
 
-def index_bulk_backlog(dsn: str, tenant: str) -> int:
-    """Write the BM25 index of the chunks a bulk load of ``tenant`` left in the backlog
-    (``pgrag.index_bulk_load_backlog``, the first half of ``pgrag.finish_bulk_load``), so
-    keyword search and ``pgrag stats`` see them; how many chunks it indexed. For an
-    interrupted first load: the graph build, the second half, can wait for the next run."""
+def index_bulk_backlog(dsn: str, tenant: str, jobs: int | None = None) -> int:
+    """Write the BM25 index of the chunks a bulk load of ``tenant`` left in the backlog (the
+    first half of ``pgrag.finish_bulk_load``), so keyword search and ``pgrag stats`` see them;
+    how many chunks it indexed. For an interrupted first load: the graph build, the second
+    half, can wait for the next run.
+
+    On ``jobs`` connections (default: one per core, at most 4): the first locks
+    ``pgrag.chunks`` against writes; each writes the postings of one range of words
+    (``pgrag.bulk_load_lexeme_bounds``, ``pgrag.index_bulk_load_lexemes``) in its own part of
+    the postings index; the others commit, then the first closes the backlog
+    (``pgrag.close_bulk_load_backlog``) and commits. Stopped anywhere, what committed is kept
+    and the next pass (``pgrag.index_bulk_load_backlog``) writes only what is missing."""
+    jobs = jobs or min(4, os.cpu_count() or 1)
     with connect(dsn, autocommit=True) as conn:
-        row = conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,)).fetchone()
+        row = conn.execute(
+            "select pgrag.bulk_load_lexeme_bounds(%s, %s)", (tenant, jobs)
+        ).fetchone()
+        bounds: list[str | None] | None = row[0] if row else None
+        if not bounds:  # one connection: nothing listed, or no parallel work wanted
+            row = conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,)).fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+    ranges = list(zip([None, *bounds], [*bounds, None], strict=True))
+    conns = [connect(dsn) for _ in ranges]
+    try:
+        conns[0].execute("lock table pgrag.chunks in share mode")
+
+        def part(i: int) -> None:
+            conns[i].execute(
+                "select pgrag.index_bulk_load_lexemes(%s, %s, %s)", (tenant, *ranges[i])
+            )
+
+        pool = ThreadPoolExecutor(len(ranges))
+        try:
+            list(pool.map(part, range(len(ranges))))
+        except BaseException:  # Ctrl-C, or a part failed: stop the others' statements
+            for c in conns:
+                c.cancel()
+            raise
+        finally:
+            pool.shutdown()
+        for other in conns[1:]:
+            other.commit()
+        row = conns[0].execute("select pgrag.close_bulk_load_backlog(%s)", (tenant,)).fetchone()
+        conns[0].commit()
+    finally:
+        for c in conns:
+            c.close()
     return int(row[0]) if row and row[0] is not None else 0
 
 
@@ -203,7 +245,8 @@ def bulk_backlog(dsn: str, tenant: str) -> int | None:
     try:
         with connect(dsn, autocommit=True) as conn:
             row = conn.execute(
-                "select count(*) from pgrag.bm25_backlog where tenant_id = %s", (tenant,)
+                "select count(*) from pgrag.bm25_backlog where tenant_id = %s and chunk_id > 0",
+                (tenant,),
             ).fetchone()
     except psycopg.Error:
         return None
@@ -228,8 +271,8 @@ def isolate_large_tenant(dsn: str, tenant: str) -> bool:
         ).fetchone()
         if not (owner and owner[0]):
             return False
-        # The keyword index first, in its own transaction: an interrupted graph build keeps it.
-        conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,))
+        # The keyword index first, in its own transactions: an interrupted graph build keeps it.
+        index_bulk_backlog(dsn, tenant)
         built = conn.execute("select pgrag.finish_bulk_load(%s)", (tenant,)).fetchone()
         if built and built[0] is not None:
             return True
