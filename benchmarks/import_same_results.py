@@ -18,7 +18,9 @@ Then the 300 SciFact test queries run as each tenant, and the top 10 of ``vector
 ``identical`` counts queries whose top 10 are the same rows in the same order with the same
 scores (to 9 decimals); ``same_up_to_ties`` allows rows tied at the last score to differ. Both
 graphs are built by ``CREATE INDEX`` over the same rows, but an HNSW build is not deterministic
-(parallel workers), so the graph-walking functions may differ where the exact ones may not.
+(random levels, parallel workers), so the graph-walking functions may differ where the exact
+ones may not. The control says by how much: the row-by-row tenant against itself after its
+graph is built once more (``pgrag.share_tenant``, ``pgrag.isolate_tenant``).
 
     python benchmarks/import_same_results.py [--queries 300]
 """
@@ -172,6 +174,11 @@ def main() -> None:
                     f"== {tenant}: {result[tenant]} ({time.perf_counter() - t:.0f} s)", flush=True
                 )
             tops = {t: top10(dsn, t, queries, qvecs) for t in ("bulk", "rows")}
+            # The control: the row-by-row tenant against itself, its graph built once more.
+            with connect(dsn, autocommit=True) as conn:
+                conn.execute("select pgrag.share_tenant('rows')")
+                conn.execute("select pgrag.isolate_tenant('rows')")
+            tops["rows_rebuilt"] = top10(dsn, "rows", queries, qvecs)
         finally:
             drop_database(admin, dsn)
     result["compared"] = {
@@ -186,6 +193,12 @@ def main() -> None:
             ),
             "full_top10": sum(len(a) == 10 for a in tops["bulk"][name]),
         }
+        for name in CALLS
+    }
+    result["control_rows_graph_rebuilt"] = {
+        name: sum(
+            a == b for a, b in zip(tops["rows"][name], tops["rows_rebuilt"][name], strict=True)
+        )
         for name in CALLS
     }
     result["machine"]["load_avg_at_end"] = list(os.getloadavg())
