@@ -1369,6 +1369,21 @@ def bulk_path() -> str:
     same = load("import_same_results.json")
 
     def run_row(d: Json) -> list[str]:
+        if "costs" not in d:  # a run stopped before its graph was built
+            b, pf = d["bulk"], d["parse_floor"]
+            parse = d["size"] / (d["machine"]["cpus"] * pf["chunk_fts_chunks_per_s_one_core"])
+            wal = (b.get("wal_mb_load", 0) + b.get("wal_mb_postings", 0)) / 1000
+            return [
+                f"{d['size']:,}",
+                f"at most {num(d['size'] / parse)} (parse {num(parse)} s + a graph build not measured)",
+                "not finished",
+                "-",
+                num(b["seconds_documents_and_copy"]),
+                f"{num(b['seconds_swaps'])} ({num(parse)} parse)",
+                num(b["seconds_postings"]) if "seconds_postings" in b else "not finished",
+                "not finished",
+                num(wal, 1),
+            ]
         b, c, gf = d["bulk"], d["costs"], d["graph_floor"]
         wal = (b["wal_mb_load"] + b["wal_mb_postings"] + b["wal_mb_graph"]) / 1000
         return [
