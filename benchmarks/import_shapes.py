@@ -5,11 +5,14 @@ unit 384-dimension vectors: the import never embeds, so real embeddings would ch
 are written into the Supabase guide's ``documents`` table, LangChain's
 ``langchain_pg_embedding`` (+ ``langchain_pg_collection``), a LlamaIndex ``data_kb`` table, a
 JSONL and a Parquet file; each is then imported with :func:`pgrag.importer.import_source` into
-its own tenant (a tenant's first import, the row-by-row loader path). The rate counts the whole
-import: reading, mapping, token counts, COPY, swaps and the BM25 triggers. The shapes run in
-the order given, so the first one also loads the tokenizer.
+its own tenant: a tenant's first import, which takes the bulk path (``pgrag.bulk_load_applies``;
+``pgrag.finish_bulk_load`` at the end), and with ``--row-by-row`` the same source again into
+another tenant through the ordinary path (``pgrag.replace_document_chunks`` per batch, the BM25
+triggers), for comparison. The rate counts the whole import: reading, mapping, token counts,
+COPY, swaps and the end of the load (BM25 postings, the tenant's graph). The shapes run in the
+order given, so the first one also loads the tokenizer.
 
-    python benchmarks/import_shapes.py [--size 2000] [--per-doc 10]
+    python benchmarks/import_shapes.py [--size 2000] [--per-doc 10] [--row-by-row]
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from pgrag.importer import ImportOptions, import_source
+from pgrag.importer import ImportOptions, ImportSummary
+from pgrag.importer.run import Importer
 from pgrag.importer.sources import Source, open_file, open_table
 from pgrag.install.migrator import Migrator
 from pgrag.pipeline.embedders import LOCAL_MODEL_NAME, vector_literal
@@ -109,18 +113,33 @@ def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
     pq.write_table(pa.Table.from_pylist(records), folder / "rows.parquet")
 
 
+def run_import(dsn: str, source: Source, tenant: str, bulk: bool) -> ImportSummary:
+    """``pgrag import`` of ``source`` into ``tenant``; ``bulk`` False: the ordinary path."""
+    importer = Importer(dsn, source, ImportOptions(tenant=tenant, model=LOCAL_MODEL_NAME))
+    if not bulk:
+        importer.bulk = False
+    try:
+        return importer.run()
+    finally:
+        importer.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--size", type=int, default=2000, help="rows of each source")
     parser.add_argument("--per-doc", type=int, default=10, help="rows sharing a source")
+    parser.add_argument(
+        "--row-by-row", action="store_true", help="also import each source by the ordinary path"
+    )
     parser.add_argument("--admin-dsn", help="superuser DSN of a server with pgvector")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     result: dict[str, Any] = {
         "command": "python benchmarks/import_shapes.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M", time.gmtime()),
         "size": args.size,
         "per_doc": args.per_doc,
         "shapes": {},
@@ -139,16 +158,20 @@ def main() -> None:
         if (folder / "rows.parquet").exists():
             shapes["parquet"] = lambda: open_file(folder / "rows.parquet")
         for name, source in shapes.items():
-            started = time.perf_counter()
-            s = import_source(dsn, source(), ImportOptions(tenant=name, model=LOCAL_MODEL_NAME))
-            seconds = time.perf_counter() - started
-            result["shapes"][name] = {
-                "chunks": s.chunks_imported,
-                "documents": s.documents_new,
-                "seconds": round(seconds, 2),
-                "chunks_per_s": round(s.chunks_imported / seconds),
-            }
-            print(f"{name:10s} {result['shapes'][name]}", flush=True)
+            for bulk in (True, False) if args.row_by_row else (True,):
+                started = time.perf_counter()
+                s = run_import(dsn, source(), name if bulk else f"{name}-rows", bulk)
+                seconds = time.perf_counter() - started
+                key = "shapes" if bulk else "row_by_row"
+                result.setdefault(key, {})[name] = {
+                    "chunks": s.chunks_imported,
+                    "documents": s.documents_new,
+                    "bulk_load": s.bulk_load,
+                    "seconds": round(seconds, 2),
+                    "chunks_per_s": round(s.chunks_imported / seconds),
+                }
+                print(f"{name:10s} {key:10s} {result[key][name]}", flush=True)
+    result["machine"]["load_avg_at_end"] = list(os.getloadavg())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 

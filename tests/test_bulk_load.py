@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
 from pgrag.ingest import ExtractedDocument, ingest_documents
-from pgrag.ingest.load import create_stage_table
+from pgrag.ingest.load import create_stage_table, index_bulk_backlog
 
 REPO = Path(__file__).resolve().parent.parent
 SCIFACT = Path(os.environ.get("PGRAG_SHARED_DIR") or REPO.parent / "shared") / "data" / "scifact"
@@ -373,3 +373,44 @@ def test_pgrag_ingest_bulk_loads_a_tenants_first_load_only(db: str, local_embedd
     # The small first load ended in the shared graph (pgrag.finish_bulk_load); so did the next.
     assert after_first == {True: 2}
     assert graph_rows(db, "acme") == {True: 3}
+
+
+def term_bounds(dsn: str, tenant: str) -> list[tuple[Any, ...]]:
+    with connect(dsn) as conn:
+        return conn.execute(
+            "select lexeme, max(max_tf), min(min_doc_len) from pgrag.bm25_lexicon"
+            " where tenant_id = %s group by 1 order by 1",
+            (tenant,),
+        ).fetchall()
+
+
+def test_the_index_pass_on_several_connections_writes_the_index_of_one_pass(
+    bulk_loaded: str, scifact: Corpus
+) -> None:
+    db = bulk_loaded
+    load_tenant(db, "rows", scifact, bulk=False)
+
+    indexed = index_bulk_backlog(db, "bulk", jobs=3)
+
+    assert indexed == ABSTRACTS
+    assert bm25_index(db, "bulk") == bm25_index(db, "rows")
+    assert term_bounds(db, "bulk") == term_bounds(db, "rows")
+    with connect(db) as conn:
+        assert conn.execute("select count(*) from pgrag.bm25_backlog").fetchone() == (0,)
+
+
+def test_an_index_pass_stopped_after_some_words_is_completed_exactly_by_the_next(
+    bulk_loaded: str, scifact: Corpus
+) -> None:
+    db = bulk_loaded
+    load_tenant(db, "rows", scifact, bulk=False)
+    with connect(db) as conn:  # one part of a parallel pass committed, then the load stopped
+        conn.execute("select pgrag.index_bulk_load_lexemes('bulk', 'g', 'p')")
+        conn.commit()
+        conn.execute("select pgrag.finish_bulk_load('bulk')")
+        conn.commit()
+        left = conn.execute("select count(*) from pgrag.bm25_backlog").fetchone()
+
+    assert left == (0,)
+    assert bm25_index(db, "bulk") == bm25_index(db, "rows")
+    assert term_bounds(db, "bulk") == term_bounds(db, "rows")

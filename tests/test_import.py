@@ -4,6 +4,7 @@ database with real embeddings of the bundled model."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import tracemalloc
@@ -16,7 +17,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from pgrag.cli import main
-from pgrag.db import tenant_transaction
+from pgrag.db import connect, tenant_transaction
+from pgrag.errors import Interrupted
+from pgrag.importer import ImportOptions, import_source
+from pgrag.importer import run as importer_run
 from pgrag.importer.sources import open_file
 from pgrag.pipeline.embedders import LOCAL_MODEL_NAME, vector_literal
 
@@ -667,3 +671,145 @@ def test_a_table_import_counts_its_rows_against_the_catalog_estimate_until_passe
     assert all(e["chunks_done"] <= e["chunks_total"] for e in events)
     assert (events[-1]["chunks_done"], events[-1]["chunks_total"]) == (8, 8)
     assert events[-1]["chunks_total_estimated"] is False
+
+
+# -- the bulk path of a tenant's first import -------------------------------------------------
+
+SCIFACT = (
+    Path(os.environ.get("PGRAG_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared")
+    / "data"
+    / "scifact"
+)
+ABSTRACTS = 120
+QUERIES = 30
+
+
+@pytest.fixture(scope="module")
+def scifact_rows(local_embedder: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A JSONL export of SciFact abstracts (two chunks each, real embeddings) and its queries'
+    texts beside it (queries.json)."""
+    if not (SCIFACT / "corpus.jsonl").exists():
+        pytest.skip(f"SciFact not found in {SCIFACT} (set PGRAG_SHARED_DIR)")
+    docs = [json.loads(line) for line in (SCIFACT / "corpus.jsonl").open()][:ABSTRACTS]
+    parts = [(d["_id"], i, p) for d in docs for i, p in enumerate(halves(d["title"], d["text"]))]
+    embedded = local_embedder.embed([p for _, _, p in parts])
+    out = tmp_path_factory.mktemp("scifact") / "rows.jsonl"
+    with out.open("w") as handle:
+        for (doc, i, text), vec in zip(parts, embedded, strict=True):
+            record = {
+                "content": text,
+                "embedding": [float(x) for x in vec],
+                "source_uri": f"scifact/{doc}",
+                "metadata": {"chunk_index": i},
+            }
+            handle.write(json.dumps(record) + "\n")
+    queries = [json.loads(line)["text"] for line in (SCIFACT / "queries.jsonl").open()]
+    (out.parent / "queries.json").write_text(json.dumps(queries[:QUERIES]))
+    return out
+
+
+def halves(title: str, text: str) -> list[str]:
+    cut = text.find(". ", len(text) // 2)
+    return [f"{title}. {text[: cut + 1]}", text[cut + 2 :]] if cut > 0 else [f"{title}. {text}"]
+
+
+def first_lines(path: Path, n: int) -> Path:
+    out = path.parent / f"first-{n}.jsonl"
+    out.write_text("".join(path.read_text().splitlines(keepends=True)[:n]))
+    return out
+
+
+def search_all(dsn: str, tenant: str, queries: list[str], local_embedder: Any) -> list[Any]:
+    """Per query: the top 10 of keyword, vector and hybrid search as (uri, chunk, score)."""
+    out = []
+    with connect(dsn) as conn:
+        for text, vec in zip(queries, local_embedder.embed(queries), strict=True):
+            with tenant_transaction(conn, tenant):
+                for sql_text, args in (
+                    ("select source_uri, chunk_index, score from keyword_search(%s, 10)", (text,)),
+                    (
+                        "select source_uri, chunk_index, similarity from vector_search(%s, 10)",
+                        (vec,),
+                    ),
+                    (
+                        "select source_uri, chunk_index, score from hybrid_search(%s, %s, 10)",
+                        (text, vec),
+                    ),
+                ):
+                    rows = conn.execute(sql_text, args).fetchall()
+                    out.append([(u, c, round(float(s), 9)) for u, c, s in rows])
+    return out
+
+
+def backlog(conn: psycopg.Connection[Any], tenant: str) -> tuple[Any, ...] | None:
+    return conn.execute(
+        "select (select count(*) from pgrag.bm25_backlog where tenant_id = %(t)s),"
+        " (select count(*) from pgrag.chunks where tenant_id = %(t)s and not in_shared_graph)",
+        {"t": tenant},
+    ).fetchone()
+
+
+def chunk_count(conn: psycopg.Connection[Any], tenant: str) -> int:
+    row = conn.execute("select count(*) from pgrag.chunks where tenant_id = %s", (tenant,))
+    return int(row.fetchone()[0])  # type: ignore[index]
+
+
+def test_a_first_import_takes_the_bulk_path_with_the_results_of_a_row_by_row_one(
+    db: str, conn: psycopg.Connection[Any], scifact_rows: Path, local_embedder: Any
+) -> None:
+    model = ("--model", LOCAL_MODEL_NAME)
+    bulk = summary(run(db, str(scifact_rows), *model, "--tenant", "bulk"))
+    # Tenant "rows": one document first (a first load), then the rest by the ordinary path.
+    seed = summary(run(db, str(first_lines(scifact_rows, 2)), *model, "--tenant", "rows"))
+    rest = summary(run(db, str(scifact_rows), *model, "--tenant", "rows"))
+
+    assert (bulk["bulk_load"], seed["bulk_load"], rest["bulk_load"]) == (True, True, False)
+    assert rest["documents_new"] == ABSTRACTS - 1
+    assert backlog(conn, "bulk") == (0, 0)  # finished: postings written, rows in a graph
+    queries = json.loads((scifact_rows.parent / "queries.json").read_text())
+    assert search_all(db, "bulk", queries, local_embedder) == search_all(
+        db, "rows", queries, local_embedder
+    )
+
+
+def test_an_interrupted_bulk_import_keeps_searchable_documents_and_a_rerun_finishes(
+    db: str,
+    conn: psycopg.Connection[Any],
+    scifact_rows: Path,
+    local_embedder: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(importer_run, "BATCH_DOCUMENTS", 40)
+    batch = importer_run.Importer._batch
+    calls = []
+
+    def stop_at_the_third(self: Any, docs: Any, progress: Any) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        batch(self, docs, progress)
+
+    monkeypatch.setattr(importer_run.Importer, "_batch", stop_at_the_third)
+    options = ImportOptions(tenant="acme", model=LOCAL_MODEL_NAME)
+    with pytest.raises(Interrupted, match="all searchable"):
+        import_source(db, open_file(scifact_rows), options)
+    kept = conn.execute(
+        "select count(*) from pgrag.documents where tenant_id = 'acme' and status = 'ready'"
+    ).fetchone()
+    with tenant_transaction(conn, "acme"):
+        found = conn.execute("select count(*) from keyword_search('cells', 50)").fetchone()
+    assert kept == (80,) and found is not None and found[0] > 0
+    # The keyword index written; the graph left for the next run (no row in one yet).
+    assert backlog(conn, "acme") == (0, chunk_count(conn, "acme"))
+    monkeypatch.setattr(importer_run.Importer, "_batch", batch)
+
+    again = import_source(db, open_file(scifact_rows), options)
+
+    assert (again.bulk_load, again.documents_unchanged) == (False, 80)
+    assert backlog(conn, "acme") == (0, 0)
+    fresh = import_source(db, open_file(scifact_rows), ImportOptions(tenant="fresh"))
+    queries = json.loads((scifact_rows.parent / "queries.json").read_text())
+    assert fresh.bulk_load
+    assert search_all(db, "acme", queries, local_embedder) == search_all(
+        db, "fresh", queries, local_embedder
+    )

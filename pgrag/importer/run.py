@@ -13,8 +13,15 @@ any other is loaded: ``pgrag.begin_documents``, its chunks COPYed into the sessi
 table (``pgrag.create_stage``) and ``pgrag.replace_document_chunks`` swaps them in, all in one
 transaction per batch, so each document is replaced whole or not at all; the BM25 triggers
 keep the keyword index. The first swap records the model (``pgrag.record_embedding_model``).
-At the end a tenant that outgrew the exact vector path gets its own graph, as after an ingest
-(:func:`pgrag.ingest.load.isolate_large_tenant`).
+
+A tenant's first import by the owner of ``pgrag.chunks`` takes the bulk path, as a first
+ingest does (``pgrag.bulk_load_applies``, the swap of
+:func:`pgrag.ingest.load.swap_documents`): its chunks stay out of the shared HNSW graph and of
+the BM25 index until the end, when ``pgrag.finish_bulk_load`` writes their postings in one
+pass and builds the tenant's own graph (docs/ingest.md, "Large first loads"). At the end a
+tenant that outgrew the exact vector path gets its own graph, as after an ingest
+(:func:`pgrag.ingest.load.isolate_large_tenant`, which also finishes a bulk load an earlier,
+interrupted run left).
 """
 
 from __future__ import annotations
@@ -25,14 +32,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from pgrag.db import connect, tenant_transaction
 from pgrag.errors import ConfigError, EmbeddingConfigError, Interrupted, NothingToDo
 from pgrag.importer.mapping import DimensionTally, ImportDoc, documents
 from pgrag.importer.sources import Source
 from pgrag.ingest.lifecycle import IngestLifecycle, SwapRow, call, record_embedding_model
-from pgrag.ingest.load import create_stage_table, isolate_large_tenant
+from pgrag.ingest.load import (
+    bulk_load_applies,
+    create_stage_table,
+    index_bulk_backlog,
+    isolate_large_tenant,
+    stage_copy_sql,
+    swap_documents,
+)
 from pgrag.pipeline.chunking import token_counter
 from pgrag.pipeline.embedders import get_embedder, provider_for_model, read_embedding_config
 from pgrag.progress import Progress, ProgressMode
@@ -71,6 +84,7 @@ class ImportSummary:
     ignored_columns: dict[str, str] = field(default_factory=dict)
     token_counts: str = "tokenizer"
     tenant_isolated: bool = False
+    bulk_load: bool = False
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -155,6 +169,7 @@ class Importer:
         self.stage: list[tuple[str, int]] = []
         self.model_recorded = False
         self.seen: set[str] = set()
+        self.bulk: bool | None = None  # decided before the first swap (pgrag.bulk_load_applies)
 
     def close(self) -> None:
         self.conn.close()
@@ -165,10 +180,25 @@ class Importer:
         except KeyboardInterrupt as exc:
             done = self.summary.documents_new + self.summary.documents_changed
             raise Interrupted(
-                f"import interrupted: documents committed so far are kept (about {done}); the "
-                "batch under way was rolled back whole. Run the same command again: unchanged "
-                "documents are skipped."
+                f"import interrupted: documents committed so far are kept (about {done}), "
+                f"{self._searchable()}; the batch under way was rolled back whole. Run the same "
+                "command again: unchanged documents are skipped, and it finishes the rest."
             ) from exc
+
+    def _searchable(self) -> str:
+        """After an interrupted bulk import, what searches find of the documents kept: their
+        keyword index is written now (``pgrag.index_bulk_load_backlog``, as ``pgrag ingest``
+        does); the tenant's graph waits for the next run (vector search scans them exactly)."""
+        if not self.bulk or not self.model_recorded:
+            return "all searchable"
+        try:
+            index_bulk_backlog(self.dsn, self.options.tenant)
+        except (KeyboardInterrupt, psycopg.Error):
+            return (
+                "searchable by vector search but not yet by keyword search: the next import "
+                f"(or select pgrag.finish_bulk_load('{self.options.tenant}')) indexes them"
+            )
+        return "all searchable"
 
     def _run(self) -> ImportSummary:
         started = time.monotonic()
@@ -199,7 +229,9 @@ class Importer:
             )
         if self.summary.rows_read == 0:
             raise NothingToDo(f"{self.source.label} holds no rows: nothing imported.")
-        if self.model_recorded:  # something was loaded: as after an ingest
+        # As after an ingest, also when nothing changed: it finishes a bulk load an interrupted
+        # run left (its keyword index, its graph), a no-op otherwise.
+        if not self.options.dry_run:
             self.summary.tenant_isolated = isolate_large_tenant(self.dsn, self.options.tenant)
         self.summary.seconds = round(time.monotonic() - started, 3)
         return self.summary
@@ -258,14 +290,12 @@ class Importer:
         progress.advance(len(batch), batch[-1].uri[-60:])
 
     def _load(self, docs: list[ImportDoc]) -> None:
+        tenant = self.options.tenant
         if not self.stage:
             self.stage = create_stage_table(self.conn)
+        if self.bulk is None:
+            self.bulk = self.summary.bulk_load = bulk_load_applies(self.conn, tenant)
         names = [name for name, _ in self.stage]
-        copy_sql = sql.SQL("copy {} ({}) from stdin (format binary)").format(
-            sql.Identifier("pg_temp", "pgrag_stage"),
-            sql.SQL(", ").join(sql.Identifier(c) for c in names),
-        )
-        tenant = self.options.tenant
         with tenant_transaction(self.conn, tenant):
             begun = call(
                 self.conn,
@@ -273,7 +303,7 @@ class Importer:
                 ([d.uri for d in docs], [d.title for d in docs], [SOURCE_TYPE] * len(docs)),
             )
             ids = {str(u): int(i) for u, i in begun}
-            with self.conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            with self.conn.cursor() as cur, cur.copy(stage_copy_sql(self.stage)) as copy:
                 copy.set_types([oid for _, oid in self.stage])
                 for doc in docs:
                     counts = self.counter([c.content for c in doc.chunks])
@@ -298,7 +328,7 @@ class Importer:
                 )
                 for d in docs
             ]
-            self.lifecycle.swap(self.conn, tenant, rows, self.model)
+            swap_documents(self.conn, tenant, rows, self.model, self.lifecycle, self.bulk)
             if not self.model_recorded:
                 record_embedding_model(self.conn, self.provider, self.model)
                 self.model_recorded = True

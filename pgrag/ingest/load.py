@@ -8,7 +8,8 @@ worker) replaces its chunks, sets it ``ready`` and clears its staging rows; seve
 documents share one such transaction. Readers never see half a document; staged rows die with
 the connection.
 
-A tenant's first load by ``pgrag ingest`` as the owner of ``pgrag.chunks`` takes the bulk path
+A tenant's first load by ``pgrag ingest`` (or ``pgrag import``, which swaps through
+:func:`swap_documents` too) as the owner of ``pgrag.chunks`` takes the bulk path
 (``pgrag.bulk_load_applies``): the same swap through ``pgrag.bulk_replace_document_chunks``,
 which keeps the rows out of the shared HNSW graph, and at the end of the run
 ``pgrag.finish_bulk_load`` builds the tenant's own graph once (docs/ingest.md, "Large first
@@ -17,7 +18,9 @@ loads").
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import psycopg
@@ -50,6 +53,45 @@ def create_stage_table(conn: psycopg.Connection[Any]) -> list[tuple[str, int]]:
         (STAGE,),
     ).fetchall()
     return [(str(name), int(oid)) for name, oid in rows]
+
+
+def stage_copy_sql(columns: Sequence[tuple[str, int]]) -> sql.Composed:
+    """The binary COPY into this session's staging table, of ``columns`` in their order."""
+    return sql.SQL("copy {} ({}) from stdin (format binary)").format(
+        sql.Identifier("pg_temp", "pgrag_stage"),
+        sql.SQL(", ").join(sql.Identifier(name) for name, _ in columns),
+    )
+
+
+def bulk_load_applies(conn: psycopg.Connection[Any], tenant: str) -> bool:
+    """May this load of ``tenant`` take the bulk path (``pgrag.bulk_load_applies``: the
+    caller owns ``pgrag.chunks`` and the tenant has no chunk yet)? Asked once, before the
+    first swap: the loads after it (the tenant then has chunks) take the ordinary one."""
+    row = conn.execute("select pgrag.bulk_load_applies(%s)", (tenant,)).fetchone()
+    return bool(row and row[0])
+
+
+def swap_documents(
+    conn: psycopg.Connection[Any],
+    tenant: str,
+    rows: Sequence[SwapRow],
+    model: str,
+    lifecycle: Lifecycle,
+    bulk: bool,
+) -> set[int]:
+    """Swap staged documents in, inside the caller's transaction (acting as ``tenant``): the
+    bulk path's ``pgrag.bulk_replace_document_chunks`` (rows left out of the shared graph and
+    of the BM25 index until ``pgrag.finish_bulk_load``) or the lifecycle's own swap. The ids
+    the lifecycle did not swap in (none on the bulk path)."""
+    if not bulk:
+        return lifecycle.swap(conn, tenant, rows, model)
+    call(
+        conn,
+        "select pgrag.bulk_replace_document_chunks(%s::regclass, %s, %s::int8[],"
+        " %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int4[], %s)",
+        (STAGE, tenant, *swap_arrays(rows), model),
+    )
+    return set()
 
 
 class Loader(Worker):
@@ -89,14 +131,13 @@ class Loader(Worker):
         # them (pgrag.save_embeddings: the owner's), so an interrupted run keeps them.
         self.save = False
         if isinstance(lifecycle, IngestLifecycle):
+            self.bulk = bulk_load_applies(self.conn, tenant)
             row = self.conn.execute(
-                "select pgrag.bulk_load_applies(%s), pg_catalog.has_function_privilege("
+                "select pg_catalog.has_function_privilege("
                 "'pgrag.save_embeddings(regclass, text, bigint[], integer[], integer[])',"
-                " 'execute')",
-                (tenant,),
+                " 'execute')"
             ).fetchone()
-            self.bulk = bool(row and row[0])
-            self.save = bool(row and row[1])
+            self.save = bool(row and row[0])
 
     def close(self) -> None:
         self.conn.close()
@@ -106,12 +147,8 @@ class Loader(Worker):
     ) -> None:
         rows, tokens, requests, saved = payload
         names = [name for name, _ in self.columns]
-        copy_sql = sql.SQL("copy {} ({}) from stdin (format binary)").format(
-            sql.Identifier("pg_temp", "pgrag_stage"),
-            sql.SQL(", ").join(sql.Identifier(c) for c in names),
-        )
         with tenant_transaction(self.conn, self.tenant):
-            with self.conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            with self.conn.cursor() as cur, cur.copy(stage_copy_sql(self.columns)) as copy:
                 copy.set_types([oid for _, oid in self.columns])
                 for row in rows:
                     copy.write_row([row[name] for name in names])
@@ -146,29 +183,62 @@ class Loader(Worker):
 
     def _commit(self, rows: list[SwapRow]) -> set[int]:
         with tenant_transaction(self.conn, self.tenant):
-            if self.bulk:
-                call(
-                    self.conn,
-                    "select pgrag.bulk_replace_document_chunks(%s::regclass, %s, %s::int8[],"
-                    " %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::int4[], %s)",
-                    (STAGE, self.tenant, *swap_arrays(rows), self.model),
-                )
-                superseded: set[int] = set()
-            else:
-                superseded = self.lifecycle.swap(self.conn, self.tenant, rows, self.model)
+            superseded = swap_documents(
+                self.conn, self.tenant, rows, self.model, self.lifecycle, self.bulk
+            )
             if not self.model_recorded:
                 record_embedding_model(self.conn, self.provider, self.model)
                 self.model_recorded = True
         return superseded
 
 
-def index_bulk_backlog(dsn: str, tenant: str) -> int:
-    """Write the BM25 index of the chunks a bulk load of ``tenant`` left in the backlog
-    (``pgrag.index_bulk_load_backlog``, the first half of ``pgrag.finish_bulk_load``), so
-    keyword search and ``pgrag stats`` see them; how many chunks it indexed. For an
-    interrupted first load: the graph build, the second half, can wait for the next run."""
+def index_bulk_backlog(dsn: str, tenant: str, jobs: int | None = None) -> int:
+    """Write the BM25 index of the chunks a bulk load of ``tenant`` left in the backlog (the
+    first half of ``pgrag.finish_bulk_load``), so keyword search and ``pgrag stats`` see them;
+    how many chunks it indexed. For an interrupted first load: the graph build, the second
+    half, can wait for the next run.
+
+    On ``jobs`` connections (default: one per core, at most 4): the first locks
+    ``pgrag.chunks`` against writes; each writes the postings of one range of words
+    (``pgrag.bulk_load_lexeme_bounds``, ``pgrag.index_bulk_load_lexemes``) in its own part of
+    the postings index; the others commit, then the first closes the backlog
+    (``pgrag.close_bulk_load_backlog``) and commits. Stopped anywhere, what committed is kept
+    and the next pass (``pgrag.index_bulk_load_backlog``) writes only what is missing."""
+    jobs = jobs or min(4, os.cpu_count() or 1)
     with connect(dsn, autocommit=True) as conn:
-        row = conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,)).fetchone()
+        row = conn.execute(
+            "select pgrag.bulk_load_lexeme_bounds(%s, %s)", (tenant, jobs)
+        ).fetchone()
+        bounds: list[str | None] | None = row[0] if row else None
+        if not bounds:  # one connection: nothing listed, or no parallel work wanted
+            row = conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,)).fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+    ranges = list(zip([None, *bounds], [*bounds, None], strict=True))
+    conns = [connect(dsn) for _ in ranges]
+    try:
+        conns[0].execute("lock table pgrag.chunks in share mode")
+
+        def part(i: int) -> None:
+            conns[i].execute(
+                "select pgrag.index_bulk_load_lexemes(%s, %s, %s)", (tenant, *ranges[i])
+            )
+
+        pool = ThreadPoolExecutor(len(ranges))
+        try:
+            list(pool.map(part, range(len(ranges))))
+        except BaseException:  # Ctrl-C, or a part failed: stop the others' statements
+            for c in conns:
+                c.cancel()
+            raise
+        finally:
+            pool.shutdown()
+        for other in conns[1:]:
+            other.commit()
+        row = conns[0].execute("select pgrag.close_bulk_load_backlog(%s)", (tenant,)).fetchone()
+        conns[0].commit()
+    finally:
+        for c in conns:
+            c.close()
     return int(row[0]) if row and row[0] is not None else 0
 
 
@@ -177,7 +247,8 @@ def bulk_backlog(dsn: str, tenant: str) -> int | None:
     try:
         with connect(dsn, autocommit=True) as conn:
             row = conn.execute(
-                "select count(*) from pgrag.bm25_backlog where tenant_id = %s", (tenant,)
+                "select count(*) from pgrag.bm25_backlog where tenant_id = %s and chunk_id > 0",
+                (tenant,),
             ).fetchone()
     except psycopg.Error:
         return None
@@ -202,8 +273,8 @@ def isolate_large_tenant(dsn: str, tenant: str) -> bool:
         ).fetchone()
         if not (owner and owner[0]):
             return False
-        # The keyword index first, in its own transaction: an interrupted graph build keeps it.
-        conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,))
+        # The keyword index first, in its own transactions: an interrupted graph build keeps it.
+        index_bulk_backlog(dsn, tenant)
         built = conn.execute("select pgrag.finish_bulk_load(%s)", (tenant,)).fetchone()
         if built and built[0] is not None:
             return True

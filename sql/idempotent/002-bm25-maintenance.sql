@@ -6,9 +6,8 @@
 --   pgrag.chunks, and that list a bulk load's chunks in pgrag.bm25_backlog instead.
 --   Relies on: the BM25 tables (incremental/002-bm25.sql, 004-bm25-lexicon.sql,
 --   013-bm25-term-bounds.sql, 014-bm25-backlog.sql); chunks.in_shared_graph as the trigger
---   chunks_in_shared_graph sets it (060-bulk-loading.sql). Callers: the triggers;
---   pgrag.finish_bulk_load (060-bulk-loading.sql) runs bm25_write_sql over a bulk load's
---   backlog. No API role may execute bm25_apply or bm25_write_sql, nor write the BM25 tables.
+--   chunks_in_shared_graph sets it (060-bulk-loading.sql). Callers: the triggers (a bulk
+--   load's backlog is indexed by 060-bulk-loading.sql, with the same chunk lengths). No API role may execute bm25_apply or bm25_write_sql, nor write the BM25 tables.
 --
 -- Why the trigger function is SECURITY DEFINER (the one definer function of pgrag): the BM25
 -- tables (postings, lexicon, corpus statistics, backlog) are statistics every search reads,
@@ -93,7 +92,7 @@ as $sql$
     $q$
 $sql$;
 comment on function pgrag.bm25_write_sql() is
-'The statement that adds chunks to the BM25 index (postings, document frequencies with term bounds, corpus statistics) or removes them, with %1$s for a query of the chunks (tenant_id, id, language, fts) and parameters $1 sign, $2 lexicon shard, $3 statistics shard, $4 tenants: written once for pgrag.bm25_apply (arrays of chunks) and pgrag.finish_bulk_load (a bulk load''s backlog).';
+'The statement that adds chunks to the BM25 index (postings, document frequencies with term bounds, corpus statistics) or removes them, with %1$s for a query of the chunks (tenant_id, id, language, fts) and parameters $1 sign, $2 lexicon shard, $3 statistics shard, $4 tenants: for pgrag.bm25_apply (arrays of chunks; a bulk load''s backlog is indexed by pgrag.index_bulk_load_lexemes, with the same chunk lengths).';
 
 create or replace function pgrag.bm25_apply(
     sign integer,

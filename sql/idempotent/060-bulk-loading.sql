@@ -5,14 +5,17 @@
 --   kept out of the shared graph and listed in pgrag.bm25_backlog rather than indexed for BM25)
 --   and pgrag.finish_bulk_load (writes their BM25 index in one pass, then builds the tenant's
 --   own graph over them, or puts a small load's rows into the shared graph; its first half,
---   the BM25 pass, is pgrag.index_bulk_load_backlog, which an interrupted load runs alone); the trigger
---   chunks_in_shared_graph and its function, which keep chunks.in_shared_graph
+--   the BM25 pass, is pgrag.index_bulk_load_backlog, which an interrupted load runs alone, made
+--   of pgrag.index_bulk_load_lexemes and pgrag.close_bulk_load_backlog, which a loader may run
+--   on several connections over the word ranges pgrag.bulk_load_lexeme_bounds gives); the
+--   trigger chunks_in_shared_graph and its function, which keep chunks.in_shared_graph
 --   (incremental/012-bulk-loading.sql). Relies on: pgrag.replace_document_chunks
---   (004-loading.sql), pgrag.bm25_write_sql and the backlog the BM25 triggers keep
---   (002-bm25-maintenance.sql, incremental/014-bm25-backlog.sql), pgrag.isolate_tenant and
+--   (004-loading.sql), the BM25 tables and the backlog the BM25 triggers keep
+--   (002-bm25-maintenance.sql, whose pgrag.bm25_write_sql computes chunk lengths as here;
+--   incremental/014-bm25-backlog.sql), pgrag.isolate_tenant and
 --   pgrag.tenant_index_name (006-vector-isolation.sql). Callers: the owner of pgrag.chunks
---   (pgrag ingest for a large first load, or any SQL loader connected as the owner); the
---   trigger fires for every writer.
+--   (pgrag ingest and pgrag import for a large first load, or any SQL loader connected as the
+--   owner); the trigger fires for every writer.
 --
 -- How a bulk load runs (docs/ingest.md, "Large first loads"):
 --   1. any number of transactions, each: stage chunks (e.g. COPY into a temp table), then
@@ -94,7 +97,34 @@ $$;
 comment on function pgrag.bulk_replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
 'pgrag.replace_document_chunks (same arguments, same checks and errors) for a tenant''s large load: the chunks it writes stay out of the shared HNSW graph (chunks.in_shared_graph false) and out of the BM25 index (listed in pgrag.bm25_backlog), so neither is maintained row by row; pgrag.finish_bulk_load then indexes them for BM25 in one pass and builds the tenant''s own graph over them. Until then the tenant''s keyword search does not see them and its vector search scans its rows exactly (same results). Owner of pgrag.chunks only (42501 otherwise); 22023 for a blank tenant.';
 
-create or replace function pgrag.index_bulk_load_backlog(tenant text)
+create or replace function pgrag.bulk_load_lexeme_bounds(tenant text, parts integer)
+returns text[]
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- The parts - 1 lexemes that cut the postings of (a sample of) the backlog's chunks into
+    -- parts of about equal size, in the postings index's order: index_bulk_load_lexemes over
+    -- [null, b1), [b1, b2) ... [b(parts-1), null) writes each part on its own connection, each
+    -- into its own key range of the postings index (no two writers on one leaf page).
+    select pg_catalog.percentile_disc(
+               (select pg_catalog.array_agg(g::float8 operator(pg_catalog./) parts)
+                from pg_catalog.generate_series(1, parts operator(pg_catalog.-) 1) as g))
+           within group (order by u.lexeme)
+    from (select c.fts from pgrag.chunks as c
+          join pgrag.bm25_backlog as b
+            on b.tenant_id operator(pg_catalog.=) c.tenant_id and b.chunk_id operator(pg_catalog.=) c.id
+          where c.tenant_id operator(pg_catalog.=) bulk_load_lexeme_bounds.tenant
+            and b.tenant_id operator(pg_catalog.=) bulk_load_lexeme_bounds.tenant
+          limit 2000) as s
+    cross join lateral pg_catalog.unnest(s.fts) as u
+    where parts operator(pg_catalog.>) 1
+$$;
+comment on function pgrag.bulk_load_lexeme_bounds(text, integer) is
+'The parts - 1 lexemes (in the postings index''s order) that cut the BM25 postings of the chunks of tenant listed in pgrag.bm25_backlog into parts of about equal size (from a sample of 2,000 of them); null when nothing is listed or parts < 2. For writing a bulk load''s postings on several connections (pgrag.index_bulk_load_lexemes).';
+
+create or replace function pgrag.index_bulk_load_lexemes(tenant text, lexeme_from text, lexeme_to text)
 returns bigint
 language plpgsql
 volatile
@@ -102,7 +132,121 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_rows bigint := 0;
+    v_rows bigint;
+    v_resume boolean;
+begin
+    if tenant is null or tenant operator(pg_catalog.~) '^[[:space:]]*$' then
+        raise exception 'tenant must be a non-blank tenant id'
+            using errcode = '22023';
+    end if;
+    -- A pass over part of the words commits before the backlog is closed: it leaves a mark in
+    -- the backlog (chunk_id -1 - its backend's pid: no chunk's id, distinct among concurrent
+    -- passes), removed when the backlog is closed. A mark left by a pass that committed (the
+    -- load was stopped before closing): postings of these words may exist, skip them.
+    v_resume := exists (select 1 from pgrag.bm25_backlog as b
+                        where b.tenant_id = tenant and b.chunk_id operator(pg_catalog.<) 0);
+    if lexeme_from is not null or lexeme_to is not null then
+        insert into pgrag.bm25_backlog (tenant_id, chunk_id)
+        values (tenant, -1 - pg_catalog.pg_backend_pid())
+        on conflict do nothing;
+    end if;
+    perform pg_catalog.set_config('work_mem', greatest(
+        pg_catalog.pg_size_bytes(pg_catalog.current_setting('work_mem')),
+        least(pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
+              1073741824)) / 1024 || 'kB', true);
+    -- The postings of the listed chunks' words in [lexeme_from, lexeme_to) (null: unbounded)
+    -- in key order, and their document frequencies with the term bounds, counted from the
+    -- postings this call inserted: when resuming, a posting already written is skipped and not
+    -- counted again, so a rerun after an interruption completes the index exactly (a plain
+    -- insert otherwise: the check costs about 15 percent). Chunk lengths as
+    -- pgrag.bm25_write_sql computes them.
+    -- (The tenant as a literal: a Citus coordinator routes the statement by it.)
+    execute pg_catalog.format($q$
+        with chunk as materialized (
+            select c.id, c.fts,
+                   (select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions))
+                                        filter (where u.weights[1] operator(pg_catalog.<>) 'A'), 0)::integer
+                    from pg_catalog.unnest(c.fts) as u) as len
+            from pgrag.chunks as c
+            join pgrag.bm25_backlog as b
+              on b.tenant_id operator(pg_catalog.=) c.tenant_id and b.chunk_id operator(pg_catalog.=) c.id
+            where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L
+        ), posting as (
+            select t.lexeme, c.id as chunk_id, pg_catalog.cardinality(t.positions) as tf, c.len
+            from chunk as c cross join lateral pg_catalog.unnest(c.fts) as t
+            where ($1::text is null or t.lexeme operator(pg_catalog.>=) $1)
+              and ($2::text is null or t.lexeme operator(pg_catalog.<) $2)
+        ), added as (
+            insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
+            select %1$L, p.lexeme, p.chunk_id, p.tf, p.len
+            from posting as p
+            order by p.lexeme, p.chunk_id
+            %2$s
+            returning lexeme, tf, doc_len
+        )
+        insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df, max_tf, min_doc_len)
+        select %1$L, a.lexeme, $3, pg_catalog.count(*), pg_catalog.max(a.tf), pg_catalog.min(a.doc_len)
+        from added as a
+        group by a.lexeme
+        order by a.lexeme
+        on conflict (tenant_id, lexeme, shard) do update
+            set df = x.df operator(pg_catalog.+) excluded.df,
+                max_tf = greatest(x.max_tf, excluded.max_tf),
+                min_doc_len = least(x.min_doc_len, excluded.min_doc_len)$q$,
+        tenant, case when v_resume then 'on conflict do nothing' else '' end)
+    using lexeme_from, lexeme_to, (pg_catalog.pg_backend_pid() % 16) * 8;
+    get diagnostics v_rows = row_count;
+    return v_rows;
+end
+$$;
+comment on function pgrag.index_bulk_load_lexemes(text, text, text) is
+'Writes the BM25 postings and document frequencies (with term bounds) of the words in [lexeme_from, lexeme_to) (null: unbounded) of the chunks of tenant listed in pgrag.bm25_backlog, in key order, skipping postings already written when an earlier partial pass committed (a rerun completes, never doubles, them: such a pass leaves a mark in the backlog, a row with a negative chunk_id, until it is closed); returns how many words it counted. Leaves the backlog and the corpus statistics to pgrag.close_bulk_load_backlog. Takes no lock: the caller holds pgrag.chunks in share mode for the whole load''s index (pgrag.index_bulk_load_backlog does; pgrag ingest and pgrag import take it on a first connection, then write disjoint ranges, pgrag.bulk_load_lexeme_bounds, on several). Owner of pgrag.chunks only.';
+
+create or replace function pgrag.close_bulk_load_backlog(tenant text)
+returns bigint
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_rows bigint;
+begin
+    -- The corpus statistics of the listed chunks (lengths as pgrag.bm25_write_sql computes
+    -- them), then they leave the backlog: their postings are all written.
+    execute pg_catalog.format($q$
+        insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
+        select c.tenant_id, c.language::text, $1, pg_catalog.count(*),
+               coalesce(pg_catalog.sum((select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions))
+                                            filter (where u.weights[1] operator(pg_catalog.<>) 'A'), 0)
+                                        from pg_catalog.unnest(c.fts) as u)), 0)
+        from pgrag.chunks as c
+        join pgrag.bm25_backlog as b
+          on b.tenant_id operator(pg_catalog.=) c.tenant_id and b.chunk_id operator(pg_catalog.=) c.id
+        where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L
+        group by c.tenant_id, c.language
+        order by c.tenant_id, c.language
+        on conflict (tenant_id, language, shard) do update
+            set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
+                token_count = s.token_count operator(pg_catalog.+) excluded.token_count$q$, tenant)
+    using pg_catalog.pg_backend_pid() % 16;
+    -- (and the marks of the passes that wrote their postings: index_bulk_load_lexemes)
+    with gone as (delete from pgrag.bm25_backlog as b where b.tenant_id = tenant returning b.chunk_id)
+    select pg_catalog.count(*) filter (where g.chunk_id operator(pg_catalog.>) 0) into v_rows
+    from gone as g;
+    return v_rows;
+end
+$$;
+comment on function pgrag.close_bulk_load_backlog(text) is
+'Ends the BM25 indexing of a bulk load of tenant once every posting of the chunks listed in pgrag.bm25_backlog is written (pgrag.index_bulk_load_lexemes over all words, in this transaction or committed): adds their corpus statistics and empties the tenant''s backlog; returns how many chunks left it. The caller holds pgrag.chunks in share mode. Owner of pgrag.chunks only.';
+
+create or replace function pgrag.index_bulk_load_backlog(tenant text)
+returns bigint
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
 begin
     if tenant is null or tenant operator(pg_catalog.~) '^[[:space:]]*$' then
         raise exception 'tenant must be a non-blank tenant id'
@@ -111,29 +255,16 @@ begin
     -- The BM25 index of the load's chunks (pgrag.bm25_backlog), written in one pass: every
     -- posting of the tenant's words in key order, so each leaf page of the postings index is
     -- written once rather than once per batch. No chunk of the tenant changes meanwhile.
-    if exists (select 1 from pgrag.bm25_backlog as b where b.tenant_id = tenant) then
-        lock table pgrag.chunks in share mode;
-        perform pg_catalog.set_config('work_mem', greatest(
-            pg_catalog.pg_size_bytes(pg_catalog.current_setting('work_mem')),
-            least(pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
-                             1073741824)) / 1024 || 'kB', true);
-        -- (The tenant as a literal: a Citus coordinator routes the statement by it.)
-        execute pg_catalog.format(pgrag.bm25_write_sql(), pg_catalog.format(
-            'select c.tenant_id, c.id, c.language::text, c.fts from pgrag.chunks as c '
-            'join pgrag.bm25_backlog as b on b.tenant_id operator(pg_catalog.=) c.tenant_id '
-            'and b.chunk_id operator(pg_catalog.=) c.id '
-            'where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L',
-            tenant))
-        using 1, (pg_catalog.pg_backend_pid() % 16) * 8, pg_catalog.pg_backend_pid() % 16,
-              array[tenant];
-        delete from pgrag.bm25_backlog as b where b.tenant_id = tenant;
-        get diagnostics v_rows = row_count;
+    if not exists (select 1 from pgrag.bm25_backlog as b where b.tenant_id = tenant) then
+        return 0;
     end if;
-    return v_rows;
+    lock table pgrag.chunks in share mode;
+    perform pgrag.index_bulk_load_lexemes(tenant, null, null);
+    return pgrag.close_bulk_load_backlog(tenant);
 end
 $$;
 comment on function pgrag.index_bulk_load_backlog(text) is
-'The first half of pgrag.finish_bulk_load: writes the BM25 index (postings, document frequencies, corpus statistics) of the chunks a bulk load of tenant listed in pgrag.bm25_backlog, in one pass (pgrag.chunks locked against writes meanwhile; work_mem raised to maintenance_work_mem, at most 1 GB, for its sort), and returns how many chunks it indexed (0: none was waiting). Keyword search and pgrag.tenant_stats see those chunks once it commits. pgrag ingest calls it alone when a first load is interrupted (the graph build can wait: vector search scans rows outside every graph exactly). Owner of pgrag.chunks only (no API role may execute it: 42501).';
+'The first half of pgrag.finish_bulk_load: writes the BM25 index (postings, document frequencies, corpus statistics) of the chunks a bulk load of tenant listed in pgrag.bm25_backlog, in one pass (pgrag.chunks locked against writes meanwhile; work_mem raised to maintenance_work_mem, at most 1 GB, for its sort): pgrag.index_bulk_load_lexemes over every word (postings some earlier interrupted pass wrote are kept, not doubled), then pgrag.close_bulk_load_backlog. Returns how many chunks it indexed (0: none was waiting). Keyword search and pgrag.tenant_stats see those chunks once it commits. pgrag ingest calls it alone when a first load is interrupted (the graph build can wait: vector search scans rows outside every graph exactly). Owner of pgrag.chunks only (no API role may execute it: 42501).';
 
 create or replace function pgrag.finish_bulk_load(tenant text)
 returns regclass
