@@ -102,6 +102,11 @@ class NothingToDo(PgragError):
     exit_code = 3
 
 
+class LockWaitTooLong(PgragError):
+    """A step waited longer than its bound for a lock another session holds; nothing of it was
+    lost: running it again resumes."""
+
+
 class Interrupted(PgragError):
     """The user interrupted the command (Ctrl-C); the message says what was kept."""
 

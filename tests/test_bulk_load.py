@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,9 @@ from plugins.tenancy import claims_for, request
 from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
+from pgrag.errors import LockWaitTooLong
 from pgrag.ingest import ExtractedDocument, ingest_documents
+from pgrag.ingest import load as load_module
 from pgrag.ingest.load import create_stage_table, index_bulk_backlog
 
 REPO = Path(__file__).resolve().parent.parent
@@ -414,3 +418,41 @@ def test_an_index_pass_stopped_after_some_words_is_completed_exactly_by_the_next
     assert left == (0,)
     assert bm25_index(db, "bulk") == bm25_index(db, "rows")
     assert term_bounds(db, "bulk") == term_bounds(db, "rows")
+
+
+def test_an_index_pass_waiting_behind_another_sessions_ddl_fails_in_one_line(
+    bulk_loaded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = bulk_loaded
+    monkeypatch.setattr(load_module, "PASS_LOCK_TIMEOUT", "1s")
+    with connect(db) as reader, connect(db) as ddl:
+        reader.execute("select 1 from pgrag.chunks limit 1")  # holds a lock until it ends
+        ddl.execute("set lock_timeout = '20s'")
+        queued = threading.Thread(
+            target=lambda: ddl.execute("lock table pgrag.chunks in access exclusive mode"),
+            daemon=True,
+        )
+        queued.start()
+        wait_for_queued_lock(db)
+        started = time.monotonic()
+        with pytest.raises(LockWaitTooLong, match="run the same command again"):
+            index_bulk_backlog(db, "bulk", jobs=2)
+        assert time.monotonic() - started < 15
+        reader.rollback()
+        queued.join()
+        ddl.rollback()
+
+    assert index_bulk_backlog(db, "bulk", jobs=2) == ABSTRACTS
+
+
+def wait_for_queued_lock(db: str) -> None:
+    """Until a session waits for an access exclusive lock on pgrag.chunks."""
+    with connect(db, autocommit=True) as conn:
+        for _ in range(200):
+            if conn.execute(
+                "select count(*) from pg_locks where not granted"
+                " and relation = 'pgrag.chunks'::regclass and mode = 'AccessExclusiveLock'"
+            ).fetchone() == (1,):
+                return
+            time.sleep(0.05)
+    raise AssertionError("the DDL never queued")

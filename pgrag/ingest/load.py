@@ -27,6 +27,7 @@ import psycopg
 from psycopg import sql
 
 from pgrag.db import connect, tenant_transaction
+from pgrag.errors import LockWaitTooLong
 from pgrag.ingest.lifecycle import (
     STAGE,
     IngestLifecycle,
@@ -192,7 +193,34 @@ class Loader(Worker):
         return superseded
 
 
+# How long each connection of a parallel index pass waits for a lock. The connections wait for
+# each other in Python, where PostgreSQL's deadlock detector cannot see: were another session's
+# DDL queued on pgrag.chunks between their lock requests, they would wait forever without it.
+PASS_LOCK_TIMEOUT = "30s"
+
+
 def index_bulk_backlog(dsn: str, tenant: str, jobs: int | None = None) -> int:
+    """:func:`index_pass` with every lock it waits for bounded by ``PASS_LOCK_TIMEOUT``."""
+    try:
+        return index_pass(dsn, tenant, jobs)
+    except psycopg.errors.LockNotAvailable as exc:
+        raise LockWaitTooLong(
+            f"the keyword index of tenant {tenant!r}'s bulk load waited over {PASS_LOCK_TIMEOUT} "
+            "for a lock another session holds on pgrag's tables (a migration or a long write?): "
+            "run the same command again when it is done; what was indexed is kept"
+        ) from exc
+
+
+def pass_connection(dsn: str, autocommit: bool = False) -> psycopg.Connection[Any]:
+    """A connection of the index pass: its lock waits bounded (``PASS_LOCK_TIMEOUT``)."""
+    conn = connect(dsn, autocommit=autocommit)
+    conn.execute("select pg_catalog.set_config('lock_timeout', %s, false)", (PASS_LOCK_TIMEOUT,))
+    if not autocommit:
+        conn.commit()
+    return conn
+
+
+def index_pass(dsn: str, tenant: str, jobs: int | None = None) -> int:
     """Write the BM25 index of the chunks a bulk load of ``tenant`` left in the backlog (the
     first half of ``pgrag.finish_bulk_load``), so keyword search and ``pgrag stats`` see them;
     how many chunks it indexed. For an interrupted first load: the graph build, the second
@@ -205,7 +233,7 @@ def index_bulk_backlog(dsn: str, tenant: str, jobs: int | None = None) -> int:
     (``pgrag.close_bulk_load_backlog``) and commits. Stopped anywhere, what committed is kept
     and the next pass (``pgrag.index_bulk_load_backlog``) writes only what is missing."""
     jobs = jobs or min(4, os.cpu_count() or 1)
-    with connect(dsn, autocommit=True) as conn:
+    with pass_connection(dsn, autocommit=True) as conn:
         row = conn.execute(
             "select pgrag.bulk_load_lexeme_bounds(%s, %s)", (tenant, jobs)
         ).fetchone()
@@ -214,7 +242,7 @@ def index_bulk_backlog(dsn: str, tenant: str, jobs: int | None = None) -> int:
             row = conn.execute("select pgrag.index_bulk_load_backlog(%s)", (tenant,)).fetchone()
             return int(row[0]) if row and row[0] is not None else 0
     ranges = list(zip([None, *bounds], [*bounds, None], strict=True))
-    conns = [connect(dsn) for _ in ranges]
+    conns = [pass_connection(dsn) for _ in ranges]
     try:
         conns[0].execute("lock table pgrag.chunks in share mode")
 
