@@ -553,6 +553,7 @@ WRITER_FUNCTIONS = (
     "answer_cache_max_entries",
     "answer_settings_key",
     "answer_sources_fingerprint",
+    "check_cache_entry",
 )
 
 # The loader's and the worker's functions (the document lifecycle): the owner and service_role.

@@ -3,7 +3,8 @@
 --   text functions of 051-text-search.sql use it, so they still run on a read replica);
 --   pgrag.query_cache_get and pgrag.query_cache_put (the writers: clients that embed queries
 --   themselves, on the primary), pgrag.prune_query_cache and pgrag.query_cache_max_entries (the
---   size bound); the triggers query_embeddings_checked and query_embeddings_bounded, which hold
+--   size bound), pgrag.check_cache_entry and pgrag.cache_bounded (shared with the answer cache);
+--   the triggers query_embeddings_checked and query_embeddings_bounded, which hold
 --   every write to the cache to the installation's model and dimension and to the bound.
 --   Relies on: pgrag.query_embeddings, pgrag.normalize_query and
 --   pgrag.query_cache_key (incremental/008), pgrag.current_tenant_id and the argument checks
@@ -34,9 +35,16 @@ $$;
 comment on function pgrag.query_cache_max_entries() is
 'Most entries the query-embedding cache keeps per tenant, all models together (10,000): every insert drops the tenant''s least recently used beyond it (trigger query_embeddings_bounded).';
 
-create or replace function pgrag.query_embeddings_checked()
-returns trigger
+-- The two checks every cache write meets (this cache's and the answer cache's,
+-- 053-answer-cache.sql), written once: pgrag.check_cache_entry (the model and the vector) and
+-- the trigger function pgrag.cache_bounded (the bound per tenant), which each cache's triggers
+-- call with their own table, columns and bound.
+
+create or replace function pgrag.check_cache_entry(
+    relation regclass, entry_model text, entry_embedding @extschema:vector@.vector, argument text)
+returns void
 language plpgsql
+stable
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
@@ -46,69 +54,89 @@ declare
 begin
     -- The owner of the table (the migrator, the test fixtures) may store anything.
     if pg_catalog.pg_has_role((select c.relowner from pg_catalog.pg_class as c
-                               where c.oid operator(pg_catalog.=) tg_relid), 'USAGE') then
-        return new;
+                               where c.oid operator(pg_catalog.=) relation), 'USAGE') then
+        return;
     end if;
     select c.model, c.dims into v_model, v_dims from pgrag.embedding_config as c;
-    if v_model is null or new.model is distinct from v_model then
+    if v_model is null or entry_model is distinct from v_model then
         raise exception 'model must be the model of this database''s embeddings (%), got %',
-            coalesce(v_model, 'none recorded yet'), pg_catalog.left(new.model, 200)
+            coalesce(v_model, 'none recorded yet'), pg_catalog.left(entry_model, 200)
             using errcode = '22023',
                   hint = 'pgrag''s argument limits are listed in docs/security.md.';
     end if;
-    if @extschema:vector@.vector_dims(new.embedding) operator(pg_catalog.<>) v_dims then
-        raise exception 'embedding must have % dimensions, as the model''s (got %)', v_dims,
-            @extschema:vector@.vector_dims(new.embedding)
+    if @extschema:vector@.vector_dims(entry_embedding) operator(pg_catalog.<>) v_dims
+       or (entry_embedding operator(@extschema:vector@.<=>) entry_embedding)
+          = 'NaN'::double precision then
+        raise exception '% must be a non-zero vector of % dimensions, as the model''s (got %)',
+            argument, v_dims, @extschema:vector@.vector_dims(entry_embedding)
             using errcode = '22023',
                   hint = 'pgrag''s argument limits are listed in docs/security.md.';
     end if;
-    return new;
 end
 $$;
-comment on function pgrag.query_embeddings_checked() is
-'Trigger function (before insert or update of model, embedding on pgrag.query_embeddings, per row): an entry written by any role but the table''s owner must be of the model pgrag.embedding_config records and of its dimension (22023 otherwise).';
+comment on function pgrag.check_cache_entry(regclass, text, @extschema:vector@.vector, text) is
+'The check of a cache entry written by any role but the owner of its table (relation): of the model pgrag.embedding_config records, its vector (named argument in the message) non-zero and of its dimension; 22023 otherwise. The caches'' before-row triggers call it.';
 
-create or replace trigger query_embeddings_checked
-    before insert or update of model, embedding on pgrag.query_embeddings
-    for each row execute function pgrag.query_embeddings_checked();
-
-create or replace function pgrag.query_embeddings_bounded()
+create or replace function pgrag.cache_bounded()
 returns trigger
 language plpgsql
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+-- tg_argv: [0] the cache table, [1] its key columns, [2] its last-use column, [3] the
+-- function that gives its bound per tenant (constants of the trigger's definition).
 declare
-    v_max integer := pgrag.query_cache_max_entries();
+    v_max integer;
     v_tenants text[];
     v_tenant text;
     v_count bigint;
 begin
+    execute pg_catalog.format('select %s()', tg_argv[3]) into v_max;
     select pg_catalog.array_agg(distinct n.tenant_id) into v_tenants from new_entries as n;
     foreach v_tenant in array coalesce(v_tenants, '{}') loop
-        select pg_catalog.count(*) into v_count
-        from pgrag.query_embeddings as q
-        where q.tenant_id = v_tenant;
+        execute pg_catalog.format(
+            'select pg_catalog.count(*) from %s where tenant_id operator(pg_catalog.=) $1',
+            tg_argv[0]) into v_count using v_tenant;
         continue when v_count <= v_max;
-        delete from pgrag.query_embeddings as q
-         where q.tenant_id = v_tenant
-           and (q.model, q.query_sha256) in (
-               select o.model, o.query_sha256
-               from pgrag.query_embeddings as o
-               where o.tenant_id = v_tenant
-               order by o.last_used_at, o.model, o.query_sha256
-               limit v_count - v_max);
+        execute pg_catalog.format(
+            'delete from %1$s where tenant_id operator(pg_catalog.=) $1 and (%2$s) in '
+            '(select %2$s from %1$s where tenant_id operator(pg_catalog.=) $1 '
+            'order by %3$s, %2$s limit $2)', tg_argv[0], tg_argv[1], tg_argv[2])
+        using v_tenant, v_count - v_max;
     end loop;
     return null;
 end
 $$;
-comment on function pgrag.query_embeddings_bounded() is
-'Trigger function (after insert on pgrag.query_embeddings, per statement): for each tenant the statement wrote to, drops its least recently used entries beyond pgrag.query_cache_max_entries(), all models together. Runs as the writer (a tenant deletes its own entries).';
+comment on function pgrag.cache_bounded() is
+'Trigger function (after insert, per statement, transition table new_entries) of a cache table: for each tenant the statement wrote to, drops its least recently used entries beyond the bound. Arguments: the table, its key columns, its last-use column, the function giving the bound. Runs as the writer (a tenant deletes its own entries).';
+
+create or replace function pgrag.query_embeddings_checked()
+returns trigger
+language plpgsql
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform pgrag.check_cache_entry(tg_relid::pg_catalog.regclass, new.model, new.embedding,
+                                    'embedding');
+    return new;
+end
+$$;
+comment on function pgrag.query_embeddings_checked() is
+'Trigger function (before insert or update of model, embedding on pgrag.query_embeddings, per row): pgrag.check_cache_entry, so an entry written by any role but the table''s owner is of the model pgrag.embedding_config records, its embedding non-zero and of its dimension (22023 otherwise).';
+
+create or replace trigger query_embeddings_checked
+    before insert or update of model, embedding on pgrag.query_embeddings
+    for each row execute function pgrag.query_embeddings_checked();
 
 create or replace trigger query_embeddings_bounded
     after insert on pgrag.query_embeddings
     referencing new table as new_entries
-    for each statement execute function pgrag.query_embeddings_bounded();
+    for each statement execute function pgrag.cache_bounded(
+        'pgrag.query_embeddings', 'model, query_sha256', 'last_used_at',
+        'pgrag.query_cache_max_entries');
+-- (its own trigger function until pgrag.cache_bounded served both caches)
+drop function if exists pgrag.query_embeddings_bounded();
 
 create or replace function pgrag.cached_query_embedding(query_text text)
 returns @extschema:vector@.vector

@@ -4,7 +4,8 @@
 --   removes stale entries), pgrag.answer_settings_key, pgrag.answer_sources_fingerprint and
 --   pgrag.answer_cache_max_entries (their helpers); the triggers answer_cache_checked and
 --   answer_cache_bounded, which hold every write (however it is made) to the installation's
---   model and dimension and to the bound. Relies on: pgrag.answer_cache,
+--   model and dimension and to the bound. Relies on: pgrag.check_cache_entry and
+--   pgrag.cache_bounded (050-query-cache.sql), pgrag.answer_cache,
 --   pgrag.answer_cache_counters and settings.answer_cache_max_entries (incremental/020),
 --   pgrag.chunks and pgrag.documents under row level security, pgrag.current_tenant_id and the
 --   argument checks (001-helpers.sql). Callers: authenticated and service_role
@@ -92,76 +93,26 @@ language plpgsql
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-    v_model text;
-    v_dims integer;
 begin
-    -- The owner of the table (the migrator, the test fixtures) may store anything.
-    if pg_catalog.pg_has_role((select c.relowner from pg_catalog.pg_class as c
-                               where c.oid operator(pg_catalog.=) tg_relid), 'USAGE') then
-        return new;
-    end if;
-    select c.model, c.dims into v_model, v_dims from pgrag.embedding_config as c;
-    if v_model is null or new.model is distinct from v_model then
-        raise exception 'model must be the model of this database''s embeddings (%), got %',
-            coalesce(v_model, 'none recorded yet'), pg_catalog.left(new.model, 200)
-            using errcode = '22023',
-                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
-    end if;
-    if @extschema:vector@.vector_dims(new.question_embedding) operator(pg_catalog.<>) v_dims
-       or (new.question_embedding operator(@extschema:vector@.<=>) new.question_embedding)
-          = 'NaN'::double precision then
-        raise exception 'question_embedding must be a non-zero vector of % dimensions, as the model''s (got %)',
-            v_dims, @extschema:vector@.vector_dims(new.question_embedding)
-            using errcode = '22023',
-                  hint = 'pgrag''s argument limits are listed in docs/security.md.';
-    end if;
+    perform pgrag.check_cache_entry(tg_relid::pg_catalog.regclass, new.model,
+                                    new.question_embedding, 'question_embedding');
     return new;
 end
 $$;
 comment on function pgrag.answer_cache_checked() is
-'Trigger function (before insert or update of model, question_embedding on pgrag.answer_cache, per row): an entry written by any role but the table''s owner must be of the model pgrag.embedding_config records, its embedding non-zero and of its dimension (22023 otherwise).';
+'Trigger function (before insert or update of model, question_embedding on pgrag.answer_cache, per row): pgrag.check_cache_entry, so an entry written by any role but the table''s owner is of the model pgrag.embedding_config records, its embedding non-zero and of its dimension (22023 otherwise).';
 
 create or replace trigger answer_cache_checked
     before insert or update of model, question_embedding on pgrag.answer_cache
     for each row execute function pgrag.answer_cache_checked();
 
-create or replace function pgrag.answer_cache_bounded()
-returns trigger
-language plpgsql
-security invoker
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-    v_max integer := pgrag.answer_cache_max_entries();
-    v_tenants text[];
-    v_tenant text;
-    v_count bigint;
-begin
-    select pg_catalog.array_agg(distinct n.tenant_id) into v_tenants from new_entries as n;
-    foreach v_tenant in array coalesce(v_tenants, '{}') loop
-        select pg_catalog.count(*) into v_count
-        from pgrag.answer_cache as a
-        where a.tenant_id = v_tenant;
-        continue when v_count <= v_max;
-        delete from pgrag.answer_cache as a
-         where a.tenant_id = v_tenant
-           and a.id in (select o.id
-                        from pgrag.answer_cache as o
-                        where o.tenant_id = v_tenant
-                        order by o.last_hit_at, o.id
-                        limit v_count - v_max);
-    end loop;
-    return null;
-end
-$$;
-comment on function pgrag.answer_cache_bounded() is
-'Trigger function (after insert on pgrag.answer_cache, per statement): for each tenant the statement wrote to, drops its least recently used entries (last_hit_at, then oldest id) beyond pgrag.answer_cache_max_entries(). Runs as the writer (a tenant deletes its own entries).';
-
 create or replace trigger answer_cache_bounded
     after insert on pgrag.answer_cache
     referencing new table as new_entries
-    for each statement execute function pgrag.answer_cache_bounded();
+    for each statement execute function pgrag.cache_bounded(
+        'pgrag.answer_cache', 'id', 'last_hit_at', 'pgrag.answer_cache_max_entries');
+-- (its own trigger function until pgrag.cache_bounded served both caches)
+drop function if exists pgrag.answer_cache_bounded();
 
 create or replace function public.answer_cache_lookup(
     question_embedding @extschema:vector@.vector,

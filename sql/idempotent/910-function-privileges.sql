@@ -48,7 +48,7 @@ begin
               'embed_query', 'compute_query_embedding', 'cached_query_embedding',
               'check_query_text', 'normalize_query', 'query_cache_key', 'chunk_text',
               'check_chunk_arguments', 'query_cache_get', 'query_cache_put', 'prune_query_cache',
-              'query_cache_max_entries',
+              'query_cache_max_entries', 'check_cache_entry',
               -- the semantic answer cache's helpers (053-answer-cache.sql)
               'answer_cache_max_entries', 'answer_settings_key', 'answer_sources_fingerprint',
               -- re-ranking in the database (052-rerank.sql)
@@ -80,7 +80,8 @@ begin
                          'chunk_text', 'check_chunk_arguments', 'query_cache_get',
                          'query_cache_put', 'prune_query_cache', 'query_cache_max_entries',
                          'search_log_max_rows', 'answer_cache_max_entries',
-                         'answer_settings_key', 'answer_sources_fingerprint')
+                         'answer_settings_key', 'answer_sources_fingerprint',
+                         'check_cache_entry')
            or f.proname operator(pg_catalog.~) '^own_graph_walk_t_' then
             -- writers only (the chunks triggers call text_search_config_allowed as the writer;
             -- the caches' writers, chunking): anon writes nothing; and the walk functions, for
