@@ -196,7 +196,7 @@ def test_claims_are_parsed_strictly_and_scored_as_a_share() -> None:
     [
         ("Looks faithful.", "the faithfulness judge replied with no JSON object"),
         ("[1]", "JSON list, not an object"),
-        ('{"verdicts": []}', "an object without claims"),
+        ('{"verdicts": []}', "left out claims from its reply"),
         ('{"claims": [{"claim": "a", "supported": "yes"}]}', "a claim that is not"),
         ('{"claims": "all"}', "claims that are not a list"),
     ],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -72,11 +73,14 @@ def _invalid(where: str, what: str) -> CheckFailed:
     )
 
 
-def parse_judgement(reply: str, where: str) -> Judgement:
-    """The judge's reply as a :class:`Judgement`, else :class:`CheckFailed` saying what is
-    wrong. Accepted: one JSON object (inside a Markdown code fence too) with ``faithful`` a
-    boolean, ``unsupported_claims`` a list of strings and ``confidence`` a number from 0 to 1;
-    other keys are ignored."""
+class ReplyShapeError(ValueError):
+    """What a judge's reply is instead of the JSON object asked for, in words for a message."""
+
+
+def reply_object(reply: str, keys: Sequence[str]) -> dict[str, Any]:
+    """The JSON object of a judge's reply (inside a Markdown code fence too) holding ``keys``,
+    else :class:`ReplyShapeError` saying what the reply is instead. Shared by every judge
+    (``ask --check llm`` and ``eval --golden``)."""
     text = reply.strip()
     fenced = _FENCE.match(text)
     if fenced:
@@ -84,12 +88,24 @@ def parse_judgement(reply: str, where: str) -> Judgement:
     try:
         data: Any = json.loads(text)
     except ValueError:
-        raise _invalid(where, f"replied with no JSON object ({one_line(reply)[:80]!r})") from None
+        raise ReplyShapeError(f"replied with no JSON object ({one_line(reply)[:80]!r})") from None
     if not isinstance(data, dict):
-        raise _invalid(where, f"replied with JSON {type(data).__name__}, not an object")
-    missing = [key for key in KEYS if key not in data]
+        raise ReplyShapeError(f"replied with JSON {type(data).__name__}, not an object")
+    missing = [key for key in keys if key not in data]
     if missing:
-        raise _invalid(where, f"left out {', '.join(missing)} from its reply")
+        raise ReplyShapeError(f"left out {', '.join(missing)} from its reply")
+    return data
+
+
+def parse_judgement(reply: str, where: str) -> Judgement:
+    """The judge's reply as a :class:`Judgement`, else :class:`CheckFailed` saying what is
+    wrong. Accepted: one JSON object (inside a Markdown code fence too) with ``faithful`` a
+    boolean, ``unsupported_claims`` a list of strings and ``confidence`` a number from 0 to 1;
+    other keys are ignored."""
+    try:
+        data = reply_object(reply, KEYS)
+    except ReplyShapeError as exc:
+        raise _invalid(where, str(exc)) from None
     faithful, claims, confidence = (data[key] for key in KEYS)
     if not isinstance(faithful, bool):
         raise _invalid(where, f"gave faithful {faithful!r}, not true or false")

@@ -23,11 +23,11 @@ alone. The scores follow RAGAS:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pgrag.check.judge import ReplyShapeError, reply_object
 from pgrag.errors import CheckFailed
 from pgrag.openai_errors import one_line
 
@@ -75,7 +75,6 @@ PROMPTS = {
 }
 MAX_CLAIMS = 200
 MAX_QUESTIONS = 10
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL | re.IGNORECASE)
 
 
 class JudgeReplyInvalid(CheckFailed):
@@ -129,21 +128,12 @@ def recall_messages(
 
 
 def _object(reply: str, metric: str, keys: Sequence[str]) -> dict[str, Any]:
-    """The reply's JSON object holding ``keys``, else :class:`JudgeReplyInvalid`."""
-    text = reply.strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1)
+    """The reply's JSON object holding ``keys`` (:func:`reply_object`), else
+    :class:`JudgeReplyInvalid`."""
     try:
-        data: Any = json.loads(text)
-    except ValueError:
-        raise invalid(metric, f"no JSON object ({one_line(reply)[:80]!r})") from None
-    if not isinstance(data, dict):
-        raise invalid(metric, f"JSON {type(data).__name__}, not an object")
-    missing = [key for key in keys if key not in data]
-    if missing:
-        raise invalid(metric, f"an object without {', '.join(missing)}")
-    return data
+        return reply_object(reply, keys)
+    except ReplyShapeError as exc:
+        raise JudgeReplyInvalid(f"the {metric} judge {exc}") from None
 
 
 def invalid(metric: str, what: str) -> JudgeReplyInvalid:
