@@ -99,27 +99,38 @@ comment on function pgrag.bulk_replace_document_chunks(regclass, text, bigint[],
 
 create or replace function pgrag.bulk_load_lexeme_bounds(tenant text, parts integer)
 returns text[]
-language sql
+language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    v_bounds text[];
+begin
     -- The parts - 1 lexemes that cut the postings of (a sample of) the backlog's chunks into
     -- parts of about equal size, in the postings index's order: index_bulk_load_lexemes over
     -- [null, b1), [b1, b2) ... [b(parts-1), null) writes each part on its own connection, each
     -- into its own key range of the postings index (no two writers on one leaf page).
-    select pg_catalog.percentile_disc(
-               (select pg_catalog.array_agg(g::float8 operator(pg_catalog./) parts)
-                from pg_catalog.generate_series(1, parts operator(pg_catalog.-) 1) as g))
-           within group (order by u.lexeme)
-    from (select c.fts from pgrag.chunks as c
-          join pgrag.bm25_backlog as b
-            on b.tenant_id operator(pg_catalog.=) c.tenant_id and b.chunk_id operator(pg_catalog.=) c.id
-          where c.tenant_id operator(pg_catalog.=) bulk_load_lexeme_bounds.tenant
-            and b.tenant_id operator(pg_catalog.=) bulk_load_lexeme_bounds.tenant
-          limit 2000) as s
-    cross join lateral pg_catalog.unnest(s.fts) as u
-    where parts operator(pg_catalog.>) 1
+    -- (PL/pgSQL, the tenant as a literal: a Citus coordinator routes the statement by it and
+    -- cannot plan an SQL function's parameter against a distributed table.)
+    if parts is null or parts operator(pg_catalog.<) 2 then
+        return null;
+    end if;
+    execute pg_catalog.format($q$
+        select pg_catalog.percentile_disc(
+                   (select pg_catalog.array_agg(g::float8 operator(pg_catalog./) %2$s)
+                    from pg_catalog.generate_series(1, %2$s operator(pg_catalog.-) 1) as g))
+               within group (order by u.lexeme)
+        from (select c.fts from pgrag.chunks as c
+              join pgrag.bm25_backlog as b
+                on b.tenant_id operator(pg_catalog.=) c.tenant_id
+               and b.chunk_id operator(pg_catalog.=) c.id
+              where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L
+              limit 2000) as s
+        cross join lateral pg_catalog.unnest(s.fts) as u$q$, tenant, parts)
+    into v_bounds;
+    return v_bounds;
+end
 $$;
 comment on function pgrag.bulk_load_lexeme_bounds(text, integer) is
 'The parts - 1 lexemes (in the postings index''s order) that cut the BM25 postings of the chunks of tenant listed in pgrag.bm25_backlog into parts of about equal size (from a sample of 2,000 of them); null when nothing is listed or parts < 2. For writing a bulk load''s postings on several connections (pgrag.index_bulk_load_lexemes).';
