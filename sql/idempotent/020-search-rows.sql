@@ -3,7 +3,7 @@
 --   pgrag.tenant_chunk_count, and pgrag.distributed() (the execution mode: false here; the Citus
 --   tier, sql/citus/002-function-settings.sql, makes it true). Relies on: pg_catalog
 --   only. Callers: the arms (022-vector-arm.sql, 025-keyword-arm.sql), the fusion
---   (026-fusion.sql) and the public API (027-api.sql), as the calling role.
+--   (026-fusion.sql), the windows (019-windows.sql) and the public API (027-api.sql), as the calling role.
 
 -- The execution mode, chosen when pgrag is installed and visible in one place: on one server
 -- (false) the search functions keep generic plans made once per session and run the walks whose

@@ -3,7 +3,7 @@
 -- Contract. Provides: public.vector_search, public.keyword_search, public.hybrid_search and
 --   public.chunk_windows, documented in docs/sql-api.md; their names,
 --   parameter names and result columns are stable across versions (PostgREST calls them by
---   name). Relies on: 020-search-rows.sql to 026-fusion.sql and the argument checks
+--   name). Relies on: 019-windows.sql, 020-search-rows.sql to 026-fusion.sql and the argument checks
 --   (001-helpers.sql). Callers: anon, authenticated and service_role
 --   (910-function-privileges.sql); every function runs as its caller, so row-level security
 --   applies, and scopes rows to pgrag.current_tenant_id() when a tenant claim is present.

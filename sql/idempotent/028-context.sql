@@ -5,7 +5,7 @@
 --   result columns are stable across versions (PostgREST calls them by name). Both assemble the
 --   context with one internal step, pgrag.context_from_hits (windows, page range, header, token
 --   cost, the fall-back to a window's best hit, the budget, the sources array). Relies on:
---   pgrag.fused_candidates and pgrag.windows (026-fusion.sql), the argument checks
+--   pgrag.fused_candidates (026-fusion.sql) and pgrag.windows (019-windows.sql), the argument checks
 --   (001-helpers.sql), pgrag.chunks under row level security. Callers: anon, authenticated and
 --   service_role (910-function-privileges.sql); every function runs as its caller, so
 --   row-level security applies, and scopes rows to pgrag.current_tenant_id() when a tenant claim

@@ -56,7 +56,7 @@ begin
               -- the search log's bound (032-search-log.sql: its trigger runs as the writer)
               'search_log_max_rows',
               -- the keyword arm's steps (023-bm25-maxscore.sql to 025-keyword-arm.sql) and the
-              -- windows' lookup without a tenant (026-fusion.sql)
+              -- windows' lookup without a tenant (019-windows.sql)
               'bm25_corpus', 'bm25_terms', 'bm25_scan_tenant', 'bm25_scan_tenants',
               'bm25_maxscore', 'bm25_maxscore_floor', 'bm25_maxscore_essential',
               'bm25_maxscore_candidates', 'bm25_maxscore_complete', 'keyword_walk',
