@@ -813,3 +813,19 @@ def test_an_interrupted_bulk_import_keeps_searchable_documents_and_a_rerun_finis
     assert search_all(db, "acme", queries, local_embedder) == search_all(
         db, "fresh", queries, local_embedder
     )
+
+
+def test_a_corrupt_parquet_file_fails_in_one_line_and_writes_nothing(
+    db: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("pyarrow")
+    path = tmp_path / "export.parquet"
+    path.write_bytes(b"PAR1 cut short \x00\xff")
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(path), "--model", "m"])
+
+    assert result.exit_code == 1
+    assert "not a readable Parquet file" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    with psycopg.connect(db) as conn:
+        assert conn.execute("select count(*) from pgrag.documents").fetchone() == (0,)

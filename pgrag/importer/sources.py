@@ -482,17 +482,25 @@ def open_parquet(path: Path, progress: Progress | None = None) -> Source:
         raise MissingExtra(
             "reading Parquet needs pyarrow: pip install 'pgrag-sql[parquet]'"
         ) from exc
+    import pyarrow as pa
+
     unmapped: set[str] = set()
     rows = DocumentOrder()
     number = 0
-    parquet = pq.ParquetFile(path)
-    per_row = path.stat().st_size / max(parquet.metadata.num_rows, 1)
-    for batch in parquet.iter_batches(batch_size=READ_BATCH):
-        for record in batch.to_pylist():
-            number += 1
-            rows.add(_file_row(record, f"row {number}", unmapped))
-        if progress is not None:
-            progress.advance(per_row * batch.num_rows)
+    try:
+        parquet = pq.ParquetFile(path)
+        per_row = path.stat().st_size / max(parquet.metadata.num_rows, 1)
+        for batch in parquet.iter_batches(batch_size=READ_BATCH):
+            for record in batch.to_pylist():
+                number += 1
+                rows.add(_file_row(record, f"row {number}", unmapped))
+            if progress is not None:
+                progress.advance(per_row * batch.num_rows)
+    except (pa.ArrowException, OSError) as exc:
+        raise ConfigError(
+            f"{path}: not a readable Parquet file after {number} rows ({str(exc)[:200]}): "
+            "check that the export finished, or export JSONL instead."
+        ) from exc
     return Source(
         label=f"file {path}",
         shape="parquet",
