@@ -1,13 +1,14 @@
 -- BM25 maintenance: the postings, document frequencies and corpus statistics of pgrag.chunks,
 -- kept by statement-level triggers with transition tables.
 -- Contract. Provides: pgrag.bm25_write_sql (the one statement that writes postings, lexicon and
---   corpus statistics for a set of chunks), pgrag.bm25_apply (runs it for arrays of chunks) and
---   the triggers chunks_bm25_* that call it for every insert, delete and update of
+--   corpus statistics for a set of chunks, for the triggers and a bulk load alike),
+--   pgrag.bm25_apply (runs it for arrays of chunks) and the triggers chunks_bm25_* that call it for every insert, delete and update of
 --   pgrag.chunks, and that list a bulk load's chunks in pgrag.bm25_backlog instead.
 --   Relies on: the BM25 tables (incremental/002-bm25.sql, 004-bm25-lexicon.sql,
 --   013-bm25-term-bounds.sql, 014-bm25-backlog.sql); chunks.in_shared_graph as the trigger
---   chunks_in_shared_graph sets it (060-bulk-loading.sql). Callers: the triggers (a bulk
---   load's backlog is indexed by 060-bulk-loading.sql, with the same chunk lengths). No API role may execute bm25_apply or bm25_write_sql, nor write the BM25 tables.
+--   chunks_in_shared_graph sets it (060-bulk-loading.sql). Callers: the triggers, and a
+--   bulk load's pass over its backlog (060-bulk-loading.sql), through the same statement. No
+--   API role may execute bm25_apply or bm25_write_sql, nor write the BM25 tables.
 --
 -- Why the trigger function is SECURITY DEFINER (the one definer function of pgrag): the BM25
 -- tables (postings, lexicon, corpus statistics, backlog) are statistics every search reads,
@@ -22,7 +23,7 @@
 -- read from chunks.in_shared_graph, set as the writer by the trigger chunks_in_shared_graph),
 -- and it pins its search_path.
 
-create or replace function pgrag.bm25_write_sql()
+create or replace function pgrag.bm25_write_sql(adding boolean, statistics boolean, resuming boolean)
 returns text
 language sql
 immutable
@@ -30,69 +31,86 @@ parallel safe
 security invoker
 set search_path = pg_catalog, pg_temp
 as $sql$
-    -- %1$s: a query of the chunks (tenant_id, id, language, fts). Parameters: $1 the sign (1
-    -- add, -1 remove), $2 the lexicon shard, $3 the corpus statistics shard, $4 the tenants of
-    -- the chunks (routes the delete on Citus); the chunk query may use $4 to $7.
+    -- The one statement that writes the BM25 index of a set of chunks, for each of its three
+    -- callers: the triggers (pgrag.bm25_apply: adding or removing every word, with the corpus
+    -- statistics), a bulk load's pass over a range of words (pgrag.index_bulk_load_lexemes: no
+    -- statistics; resuming skips postings an interrupted pass wrote) and the end of that load
+    -- (pgrag.close_bulk_load_backlog: no word, the corpus statistics alone).
+    -- In the text: %1$s a query of the chunks (tenant_id, id, language, fts), %2$s a condition
+    -- on their words (t.lexeme). Parameters: $1 the lexicon shard, $2 the corpus statistics
+    -- shard (used only with statistics), $3 the tenants of the chunks (routes a removal on
+    -- Citus); the chunk query and the condition may use $3 on.
     -- Each chunk's BM25 length (positions of its words; identifier parts, weight A, are not
     -- counted) and its postings are computed once; the postings, the document frequencies
     -- with the term bounds (largest tf, shortest chunk: incremental/013; removals leave them,
-    -- an upper bound still) and the corpus statistics are written from them.
-    select $q$
+    -- an upper bound still) and the corpus statistics are written from them. Document
+    -- frequencies count the postings the statement wrote or removed: when resuming, a posting
+    -- already there is neither written nor counted again.
+    select pg_catalog.format($q$
     with chunk as materialized (
         select c.tenant_id, c.id, c.language, c.fts,
                (select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions))
                                     filter (where u.weights[1] operator(pg_catalog.<>) 'A'), 0)::integer
                 from pg_catalog.unnest(c.fts) as u) as len
-        from (%1$s) as c (tenant_id, id, language, fts)
-    ), posting as materialized (
+        from (%%1$s) as c (tenant_id, id, language, fts)
+    ), posting as (
         select c.tenant_id, t.lexeme, c.id as chunk_id,
                pg_catalog.cardinality(t.positions) as tf, c.len
         from chunk as c cross join lateral pg_catalog.unnest(c.fts) as t
-    ), added as (
+        where %%2$s
+    ), written as (%1$s
+    )%2$s
+    -- Document frequencies in key order: one lock order for every writer of a shard.
+    insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df, max_tf, min_doc_len)
+    select w.tenant_id, w.lexeme, $1, %3$s pg_catalog.count(*),
+           pg_catalog.max(w.tf), pg_catalog.min(w.doc_len)
+    from written as w
+    group by w.tenant_id, w.lexeme
+    order by w.tenant_id, w.lexeme
+    on conflict (tenant_id, lexeme, shard) do update
+        set df = x.df operator(pg_catalog.+) excluded.df,
+            max_tf = greatest(x.max_tf, excluded.max_tf),
+            min_doc_len = least(x.min_doc_len, excluded.min_doc_len)
+    $q$,
+    case when adding then pg_catalog.format($a$
         -- In key order: consecutive inserts land on the same leaf pages of the primary key
         -- (a load's postings of one word are adjacent): 10 to 15 percent less work than chunk order.
         insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
         select p.tenant_id, p.lexeme, p.chunk_id, p.tf, p.len
         from posting as p
-        where $1 operator(pg_catalog.>) 0
         order by p.tenant_id, p.lexeme, p.chunk_id
-    ), removed as (
+        %s
+        returning tenant_id, lexeme, tf, doc_len$a$,
+        case when resuming then 'on conflict do nothing' else '' end)
+    else $r$
+        -- The removed postings' term bounds are left as they are (null here).
         delete from pgrag.bm25_postings as x
         using posting as p
-        where $1 operator(pg_catalog.<) 0
-          and x.tenant_id operator(pg_catalog.=) p.tenant_id
+        where x.tenant_id operator(pg_catalog.=) p.tenant_id
           and x.lexeme operator(pg_catalog.=) p.lexeme
           and x.chunk_id operator(pg_catalog.=) p.chunk_id
           -- The same rows; said of x itself, so that a Citus cluster routes the delete to the
           -- shards of these tenants (it runs inside the delete of a shard's chunks).
-          and x.tenant_id operator(pg_catalog.=) any ($4)
-    ), counted as (
+          and x.tenant_id operator(pg_catalog.=) any ($3)
+        returning x.tenant_id, x.lexeme, null::integer as tf, null::integer as doc_len$r$ end,
+    case when statistics then pg_catalog.format($s$, counted as (
         insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
-        select c.tenant_id, c.language, $3, $1 operator(pg_catalog.*) pg_catalog.count(*),
-               $1 operator(pg_catalog.*) coalesce(pg_catalog.sum(c.len), 0)
+        select c.tenant_id, c.language, $2, %1$s pg_catalog.count(*),
+               %1$s coalesce(pg_catalog.sum(c.len), 0)
         from chunk as c
         group by c.tenant_id, c.language
         order by c.tenant_id, c.language
         on conflict (tenant_id, language, shard) do update
             set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
                 token_count = s.token_count operator(pg_catalog.+) excluded.token_count
-    )
-    -- Document frequencies in key order: one lock order for every writer of a shard.
-    insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df, max_tf, min_doc_len)
-    select p.tenant_id, p.lexeme, $2, $1 operator(pg_catalog.*) pg_catalog.count(*),
-           case when $1 operator(pg_catalog.>) 0 then pg_catalog.max(p.tf) end,
-           case when $1 operator(pg_catalog.>) 0 then pg_catalog.min(p.len) end
-    from posting as p
-    group by p.tenant_id, p.lexeme
-    order by p.tenant_id, p.lexeme
-    on conflict (tenant_id, lexeme, shard) do update
-        set df = x.df operator(pg_catalog.+) excluded.df,
-            max_tf = greatest(x.max_tf, excluded.max_tf),
-            min_doc_len = least(x.min_doc_len, excluded.min_doc_len)
-    $q$
+    )$s$, case when adding then '' else 'operator(pg_catalog.-)' end) else '' end,
+    case when adding then '' else 'operator(pg_catalog.-)' end)
 $sql$;
-comment on function pgrag.bm25_write_sql() is
-'The statement that adds chunks to the BM25 index (postings, document frequencies with term bounds, corpus statistics) or removes them, with %1$s for a query of the chunks (tenant_id, id, language, fts) and parameters $1 sign, $2 lexicon shard, $3 statistics shard, $4 tenants: for pgrag.bm25_apply (arrays of chunks; a bulk load''s backlog is indexed by pgrag.index_bulk_load_lexemes, with the same chunk lengths).';
+comment on function pgrag.bm25_write_sql(boolean, boolean, boolean) is
+'The one statement that adds chunks to the BM25 index (adding) or removes them: postings, document frequencies with term bounds, and with statistics the corpus statistics; resuming (adding) skips postings already written and does not count them. In its text, %1$s stands for a query of the chunks (tenant_id, id, language, fts) and %2$s for a condition on their words (t.lexeme); parameters $1 lexicon shard, $2 statistics shard, $3 tenants. For pgrag.bm25_apply (the triggers), pgrag.index_bulk_load_lexemes and pgrag.close_bulk_load_backlog (a bulk load).';
+-- Earlier versions wrote the triggers' statement alone, with the sign as a parameter.
+drop function if exists pgrag.bm25_write_sql();
+drop function if exists pgrag.bm25_write_sql(boolean, boolean);
 
 create or replace function pgrag.bm25_apply(
     sign integer,
@@ -163,10 +181,11 @@ begin
     from (select distinct u.tenant_id from pg_catalog.unnest(tenant_ids) as u(tenant_id)
           order by u.tenant_id) as t;
 
-    execute pg_catalog.format(pgrag.bm25_write_sql(),
-        'select * from rows from (pg_catalog.unnest($4), pg_catalog.unnest($5), '
-        'pg_catalog.unnest($6), pg_catalog.unnest($7))')
-    using sign, v_shard * 8 + v_slot % 8, v_shard, tenant_ids, chunk_ids, languages, ftss;
+    execute pg_catalog.format(
+        pgrag.bm25_write_sql(adding => sign > 0, statistics => true, resuming => false),
+        'select * from rows from (pg_catalog.unnest($3), pg_catalog.unnest($4), '
+        'pg_catalog.unnest($5), pg_catalog.unnest($6))', 'true')
+    using v_shard * 8 + v_slot % 8, v_shard, tenant_ids, chunk_ids, languages, ftss;
 end
 $$;
 comment on function pgrag.bm25_apply(integer, text[], bigint[], text[], tsvector[]) is

@@ -11,8 +11,8 @@
 --   trigger chunks_in_shared_graph and its function, which keep chunks.in_shared_graph
 --   (incremental/012-bulk-loading.sql). Relies on: pgrag.replace_document_chunks
 --   (004-loading.sql), the BM25 tables and the backlog the BM25 triggers keep
---   (002-bm25-maintenance.sql, whose pgrag.bm25_write_sql computes chunk lengths as here;
---   incremental/014-bm25-backlog.sql), pgrag.isolate_tenant and
+--   (002-bm25-maintenance.sql, whose pgrag.bm25_write_sql is the statement that writes the
+--   postings here too, over pgrag.bulk_load_backlog_sql's chunks; incremental/014-bm25-backlog.sql), pgrag.isolate_tenant and
 --   pgrag.tenant_index_name (006-vector-isolation.sql). Callers: the owner of pgrag.chunks
 --   (pgrag ingest and pgrag import for a large first load, or any SQL loader connected as the
 --   owner); the trigger fires for every writer.
@@ -135,6 +135,26 @@ $$;
 comment on function pgrag.bulk_load_lexeme_bounds(text, integer) is
 'The parts - 1 lexemes (in the postings index''s order) that cut the BM25 postings of the chunks of tenant listed in pgrag.bm25_backlog into parts of about equal size (from a sample of 2,000 of them); null when nothing is listed or parts < 2. For writing a bulk load''s postings on several connections (pgrag.index_bulk_load_lexemes).';
 
+create or replace function pgrag.bulk_load_backlog_sql(tenant text)
+returns text
+language sql
+immutable
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- The tenant as a literal (a Citus coordinator routes the statement by it), said of both
+    -- tables.
+    select pg_catalog.format(
+        'select c.tenant_id, c.id, c.language::text, c.fts from pgrag.chunks as c '
+        'join pgrag.bm25_backlog as b on b.tenant_id operator(pg_catalog.=) c.tenant_id '
+        'and b.chunk_id operator(pg_catalog.=) c.id '
+        'where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L',
+        tenant)
+$$;
+comment on function pgrag.bulk_load_backlog_sql(text) is
+'The query of the chunks of tenant listed in pgrag.bm25_backlog (tenant_id, id, language, fts), for pgrag.bm25_write_sql''s chunk slot: the chunks a bulk load''s pass indexes.';
+
 create or replace function pgrag.index_bulk_load_lexemes(tenant text, lexeme_from text, lexeme_to text)
 returns bigint
 language plpgsql
@@ -165,47 +185,20 @@ begin
         pg_catalog.pg_size_bytes(pg_catalog.current_setting('work_mem')),
         least(pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
               1073741824)) / 1024 || 'kB', true);
-    -- The postings of the listed chunks' words in [lexeme_from, lexeme_to) (null: unbounded)
-    -- in key order, and their document frequencies with the term bounds, counted from the
-    -- postings this call inserted: when resuming, a posting already written is skipped and not
-    -- counted again, so a rerun after an interruption completes the index exactly (a plain
-    -- insert otherwise: the check costs about 15 percent). Chunk lengths as
-    -- pgrag.bm25_write_sql computes them.
+    -- The postings of the listed chunks' words in [lexeme_from, lexeme_to) (null: unbounded),
+    -- and their document frequencies with the term bounds: the triggers' statement
+    -- (pgrag.bm25_write_sql) over the backlog's chunks, without the corpus statistics
+    -- (pgrag.close_bulk_load_backlog adds them once for all ranges). When resuming, a posting
+    -- already written is skipped and not counted again, so a rerun after an interruption
+    -- completes the index exactly (a plain insert otherwise: the check costs about 15 percent).
     -- (The tenant as a literal: a Citus coordinator routes the statement by it.)
-    execute pg_catalog.format($q$
-        with chunk as materialized (
-            select c.id, c.fts,
-                   (select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions))
-                                        filter (where u.weights[1] operator(pg_catalog.<>) 'A'), 0)::integer
-                    from pg_catalog.unnest(c.fts) as u) as len
-            from pgrag.chunks as c
-            join pgrag.bm25_backlog as b
-              on b.tenant_id operator(pg_catalog.=) c.tenant_id and b.chunk_id operator(pg_catalog.=) c.id
-            where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L
-        ), posting as (
-            select t.lexeme, c.id as chunk_id, pg_catalog.cardinality(t.positions) as tf, c.len
-            from chunk as c cross join lateral pg_catalog.unnest(c.fts) as t
-            where ($1::text is null or t.lexeme operator(pg_catalog.>=) $1)
-              and ($2::text is null or t.lexeme operator(pg_catalog.<) $2)
-        ), added as (
-            insert into pgrag.bm25_postings (tenant_id, lexeme, chunk_id, tf, doc_len)
-            select %1$L, p.lexeme, p.chunk_id, p.tf, p.len
-            from posting as p
-            order by p.lexeme, p.chunk_id
-            %2$s
-            returning lexeme, tf, doc_len
-        )
-        insert into pgrag.bm25_lexicon as x (tenant_id, lexeme, shard, df, max_tf, min_doc_len)
-        select %1$L, a.lexeme, $3, pg_catalog.count(*), pg_catalog.max(a.tf), pg_catalog.min(a.doc_len)
-        from added as a
-        group by a.lexeme
-        order by a.lexeme
-        on conflict (tenant_id, lexeme, shard) do update
-            set df = x.df operator(pg_catalog.+) excluded.df,
-                max_tf = greatest(x.max_tf, excluded.max_tf),
-                min_doc_len = least(x.min_doc_len, excluded.min_doc_len)$q$,
-        tenant, case when v_resume then 'on conflict do nothing' else '' end)
-    using lexeme_from, lexeme_to, (pg_catalog.pg_backend_pid() % 16) * 8;
+    execute pg_catalog.format(
+        pgrag.bm25_write_sql(adding => true, statistics => false, resuming => v_resume),
+        pgrag.bulk_load_backlog_sql(tenant),
+        '($4::text is null or t.lexeme operator(pg_catalog.>=) $4) '
+        'and ($5::text is null or t.lexeme operator(pg_catalog.<) $5)')
+    using (pg_catalog.pg_backend_pid() % 16) * 8, null::integer, array[tenant],
+          lexeme_from, lexeme_to;
     get diagnostics v_rows = row_count;
     return v_rows;
 end
@@ -223,24 +216,12 @@ as $$
 declare
     v_rows bigint;
 begin
-    -- The corpus statistics of the listed chunks (lengths as pgrag.bm25_write_sql computes
-    -- them), then they leave the backlog: their postings are all written.
-    execute pg_catalog.format($q$
-        insert into pgrag.corpus_stats as s (tenant_id, language, shard, chunk_count, token_count)
-        select c.tenant_id, c.language::text, $1, pg_catalog.count(*),
-               coalesce(pg_catalog.sum((select coalesce(pg_catalog.sum(pg_catalog.cardinality(u.positions))
-                                            filter (where u.weights[1] operator(pg_catalog.<>) 'A'), 0)
-                                        from pg_catalog.unnest(c.fts) as u)), 0)
-        from pgrag.chunks as c
-        join pgrag.bm25_backlog as b
-          on b.tenant_id operator(pg_catalog.=) c.tenant_id and b.chunk_id operator(pg_catalog.=) c.id
-        where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L
-        group by c.tenant_id, c.language
-        order by c.tenant_id, c.language
-        on conflict (tenant_id, language, shard) do update
-            set chunk_count = s.chunk_count operator(pg_catalog.+) excluded.chunk_count,
-                token_count = s.token_count operator(pg_catalog.+) excluded.token_count$q$, tenant)
-    using pg_catalog.pg_backend_pid() % 16;
+    -- The corpus statistics of the listed chunks (the triggers' statement, pgrag.bm25_write_sql,
+    -- over no word of theirs), then they leave the backlog: their postings are all written.
+    execute pg_catalog.format(
+        pgrag.bm25_write_sql(adding => true, statistics => true, resuming => false),
+        pgrag.bulk_load_backlog_sql(tenant), 'false')
+    using (pg_catalog.pg_backend_pid() % 16) * 8, pg_catalog.pg_backend_pid() % 16, array[tenant];
     -- (and the marks of the passes that wrote their postings: index_bulk_load_lexemes)
     with gone as (delete from pgrag.bm25_backlog as b where b.tenant_id = tenant returning b.chunk_id)
     select pg_catalog.count(*) filter (where g.chunk_id operator(pg_catalog.>) 0) into v_rows
