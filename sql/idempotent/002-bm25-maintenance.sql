@@ -2,8 +2,9 @@
 -- kept by statement-level triggers with transition tables.
 -- Contract. Provides: pgrag.bm25_write_sql (the one statement that writes postings, lexicon and
 --   corpus statistics for a set of chunks, for the triggers and a bulk load alike),
---   pgrag.bm25_apply (runs it for arrays of chunks) and the triggers chunks_bm25_* that call it for every insert, delete and update of
---   pgrag.chunks, and that list a bulk load's chunks in pgrag.bm25_backlog instead.
+--   pgrag.bm25_apply (runs it for arrays of chunks) and the triggers chunks_bm25_* that call
+--   it for every insert, delete and update of pgrag.chunks, and that list a bulk load's chunks
+--   in pgrag.bm25_backlog instead.
 --   Relies on: the BM25 tables (incremental/002-bm25.sql, 004-bm25-lexicon.sql,
 --   013-bm25-term-bounds.sql, 014-bm25-backlog.sql); chunks.in_shared_graph as the trigger
 --   chunks_in_shared_graph sets it (060-bulk-loading.sql). Callers: the triggers, and a
@@ -110,7 +111,6 @@ comment on function pgrag.bm25_write_sql(boolean, boolean, boolean) is
 'The one statement that adds chunks to the BM25 index (adding) or removes them: postings, document frequencies with term bounds, and with statistics the corpus statistics; resuming (adding) skips postings already written and does not count them. In its text, %1$s stands for a query of the chunks (tenant_id, id, language, fts) and %2$s for a condition on their words (t.lexeme); parameters $1 lexicon shard, $2 statistics shard, $3 tenants. For pgrag.bm25_apply (the triggers), pgrag.index_bulk_load_lexemes and pgrag.close_bulk_load_backlog (a bulk load).';
 -- Earlier versions wrote the triggers' statement alone, with the sign as a parameter.
 drop function if exists pgrag.bm25_write_sql();
-drop function if exists pgrag.bm25_write_sql(boolean, boolean);
 
 create or replace function pgrag.bm25_apply(
     sign integer,

@@ -97,6 +97,26 @@ $$;
 comment on function pgrag.bulk_replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
 'pgrag.replace_document_chunks (same arguments, same checks and errors) for a tenant''s large load: the chunks it writes stay out of the shared HNSW graph (chunks.in_shared_graph false) and out of the BM25 index (listed in pgrag.bm25_backlog), so neither is maintained row by row; pgrag.finish_bulk_load then indexes them for BM25 in one pass and builds the tenant''s own graph over them. Until then the tenant''s keyword search does not see them and its vector search scans its rows exactly (same results). Owner of pgrag.chunks only (42501 otherwise); 22023 for a blank tenant.';
 
+create or replace function pgrag.bulk_load_backlog_sql(tenant text)
+returns text
+language sql
+immutable
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- The tenant as a literal (a Citus coordinator routes the statement by it), said of both
+    -- tables.
+    select pg_catalog.format(
+        'select c.tenant_id, c.id, c.language::text, c.fts from pgrag.chunks as c '
+        'join pgrag.bm25_backlog as b on b.tenant_id operator(pg_catalog.=) c.tenant_id '
+        'and b.chunk_id operator(pg_catalog.=) c.id '
+        'where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L',
+        tenant)
+$$;
+comment on function pgrag.bulk_load_backlog_sql(text) is
+'The query of the chunks of tenant listed in pgrag.bm25_backlog (tenant_id, id, language, fts): the chunks a bulk load''s pass indexes (pgrag.bm25_write_sql''s chunk slot) and samples for its word ranges (pgrag.bulk_load_lexeme_bounds).';
+
 create or replace function pgrag.bulk_load_lexeme_bounds(tenant text, parts integer)
 returns text[]
 language plpgsql
@@ -121,39 +141,14 @@ begin
                    (select pg_catalog.array_agg(g::float8 operator(pg_catalog./) %2$s)
                     from pg_catalog.generate_series(1, %2$s operator(pg_catalog.-) 1) as g))
                within group (order by u.lexeme)
-        from (select c.fts from pgrag.chunks as c
-              join pgrag.bm25_backlog as b
-                on b.tenant_id operator(pg_catalog.=) c.tenant_id
-               and b.chunk_id operator(pg_catalog.=) c.id
-              where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L
-              limit 2000) as s
-        cross join lateral pg_catalog.unnest(s.fts) as u$q$, tenant, parts)
+        from (%1$s limit 2000) as s
+        cross join lateral pg_catalog.unnest(s.fts) as u$q$, pgrag.bulk_load_backlog_sql(tenant), parts)
     into v_bounds;
     return v_bounds;
 end
 $$;
 comment on function pgrag.bulk_load_lexeme_bounds(text, integer) is
 'The parts - 1 lexemes (in the postings index''s order) that cut the BM25 postings of the chunks of tenant listed in pgrag.bm25_backlog into parts of about equal size (from a sample of 2,000 of them); null when nothing is listed or parts < 2. For writing a bulk load''s postings on several connections (pgrag.index_bulk_load_lexemes).';
-
-create or replace function pgrag.bulk_load_backlog_sql(tenant text)
-returns text
-language sql
-immutable
-parallel safe
-security invoker
-set search_path = pg_catalog, pg_temp
-as $$
-    -- The tenant as a literal (a Citus coordinator routes the statement by it), said of both
-    -- tables.
-    select pg_catalog.format(
-        'select c.tenant_id, c.id, c.language::text, c.fts from pgrag.chunks as c '
-        'join pgrag.bm25_backlog as b on b.tenant_id operator(pg_catalog.=) c.tenant_id '
-        'and b.chunk_id operator(pg_catalog.=) c.id '
-        'where c.tenant_id operator(pg_catalog.=) %1$L and b.tenant_id operator(pg_catalog.=) %1$L',
-        tenant)
-$$;
-comment on function pgrag.bulk_load_backlog_sql(text) is
-'The query of the chunks of tenant listed in pgrag.bm25_backlog (tenant_id, id, language, fts), for pgrag.bm25_write_sql''s chunk slot: the chunks a bulk load''s pass indexes.';
 
 create or replace function pgrag.index_bulk_load_lexemes(tenant text, lexeme_from text, lexeme_to text)
 returns bigint
