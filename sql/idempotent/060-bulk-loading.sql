@@ -12,8 +12,9 @@
 --   (incremental/012-bulk-loading.sql). Relies on: pgrag.replace_document_chunks
 --   (004-loading.sql), the BM25 tables and the backlog the BM25 triggers keep
 --   (002-bm25-maintenance.sql, whose pgrag.bm25_write_sql is the statement that writes the
---   postings here too, over pgrag.bulk_load_backlog_sql's chunks; incremental/014-bm25-backlog.sql), pgrag.isolate_tenant and
---   pgrag.tenant_index_name (006-vector-isolation.sql). Callers: the owner of pgrag.chunks
+--   postings here too, over pgrag.bulk_load_backlog_sql's chunks;
+--   incremental/014-bm25-backlog.sql), pgrag.isolate_tenant and pgrag.tenant_index_name
+--   (006-vector-isolation.sql). Callers: the owner of pgrag.chunks
 --   (pgrag ingest and pgrag import for a large first load, or any SQL loader connected as the
 --   owner); the trigger fires for every writer.
 --
