@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 QUERY = "what happens when an ingest is killed?"
 
 
-def function(name: str) -> PlPythonFunction:
-    (found,) = [f for f in plpython_functions() if f.name == name]
+def function(plpy: PlpyStub, name: str) -> PlPythonFunction:
+    (found,) = [f for f in plpython_functions(plpy.conn) if f.name == name]
     return found
 
 
@@ -44,7 +44,9 @@ def record_local_model(plpy: PlpyStub) -> None:
 
 
 def embed(plpy: PlpyStub, gd: dict[str, Any], text: str) -> np.ndarray:
-    literal = run_plpython(function("pgrag.compute_query_embedding"), plpy, gd, query_text=text)
+    literal = run_plpython(
+        function(plpy, "pgrag.compute_query_embedding"), plpy, gd, query_text=text
+    )
     (vector,) = plpy.conn.execute("select %s::text::public.vector::real[]", (literal,)).fetchone()  # type: ignore[misc]
     return np.asarray(vector, dtype=np.float32)
 
@@ -52,8 +54,10 @@ def embed(plpy: PlpyStub, gd: dict[str, Any], text: str) -> np.ndarray:
 # -- the functions -----------------------------------------------------------------------------
 
 
-def test_each_plpython_function_has_a_stub_with_the_same_signature() -> None:
-    plpython = {f.name: f for f in plpython_functions()}
+def test_each_plpython_function_has_a_stub_with_the_same_signature(
+    plpy_conn: psycopg.Connection[Any],
+) -> None:
+    plpython = {f.name: f for f in plpython_functions(plpy_conn)}
     stubs = {f.name: f for f in stub_functions()}
     assert set(plpython) == {"pgrag.compute_query_embedding", "pgrag.chunk_text"}
     assert set(stubs) == set(plpython)
@@ -69,19 +73,23 @@ def test_each_plpython_function_has_a_stub_with_the_same_signature() -> None:
         assert f.settings == {"search_path": "pg_catalog, pg_temp"}
 
 
-def test_every_plpython_body_only_imports_the_package_and_calls_it() -> None:
-    for f in plpython_functions():
+def test_every_plpython_body_only_imports_the_package_and_calls_it(
+    plpy_conn: psycopg.Connection[Any],
+) -> None:
+    for f in plpython_functions(plpy_conn):
         code = [line.strip() for line in f.body.strip().splitlines()]
         assert code[:2] == ["try:", "from pgrag.plpython import server"]
         assert code[-1].startswith("return server.")
         assert len(code) <= 14, f"{f.name}: keep PL/Python bodies thin"
 
 
-def test_mypy_checks_every_plpython_body_against_the_plpy_types(tmp_path: Path) -> None:
+def test_mypy_checks_every_plpython_body_against_the_plpy_types(
+    tmp_path: Path, plpy_conn: psycopg.Connection[Any]
+) -> None:
     from mypy import api
 
     paths = []
-    for f in plpython_functions():
+    for f in plpython_functions(plpy_conn):
         path = tmp_path / f"body_{f.name.replace('.', '_')}.py"
         path.write_text(body_module(f))
         paths.append(str(path))
@@ -189,7 +197,7 @@ def test_the_runtime_checked_is_what_the_server_requirements_install() -> None:
 
 
 def chunk(plpy: PlpyStub, **arguments: Any) -> list[tuple[Any, ...]]:
-    rows = run_plpython(function("pgrag.chunk_text"), plpy, {}, **arguments)
+    rows = run_plpython(function(plpy, "pgrag.chunk_text"), plpy, {}, **arguments)
     return [tuple(r) for r in rows]
 
 

@@ -102,14 +102,16 @@ def test_rerank_keeps_top_n_and_reads_each_id_once(scored_by_length: Loaded) -> 
 # -- the PL/Python body ----------------------------------------------------------------------
 
 
-def rerank_scores_body() -> Any:
-    (found,) = [f for f in plpython_functions(RERANK_SQL) if f.name == "pgrag.rerank_scores"]
+def rerank_scores_body(conn: psycopg.Connection[Any]) -> Any:
+    (found,) = [f for f in plpython_functions(conn, RERANK_SQL) if f.name == "pgrag.rerank_scores"]
     return found
 
 
-def test_the_stub_and_the_plpython_body_share_one_signature() -> None:
+def test_the_stub_and_the_plpython_body_share_one_signature(
+    plpy_conn: psycopg.Connection[Any],
+) -> None:
     (stub,) = [f for f in stub_functions(RERANK_SQL) if f.name == "pgrag.rerank_scores"]
-    body = rerank_scores_body()
+    body = rerank_scores_body(plpy_conn)
     assert (stub.arguments, stub.returns) == (body.arguments, body.returns)
     assert body.arguments == (("query_text", "text"), ("documents", "text[]"))
 
@@ -121,12 +123,14 @@ def test_plpython_scores_with_the_servers_model(
     documents = ["The widget listens on port 8443.", "Tomatoes need sun.", ""]
     gd: dict[str, Any] = {}
     scores = run_plpython(
-        rerank_scores_body(), plpy, gd, query_text="widget port", documents=documents
+        rerank_scores_body(plpy.conn), plpy, gd, query_text="widget port", documents=documents
     )
     expected = CrossEncoderReranker(str(tiny_cross_encoder)).score("widget port", documents)
     assert scores == pytest.approx(expected, abs=1e-5)
     made = gd[RERANKER_KEY]
-    run_plpython(rerank_scores_body(), plpy, gd, query_text="again", documents=documents[:1])
+    run_plpython(
+        rerank_scores_body(plpy.conn), plpy, gd, query_text="again", documents=documents[:1]
+    )
     assert gd[RERANKER_KEY] is made and made.threads == 1  # one model per backend
 
 
@@ -135,7 +139,7 @@ def test_plpython_without_a_configured_model_raises_pr303(
 ) -> None:
     monkeypatch.delenv("PGRAG_RERANK_MODEL_PATH", raising=False)
     with pytest.raises(Error) as caught:
-        run_plpython(rerank_scores_body(), plpy, {}, query_text="q", documents=["d"])
+        run_plpython(rerank_scores_body(plpy.conn), plpy, {}, query_text="q", documents=["d"])
     assert caught.value.sqlstate == "PR303"
     assert "no re-rank model is configured" in str(caught.value)
 
@@ -143,7 +147,7 @@ def test_plpython_without_a_configured_model_raises_pr303(
 def test_plpython_checks_its_arguments_before_loading_a_model(plpy: PlpyStub) -> None:
     gd: dict[str, Any] = {}
     with pytest.raises(SPIError) as caught:
-        run_plpython(rerank_scores_body(), plpy, gd, query_text="q", documents=["d"] * 201)
+        run_plpython(rerank_scores_body(plpy.conn), plpy, gd, query_text="q", documents=["d"] * 201)
     assert caught.value.sqlstate == "22023" and RERANKER_KEY not in gd
 
 

@@ -3,6 +3,8 @@
 --   pgrag.compute_query_embedding), public.hybrid_search_text (hybrid_search with the embedding
 --   computed in the database), pgrag.chunk_text (pgrag's chunker), and their argument checks
 --   pgrag.check_query_text and pgrag.check_chunk_arguments; documented in docs/sql-api.md.
+--   Also pgrag.plpython_function_sql, the one statement every PL/Python function of the package
+--   is created by (here and in 052-rerank.sql).
 --   pgrag.compute_query_embedding and pgrag.chunk_text come in one of two variants with the
 --   same signatures:
 --     plpython  PL/Python (plpython3u) bodies that import the package's own code
@@ -33,6 +35,39 @@
 -- The migrator already resolves names in pg_catalog only; said again for psql and for pgspot.
 set local search_path = pg_catalog, pg_temp;
 
+create or replace function pgrag.plpython_function_sql(signature text, server_call text)
+returns text
+language sql
+immutable
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $template$
+    -- Every PL/Python function of the package has this shape: hardened as the others, and a
+    -- body that only imports pgrag.plpython.server and calls it (or, when the server's Python
+    -- cannot import pgrag, raises PR302 saying how to install it).
+    select pg_catalog.format($f$create or replace function %s
+language plpython3u
+security invoker
+set search_path = pg_catalog, pg_temp
+as $body$
+try:
+    from pgrag.plpython import server
+except ImportError as exc:
+    import sys
+    plpy.error(
+        "pgrag is not importable by PostgreSQL's Python %%s (%%s)" %% (sys.version.split()[0], exc),
+        hint="ask the database operator to install pgrag for the server's Python %%d.%%d and put "
+        "its site-packages on the server's PYTHONPATH (docs/install.md, \"Text search inside "
+        "the database\")" %% (sys.version_info[0], sys.version_info[1]),
+        sqlstate="PR302",
+    )
+return server.%s
+$body$$f$, signature, server_call)
+$template$;
+comment on function pgrag.plpython_function_sql(text, text) is
+'The CREATE FUNCTION statement of one of pgrag''s PL/Python functions (run at migrate time by 051-text-search.sql and 052-rerank.sql): signature (name, arguments, result and attributes such as stable or strict), language plpython3u, security invoker, search_path pg_catalog, pg_temp, and a body that imports pgrag.plpython.server (SQLSTATE PR302 with how to install it when the server''s Python cannot) and returns server.<server_call>.';
+
 do $do$
 declare
     v_variant text := coalesce(nullif(pg_catalog.current_setting('pgrag.text_search_variant', true), ''),
@@ -49,31 +84,14 @@ begin
     end if;
 
     if v_variant = 'plpython' then
-        execute $plpython$
-create or replace function pgrag.compute_query_embedding(query_text text)
+        execute pgrag.plpython_function_sql(
+            $sig$pgrag.compute_query_embedding(query_text text)
 returns @extschema:vector@.vector
-language plpython3u
 stable
-strict
-security invoker
-set search_path = pg_catalog, pg_temp
-as $body$
-try:
-    from pgrag.plpython import server
-except ImportError as exc:
-    import sys
-    plpy.error(
-        "pgrag is not importable by PostgreSQL's Python %s (%s)" % (sys.version.split()[0], exc),
-        hint="ask the database operator to install pgrag for the server's Python %d.%d and put "
-        "its site-packages on the server's PYTHONPATH (docs/install.md, \"Text search inside "
-        "the database\")" % (sys.version_info[0], sys.version_info[1]),
-        sqlstate="PR302",
-    )
-return server.compute_query_embedding(plpy, GD, query_text)
-$body$
-$plpython$;
-        execute $plpython$
-create or replace function pgrag.chunk_text(
+strict$sig$,
+            'compute_query_embedding(plpy, GD, query_text)');
+        execute pgrag.plpython_function_sql(
+            $sig$pgrag.chunk_text(
     document_text text,
     source_type text default 'text',
     chunker text default 'tokens',
@@ -84,25 +102,8 @@ returns table (
     chunk_index integer, content text, token_count integer, heading_path text[],
     overlap_chars integer
 )
-language plpython3u
-stable
-security invoker
-set search_path = pg_catalog, pg_temp
-as $body$
-try:
-    from pgrag.plpython import server
-except ImportError as exc:
-    import sys
-    plpy.error(
-        "pgrag is not importable by PostgreSQL's Python %s (%s)" % (sys.version.split()[0], exc),
-        hint="ask the database operator to install pgrag for the server's Python %d.%d and put "
-        "its site-packages on the server's PYTHONPATH (docs/install.md, \"Text search inside "
-        "the database\")" % (sys.version_info[0], sys.version_info[1]),
-        sqlstate="PR302",
-    )
-return server.chunk_text(plpy, GD, document_text, source_type, chunker, chunk_size, overlap)
-$body$
-$plpython$;
+stable$sig$,
+            'chunk_text(plpy, GD, document_text, source_type, chunker, chunk_size, overlap)');
     else
         execute $stub$
 create or replace function pgrag.compute_query_embedding(query_text text)

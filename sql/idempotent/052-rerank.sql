@@ -11,7 +11,8 @@
 --               server's environment and loaded once per backend (GD);
 --     stub      PL/pgSQL raising SQLSTATE PR301 naming the alternative (re-rank on the client:
 --               pgrag search --rerank, or any re-rank API).
--- Relies on: the argument checks (001-helpers.sql), pgrag.check_query_text (051-text-search.sql),
+-- Relies on: the argument checks (001-helpers.sql), pgrag.check_query_text and
+--   pgrag.plpython_function_sql (051-text-search.sql),
 --   pgrag.chunks and pgrag.documents under row level security. Callers: anon, authenticated and
 --   service_role (910-function-privileges.sql). Read-only: runs on a read replica too.
 --
@@ -59,28 +60,11 @@ begin
         v_variant := 'stub';  -- 051-text-search.sql could not create it: stubs there too
     end if;
     if v_variant = 'plpython' then
-        execute $plpython$
-create or replace function pgrag.rerank_scores(query_text text, documents text[])
+        execute pgrag.plpython_function_sql(
+            $sig$pgrag.rerank_scores(query_text text, documents text[])
 returns double precision[]
-language plpython3u
-stable
-security invoker
-set search_path = pg_catalog, pg_temp
-as $body$
-try:
-    from pgrag.plpython import server
-except ImportError as exc:
-    import sys
-    plpy.error(
-        "pgrag is not importable by PostgreSQL's Python %s (%s)" % (sys.version.split()[0], exc),
-        hint="ask the database operator to install pgrag for the server's Python %d.%d and put "
-        "its site-packages on the server's PYTHONPATH (docs/install.md, \"Text search inside "
-        "the database\")" % (sys.version_info[0], sys.version_info[1]),
-        sqlstate="PR302",
-    )
-return server.rerank_scores(plpy, GD, query_text, documents)
-$body$
-$plpython$;
+stable$sig$,
+            'rerank_scores(plpy, GD, query_text, documents)');
     else
         execute $stub$
 create or replace function pgrag.rerank_scores(query_text text, documents text[])

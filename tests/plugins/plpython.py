@@ -2,7 +2,9 @@
 real one (Debian PostgreSQL 15 with plpython3u, ``plugins/servers.py``).
 
 Outside: :func:`plpython_functions` reads every PL/Python function of
-``sql/idempotent/051-text-search.sql`` (parsed with pglast, as PostgreSQL parses it) and
+``sql/idempotent/051-text-search.sql`` (the statements its DO block has
+``pgrag.plpython_function_sql`` write, written by that function in a migrated database and
+parsed with pglast, as PostgreSQL parses them) and
 :func:`run_plpython` runs its body the way PL/Python does: the source wrapped into
 ``def __plpython_procedure_<name>():`` with every line indented by a tab, the arguments and
 ``plpy``, ``GD`` and ``SD`` as the function's globals. ``plpy`` is
@@ -63,12 +65,15 @@ def _type_name(type_name: Any) -> str:
     return name + "[]" if type_name.arrayBounds else name
 
 
-def _functions(pattern: str, language: str, path: Path) -> list[PlPythonFunction]:
+def _source(path: Path) -> str:
+    return path.read_text(encoding="utf-8").replace("@extschema:vector@", "public")
+
+
+def _functions(statements: list[str], language: str) -> list[PlPythonFunction]:
     import pglast
 
-    text = path.read_text(encoding="utf-8").replace("@extschema:vector@", "public")
     found = []
-    for statement in re.findall(pattern, text, re.S):
+    for statement in statements:
         (raw,) = pglast.parse_sql(statement)
         stmt = raw.stmt
         options = {o.defname: o.arg for o in stmt.options}
@@ -93,14 +98,30 @@ def _functions(pattern: str, language: str, path: Path) -> list[PlPythonFunction
     return found
 
 
-def plpython_functions(path: Path = TEXT_SEARCH_SQL) -> list[PlPythonFunction]:
-    """Every PL/Python function of the file (they sit in ``$plpython$`` strings of its DO block)."""
-    return _functions(r"\$plpython\$(.*?)\$plpython\$", "plpython3u", path)
+# pgrag.plpython_function_sql($sig$<signature>$sig$, '<server call>') in a DO block.
+_PLPYTHON_CALL = re.compile(
+    r"pgrag\.plpython_function_sql\(\s*\$sig\$(.*?)\$sig\$,\s*'((?:[^']|'')*)'\s*\)", re.S
+)
+
+
+def plpython_functions(
+    conn: psycopg.Connection[Any], path: Path = TEXT_SEARCH_SQL
+) -> list[PlPythonFunction]:
+    """Every PL/Python function of the file: the statements its DO block has
+    ``pgrag.plpython_function_sql`` write, written by that function over ``conn`` (a migrated
+    database)."""
+    statements = [
+        conn.execute(
+            "select pgrag.plpython_function_sql(%s, %s)", (signature, call.replace("''", "'"))
+        ).fetchone()[0]  # type: ignore[index]
+        for signature, call in _PLPYTHON_CALL.findall(_source(path))
+    ]
+    return _functions(statements, "plpython3u")
 
 
 def stub_functions(path: Path = TEXT_SEARCH_SQL) -> list[PlPythonFunction]:
-    """The PL/pgSQL stubs of the same functions (``$stub$`` strings)."""
-    return _functions(r"\$stub\$(.*?)\$stub\$", "plpgsql", path)
+    """The PL/pgSQL stubs of the same functions (``$stub$`` strings of the DO block)."""
+    return _functions(re.findall(r"\$stub\$(.*?)\$stub\$", _source(path), re.S), "plpgsql")
 
 
 def plpython_source(function: PlPythonFunction) -> str:
