@@ -86,6 +86,21 @@ def test_one_document_claims_take_turns_between_tenants(
     assert tenants == [BIG, SMALL, BIG, BIG]
 
 
+def test_claims_go_round_the_tenants_from_the_one_served_last_wrapping_around(
+    db: str, owner: psycopg.Connection[Any]
+) -> None:
+    tenants = ["t-a", "t-b", "t-c", "t-d"]
+    for tenant in tenants:
+        for i in range(3):
+            submit(db, tenant, f"doc-{i}")
+
+    served = [sorted({t for t, _ in claim(owner, n, f"w{n}")}) for n in (2, 3, 4)]
+    after = [t for t, _ in claim(owner, 1, "w9")]
+
+    assert served == [["t-a", "t-b"], ["t-a", "t-c", "t-d"], tenants]
+    assert after == ["t-b"]  # the claim of four ended its turn with t-a
+
+
 def test_a_tenants_share_of_a_claim_is_bounded_by_bytes_but_never_empty(
     db: str, owner: psycopg.Connection[Any]
 ) -> None:

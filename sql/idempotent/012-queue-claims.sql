@@ -1,7 +1,8 @@
 -- The document queue, the worker's claims: which documents a worker takes, and for how long.
 -- Contract. Provides: pgrag.check_worker (a worker's arguments), pgrag.claim_documents (fair
---   turns between tenants, bounded bytes per tenant), renew_leases, release_documents and
---   next_claim_at, for the owner and service_role (pgrag worker). Relies on: the queue tables
+--   turns between tenants, bounded bytes per tenant; its steps pgrag.fail_exhausted_leases and
+--   pgrag.due_tenants_after), renew_leases, release_documents and next_claim_at, for the owner
+--   and service_role (pgrag worker). Relies on: the queue tables
 --   (incremental/011-document-queue.sql, 016-queue-limits.sql) and the states, locks and
 --   versions 010-queue.sql describes. Callers: pgrag worker (pgrag/worker/jobs.py).
 
@@ -33,6 +34,76 @@ $$;
 comment on function pgrag.check_worker(text, interval) is
 'Argument check of the worker functions: worker_id non-blank, at most 200 characters; lease (when given) between 1 second and 1 day (22023).';
 
+create or replace function pgrag.fail_exhausted_leases(due_by timestamptz, max_attempts integer)
+returns void
+language sql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- A lease that expired once too often ends the document in error: a document that kills
+    -- its worker (memory, a crash) is never retried forever. Rows another claim holds are
+    -- left to it (SKIP LOCKED).
+    with gone as (
+        select q.tenant_id, q.document_id, q.attempts
+        from pgrag.document_queue as q
+        join pgrag.documents as d on d.tenant_id = q.tenant_id and d.id = q.document_id
+        where q.state = 'processing' and q.lease_expires_at < due_by and q.attempts >= max_attempts
+        order by q.tenant_id, q.document_id
+        for update of d, q skip locked
+    ), failed as (
+        update pgrag.document_queue as q
+           set state = 'failed', lease_owner = null, lease_expires_at = null,
+               last_error = pg_catalog.format('gave up after %s attempts: the worker processing it '
+                                              'stopped without finishing (its lease expired)', g.attempts),
+               last_error_at = due_by
+          from gone as g
+         where q.tenant_id = g.tenant_id and q.document_id = g.document_id
+        returning q.tenant_id, q.document_id, q.last_error
+    )
+    update pgrag.documents as d set status = 'error', error = f.last_error
+      from failed as f
+     where d.tenant_id = f.tenant_id and d.id = f.document_id
+$$;
+comment on function pgrag.fail_exhausted_leases(timestamptz, integer) is
+'The queue rows whose lease expired before due_by after max_attempts attempts become failed, and their documents error, with the reason; rows another transaction holds are skipped. Part of pgrag.claim_documents.';
+
+create or replace function pgrag.due_tenants_after(
+    after_tenant text,
+    through_tenant text,
+    max_count integer,
+    due_by timestamptz
+)
+returns text[]
+language sql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- One probe of document_queue_due per tenant (the next tenant id with a due row, an index
+    -- range from the last one found), so a claim reads as many index entries as tenants it
+    -- serves, however many documents each has waiting.
+    with recursive walk (tenant_id, k) as (
+        select after_tenant, 0
+        union all
+        select nxt.tenant_id, w.k + 1
+        from walk as w
+        cross join lateral (
+            select q.tenant_id
+            from pgrag.document_queue as q
+            where q.state = 'queued' and q.next_attempt_at <= due_by and q.tenant_id > w.tenant_id
+            order by q.tenant_id
+            limit 1
+        ) as nxt
+        where w.k < max_count and (through_tenant is null or w.tenant_id < through_tenant)
+    )
+    select coalesce(pg_catalog.array_agg(w.tenant_id order by w.k), '{}')
+    from walk as w
+    where w.k > 0 and (through_tenant is null or w.tenant_id <= through_tenant)
+$$;
+comment on function pgrag.due_tenants_after(text, text, integer, timestamptz) is
+'The tenants with queued documents due by due_by whose ids sort after after_tenant and not after through_tenant (null: no bound), in id order, at most max_count: one turn of pgrag.claim_documents'' rotation (called twice when it wraps around).';
+
 create or replace function pgrag.claim_documents(worker_id text, n integer, lease interval)
 returns table (
     tenant_id text, document_id bigint, version integer, source_uri text, source_type text,
@@ -50,11 +121,7 @@ declare
     v_budget bigint;
     v_last text;
     v_turn boolean;
-    v_tenants text[] := '{}';
-    v_first text;
-    v_next text;
-    v_prev text;
-    v_wrapped boolean := false;
+    v_tenants text[];
 begin
     perform pgrag.check_worker(claim_documents.worker_id, claim_documents.lease);
     if claim_documents.n is null or claim_documents.n < 1 or claim_documents.n > 1000 then
@@ -62,63 +129,21 @@ begin
     end if;
     select s.max_attempts, s.claim_bytes_per_tenant into v_max, v_budget from pgrag.queue_settings as s;
 
-    -- A lease that expired once too often ends the document in error: a document that kills
-    -- its worker (memory, a crash) is never retried forever.
-    with gone as (
-        select q.tenant_id, q.document_id, q.attempts
-        from pgrag.document_queue as q
-        join pgrag.documents as d on d.tenant_id = q.tenant_id and d.id = q.document_id
-        where q.state = 'processing' and q.lease_expires_at < v_now and q.attempts >= v_max
-        order by q.tenant_id, q.document_id
-        for update of d, q skip locked
-    ), failed as (
-        update pgrag.document_queue as q
-           set state = 'failed', lease_owner = null, lease_expires_at = null,
-               last_error = pg_catalog.format('gave up after %s attempts: the worker processing it '
-                                              'stopped without finishing (its lease expired)', g.attempts),
-               last_error_at = v_now
-          from gone as g
-         where q.tenant_id = g.tenant_id and q.document_id = g.document_id
-        returning q.tenant_id, q.document_id, q.last_error
-    )
-    update pgrag.documents as d set status = 'error', error = f.last_error
-      from failed as f
-     where d.tenant_id = f.tenant_id and d.id = f.document_id;
+    perform pgrag.fail_exhausted_leases(v_now, v_max);
 
     -- Tenants take turns: start after the tenant the previous claim served last (the rotation
     -- row; a concurrent claim holding it leaves it to that one), then the next tenants with
-    -- due documents in key order, wrapping around, up to n tenants. Each step is one probe of
-    -- document_queue_due.
+    -- due documents in key order, wrapping around, up to n tenants.
     select r.last_tenant into v_last from pgrag.queue_rotation as r for update skip locked;
     v_turn := found;
     if not v_turn then
         select r.last_tenant into v_last from pgrag.queue_rotation as r;
     end if;
-    if v_last is not null then
-        v_first := (select q.tenant_id from pgrag.document_queue as q
-                    where q.state = 'queued' and q.next_attempt_at <= v_now and q.tenant_id > v_last
-                    order by q.tenant_id limit 1);
+    v_tenants := pgrag.due_tenants_after(coalesce(v_last, ''), null, claim_documents.n, v_now);
+    if v_last is not null and pg_catalog.cardinality(v_tenants) < claim_documents.n then
+        v_tenants := v_tenants operator(pg_catalog.||) pgrag.due_tenants_after(
+            '', v_last, claim_documents.n - pg_catalog.cardinality(v_tenants), v_now);
     end if;
-    if v_first is null then
-        v_first := (select q.tenant_id from pgrag.document_queue as q
-                    where q.state = 'queued' and q.next_attempt_at <= v_now
-                    order by q.tenant_id limit 1);
-    end if;
-    v_next := v_first;
-    while v_next is not null and pg_catalog.cardinality(v_tenants) < claim_documents.n loop
-        v_tenants := v_tenants operator(pg_catalog.||) v_next;
-        v_prev := v_next;
-        v_next := (select q.tenant_id from pgrag.document_queue as q
-                   where q.state = 'queued' and q.next_attempt_at <= v_now and q.tenant_id > v_prev
-                     and (not v_wrapped or q.tenant_id < v_first)
-                   order by q.tenant_id limit 1);
-        if v_next is null and not v_wrapped then
-            v_wrapped := true;
-            v_next := (select q.tenant_id from pgrag.document_queue as q
-                       where q.state = 'queued' and q.next_attempt_at <= v_now and q.tenant_id < v_first
-                       order by q.tenant_id limit 1);
-        end if;
-    end loop;
 
     return query
     -- Each tenant's oldest due documents, locked (SKIP LOCKED: those another claim holds are

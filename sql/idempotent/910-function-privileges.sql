@@ -146,7 +146,7 @@ begin
               'set_request_tenant', 'loader_tenant', 'create_stage', 'begin_documents',
               'relabel_documents', 'fail_documents', 'fail_sources', 'abort_documents',
               'record_embedding_model', 'replace_document_chunks', 'check_worker',
-              'claim_documents', 'renew_leases', 'release_documents', 'complete_documents',
+              'claim_documents', 'fail_exhausted_leases', 'due_tenants_after', 'renew_leases', 'release_documents', 'complete_documents',
               'skip_documents', 'fail_attempts', 'next_claim_at'
           ])
         order by 1
