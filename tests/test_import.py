@@ -106,6 +106,87 @@ def test_the_supabase_guide_table_imports_searchable_chunks_with_the_same_embedd
     assert keyword == [(TEXTS[1],)]
 
 
+def test_a_table_of_another_database_imports_as_from_pgrags_own(
+    db: str, conn: psycopg.Connection[Any], empty_db: str, vectors: list[np.ndarray]
+) -> None:
+    """The application's database has the Supabase guide's table and no pgrag."""
+    with connect(empty_db) as app:
+        app.execute("create extension vector")
+        app.commit()
+    with connect(empty_db) as app:
+        make_supabase_table(app, vectors)
+
+    result = run(db, "--table", "documents", "--source-dsn", empty_db, "--model", LOCAL_MODEL_NAME)
+
+    s = summary(result)
+    assert result.exit_code == 0, result.output
+    assert (s["documents_new"], s["chunks_imported"], s["refused"]) == (3, 4, [])
+    app_name = psycopg.conninfo.conninfo_to_dict(empty_db)["dbname"]
+    assert s["source"] == f"table {app_name}.public.documents (documents)"
+    rows = chunks(conn)
+    assert [r[2] for r in rows if r[0] == "guide.md"] == TEXTS[:2]
+    assert sorted(r[0] for r in rows if r[0] != "guide.md") == [
+        f"{app_name}.public.documents#3",
+        f"{app_name}.public.documents#4",
+    ]
+    assert conn.execute("select to_regclass('public.documents')").fetchone() == (None,)
+
+
+def test_a_source_database_without_pgvector_imports_embeddings_stored_as_arrays(
+    db: str, conn: psycopg.Connection[Any], empty_db: str, vectors: list[np.ndarray]
+) -> None:
+    with connect(empty_db) as app:
+        app.execute(
+            "create table public.documents "
+            "(id bigint primary key, content text, embedding float8[])"
+        )
+        for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+            app.execute(
+                "insert into public.documents values (%s, %s, %s)",
+                (i, text, [float(x) for x in vec]),
+            )
+        app.commit()
+
+    result = run(db, "--table", "documents", "--source-dsn", empty_db, "--model", LOCAL_MODEL_NAME)
+
+    assert result.exit_code == 0, result.output
+    assert summary(result)["chunks_imported"] == 4
+    same = conn.execute(
+        "select min(1 - (c.embedding <=> %s::vector)) from pgrag.chunks as c where c.content = %s",
+        (vector_literal(vectors[1]), TEXTS[1]),
+    ).fetchone()
+    assert same is not None and same[0] > 0.99999
+
+
+def test_an_unreachable_source_database_is_one_line_naming_the_option(db: str) -> None:
+    unreachable = "postgresql://nobody@127.0.0.1:1/app?connect_timeout=2"
+
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", "--table", "documents", "--source-dsn", unreachable]
+    )
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "--source-dsn" in lines[0] and "127.0.0.1" in lines[0], lines
+
+
+def test_a_missing_table_names_the_source_database(db: str, empty_db: str) -> None:
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", "--table", "documents", "--source-dsn", empty_db]
+    )
+
+    assert result.exit_code == 1
+    assert "no table 'documents' in the source database " in result.output
+
+
+def test_source_dsn_without_a_table_is_a_usage_error(db: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", str(tmp_path / "x.jsonl"), "--source-dsn", db]
+    )
+
+    assert result.exit_code == 2 and "--source-dsn goes with --table" in result.output
+
+
 def test_rows_sharing_a_source_become_one_document_with_ordered_chunks(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:

@@ -34,6 +34,13 @@ from pgrag.progress import Progress, ProgressMode, progress_mode
     help="With LangChain's table: only this collection (langchain_pg_collection.name).",
 )
 @click.option(
+    "--source-dsn",
+    envvar="PGRAG_IMPORT_SOURCE_DSN",
+    metavar="DSN",
+    help="With --table: read the table from this database (e.g. an existing application's, "
+    "which needs no pgrag) instead of pgrag's; read only (env PGRAG_IMPORT_SOURCE_DSN).",
+)
+@click.option(
     "--tenant",
     envvar="PGRAG_TENANT",
     default=DEFAULT_TENANT,
@@ -70,6 +77,7 @@ def import_command(
     file: Path | None,
     table: str | None,
     collection: str | None,
+    source_dsn: str | None,
     tenant: str,
     model: str | None,
     provider: str | None,
@@ -81,7 +89,7 @@ def import_command(
 ) -> None:
     """Import chunks that already have embeddings, without re-embedding: from FILE (.jsonl or
     .parquet with content, embedding and optional metadata, source_uri, title, page) or from
-    --table.
+    --table (of this database, or of another with --source-dsn).
 
     \b
     Rows sharing a source (source_uri, metadata.source, LangChain's custom_id, LlamaIndex's
@@ -97,11 +105,16 @@ def import_command(
         raise click.UsageError("name one source: a FILE (.jsonl or .parquet) or --table NAME.")
     if collection is not None and table is None:
         raise click.UsageError("--collection goes with --table (LangChain's table).")
+    if source_dsn is not None and table is None:
+        raise click.UsageError("--source-dsn goes with --table (the table to read there).")
     dsn = state.dsn()
     shown = progress if progress is not None else not as_json
     mode: ProgressMode = "json" if progress_json else progress_mode(shown)
     if table is not None:
-        source = open_table(dsn, table, collection)
+        if source_dsn is None:
+            source = open_table(dsn, table, collection)
+        else:
+            source = open_table(source_dsn, table, collection, own_database=False)
     else:
         assert file is not None  # one of the two, checked above
         size = file.stat().st_size if file.is_file() else None

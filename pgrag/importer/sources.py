@@ -24,6 +24,11 @@ embeddings"), with the rule that groups rows into documents:
 
 Rows without any of these are one document each. Within a document rows are ordered by page,
 then ``start_index`` / ``start_char_idx`` / ``chunk_index`` of their metadata, then id.
+
+The table is pgrag's own database's, or another database's (``--source-dsn``: the database of
+an existing application, which needs neither pgrag nor, for embeddings stored as arrays,
+pgvector); it is read in read-only transactions, and a document without a source is named
+after the table, prefixed with that other database's name.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from pgrag.db import connect
+from pgrag.db import connect, redact
 from pgrag.errors import ConfigError, MissingExtra, NotInstalled
 from pgrag.progress import Progress
 
@@ -183,7 +188,38 @@ def _llamaindex_shape() -> TableShape:
     )
 
 
-def _table_columns(conn: psycopg.Connection[Any], table: str) -> tuple[str, str, set[str]]:
+SOURCE_DSN_SOURCES = "--source-dsn / PGRAG_IMPORT_SOURCE_DSN"
+SOURCE_DSN_HINT = "Check --source-dsn / PGRAG_IMPORT_SOURCE_DSN: the database holding the table."
+
+
+@dataclass(frozen=True)
+class TableDatabase:
+    """Where a table is read: pgrag's own database, or another one (``--source-dsn``)."""
+
+    dsn: str
+    own: bool = True
+
+    def connect(self, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+        """A read-only connection (every transaction it begins is READ ONLY)."""
+        if self.own:
+            conn = connect(self.dsn, autocommit=autocommit)
+        else:
+            conn = connect(
+                self.dsn, autocommit=autocommit, sources=SOURCE_DSN_SOURCES, hint=SOURCE_DSN_HINT
+            )
+        conn.read_only = True
+        return conn
+
+    def described(self, conn: psycopg.Connection[Any]) -> str:
+        """\"this database\", or the other database's name and redacted URL."""
+        if self.own:
+            return "this database"
+        return f"the source database {conn.info.dbname} ({redact(self.dsn)})"
+
+
+def _table_columns(
+    conn: psycopg.Connection[Any], table: str, where: str
+) -> tuple[str, str, set[str]]:
     try:
         row = conn.execute(
             "select n.nspname::text, c.relname::text, "
@@ -198,7 +234,7 @@ def _table_columns(conn: psycopg.Connection[Any], table: str) -> tuple[str, str,
             f"--table {table!r} is not a table name: {exc.diag.message_primary}"
         ) from exc
     if row is None:
-        raise ConfigError(f"no table {table!r} in this database: name an existing table.")
+        raise ConfigError(f"no table {table!r} in {where}: name an existing table.")
     return str(row[0]), str(row[1]), set(row[2])
 
 
@@ -228,10 +264,16 @@ def _shape_of(
     )
 
 
-def open_table(dsn: str, table: str, collection: str | None = None) -> Source:
-    """The rows of ``table`` (``[schema.]name`` in the database at ``dsn``), in document order."""
-    with connect(dsn, autocommit=True) as conn:
-        schema, name, columns = _table_columns(conn, table)
+def open_table(
+    dsn: str, table: str, collection: str | None = None, *, own_database: bool = True
+) -> Source:
+    """The rows of ``table`` (``[schema.]name`` in the database at ``dsn``: pgrag's own, or
+    with ``own_database`` false another one, named by ``--source-dsn``), in document order."""
+    database = TableDatabase(dsn, own_database)
+    with database.connect(autocommit=True) as conn:
+        where = database.described(conn)
+        prefix = "" if database.own else f"{conn.info.dbname}."
+        schema, name, columns = _table_columns(conn, table, where)
         shape = _shape_of(conn, schema, name, columns)
         if collection is not None and shape.name != "langchain":
             raise ConfigError("--collection applies to LangChain's langchain_pg_embedding only.")
@@ -266,7 +308,7 @@ def open_table(dsn: str, table: str, collection: str | None = None) -> Source:
     params = (collection,) if collection is not None else ()
 
     def rows() -> Iterator[SourceRow]:
-        with connect(dsn) as conn, conn.cursor(name="pgrag_import") as cur:
+        with database.connect() as conn, conn.cursor(name="pgrag_import") as cur:
             cur.itersize = READ_BATCH
             try:
                 cur.execute(statement, params)
@@ -285,9 +327,9 @@ def open_table(dsn: str, table: str, collection: str | None = None) -> Source:
                 )
 
     return Source(
-        label=f"table {schema}.{name} ({shape.name})",
+        label=f"table {prefix}{schema}.{name} ({shape.name})",
         shape=shape.name,
-        uri_prefix=f"{schema}.{name}",
+        uri_prefix=f"{prefix}{schema}.{name}",
         unmapped=unmapped,
         ignored=ignored,
         rows=rows(),
