@@ -17,6 +17,8 @@ from pgrag.db import tenant_transaction
 from pgrag.errors import ConfigError
 from pgrag.pipeline.extract import is_url
 
+DELETE_BATCH = 10_000  # document ids per call of pgrag.delete_documents (its limit)
+
 
 @dataclass(frozen=True)
 class RemovedDocument:
@@ -71,18 +73,28 @@ def delete_documents(
     patterns: Sequence[str] | None = None,
     dry_run: bool = False,
 ) -> list[RemovedDocument]:
-    """Remove (or with ``dry_run`` list) ``tenant``'s matching documents, in one transaction."""
+    """Remove (or with ``dry_run`` list) ``tenant``'s matching documents, in one transaction.
+
+    ``pgrag.delete_documents`` takes at most ``DELETE_BATCH`` ids a call: more ids (a prune of
+    a large source) are removed by several calls in the same transaction."""
+    ids = list(document_ids) if document_ids else []
+    batches: list[list[int] | None] = [
+        ids[i : i + DELETE_BATCH] for i in range(0, len(ids), DELETE_BATCH)
+    ] or [None]
+    rows: list[Any] = []
     with tenant_transaction(conn, tenant):
-        rows = conn.execute(
-            "select * from pgrag.delete_documents(document_ids => %s, source_uris => %s, "
-            "source_uri_patterns => %s, dry_run => %s)",
-            (
-                list(document_ids) if document_ids else None,
-                list(source_uris) if source_uris else None,
-                list(patterns) if patterns else None,
-                dry_run,
-            ),
-        ).fetchall()
+        for n, batch in enumerate(batches):
+            first = n == 0  # the URIs and patterns go with the first call
+            rows += conn.execute(
+                "select * from pgrag.delete_documents(document_ids => %s, source_uris => %s, "
+                "source_uri_patterns => %s, dry_run => %s)",
+                (
+                    batch,
+                    list(source_uris) if source_uris and first else None,
+                    list(patterns) if patterns and first else None,
+                    dry_run,
+                ),
+            ).fetchall()
     return [RemovedDocument(int(r[0]), str(r[1]), int(r[2])) for r in rows]
 
 

@@ -258,6 +258,26 @@ def test_ingest_prune_removes_documents_of_deleted_files_atomically(
     assert set(documents(db)) == {str(outside)}
 
 
+def test_more_documents_than_one_sql_call_takes_are_removed_in_one_go(db: str) -> None:
+    from pgrag.documents import DELETE_BATCH, delete_documents
+
+    with connect(db, autocommit=True) as conn:
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status) "
+                "select 'default', '', 'text', 'doc-' || g, 'ready' "
+                "from generate_series(1, %s) as g returning id",
+                (DELETE_BATCH + 1,),
+            ).fetchall()
+        ]
+
+        removed = delete_documents(conn, "default", document_ids=ids)
+
+        assert len(removed) == DELETE_BATCH + 1
+        assert conn.execute("select count(*) from pgrag.documents").fetchone() == (0,)
+
+
 def test_prune_needs_a_folder(db: str, docs: Path) -> None:
     result = invoke(db, "ingest", str(docs / "tls.md"), "--prune")
     assert result.exit_code == 1 and "--prune" in result.output

@@ -232,6 +232,74 @@ def test_a_reimport_skips_unchanged_documents_and_replaces_only_a_changed_one(
     ).fetchone() == (1,)
 
 
+def test_prune_removes_the_documents_whose_rows_left_the_source(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    make_supabase_table(conn, vectors)
+    other = write_jsonl(tmp_path / "other.jsonl", vectors)
+    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    assert run(db, str(other)).exit_code == 0
+    conn.execute("delete from public.documents where metadata ->> 'source' = 'guide.md'")
+    conn.commit()
+
+    s = summary(run(db, "--table", "documents", "--prune"))
+
+    assert (s["documents_unchanged"], s["documents_removed"]) == (2, 1)
+    # guide.md is gone; the table's other documents and the file's stay
+    assert {r[0] for r in chunks(conn)} == {
+        "public.documents#3",
+        "public.documents#4",
+        "kb/a.md",
+        f"{other}#line 3",
+        f"{other}#line 4",
+    }
+
+
+def test_prune_of_a_source_without_rows_left_removes_its_documents(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    conn.execute("delete from public.documents")
+    conn.commit()
+
+    s = summary(run(db, "--table", "documents", "--prune"))
+
+    assert (s["rows_read"], s["documents_removed"]) == (0, 3)
+    assert chunks(conn) == []
+
+
+def test_prune_keeps_a_document_whose_rows_were_refused(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    conn.execute(
+        "update public.documents set content = '' where metadata ->> 'source' = 'guide.md'"
+    )
+    conn.commit()
+
+    result = run(db, "--table", "documents", "--prune")
+
+    s = summary(result)
+    assert result.exit_code == 1 and (s["documents_refused"], s["documents_removed"]) == (1, 0)
+    assert [r[2] for r in chunks(conn) if r[0] == "guide.md"] == TEXTS[:2]  # as before
+
+
+def test_prune_with_dry_run_counts_and_removes_nothing(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_supabase_table(conn, vectors)
+    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    conn.execute("delete from public.documents where metadata ->> 'source' is null")
+    conn.commit()
+
+    s = summary(run(db, "--table", "documents", "--prune", "--dry-run"))
+
+    assert s["documents_removed"] == 2
+    assert len(chunks(conn)) == 4
+
+
 def test_langchain_tables_import_grouped_by_source_with_their_collection(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:

@@ -67,6 +67,12 @@ from pgrag.progress import Progress, ProgressMode, progress_mode
     show_default=True,
     help="Text-search configuration of the chunks (english, simple, german, ...).",
 )
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Also remove the tenant's documents imported from this source that it no longer "
+    "has (one transaction; with --dry-run, only count them).",
+)
 @click.option("--dry-run", is_flag=True, help="Read, map and check only; write nothing.")
 @progress_option
 @progress_json_option
@@ -82,6 +88,7 @@ def import_command(
     model: str | None,
     provider: str | None,
     language: str,
+    prune: bool,
     dry_run: bool,
     progress: bool | None,
     progress_json: bool,
@@ -128,6 +135,7 @@ def import_command(
         language=language,
         dry_run=dry_run,
         progress=mode,
+        prune=prune,
     )
     summary = import_source(dsn, source, options)
     if as_json:
@@ -141,6 +149,11 @@ def import_command(
             f"documents: {summary.documents_new} new, {summary.documents_changed} changed, "
             f"{summary.documents_unchanged} unchanged, {summary.documents_relabelled} "
             f"relabelled, {summary.documents_refused} refused"
+            + (
+                f", {summary.documents_removed} {'would be ' if dry_run else ''}removed"
+                if prune
+                else ""
+            )
         )
         click.echo(
             f"chunks:    {summary.chunks_imported} {verb} of {summary.rows_read} rows read "

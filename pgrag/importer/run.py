@@ -64,6 +64,7 @@ class ImportOptions:
     language: str = "english"
     dry_run: bool = False
     progress: ProgressMode = "off"
+    prune: bool = False  # also remove the documents this source no longer has
 
 
 @dataclass
@@ -77,6 +78,7 @@ class ImportSummary:
     documents_unchanged: int = 0
     documents_relabelled: int = 0
     documents_refused: int = 0
+    documents_removed: int = 0
     chunks_imported: int = 0
     rows_read: int = 0
     refused: list[dict[str, str]] = field(default_factory=list)  # row, document, reason
@@ -227,7 +229,9 @@ class Importer:
                 f"{self.dims} (pgrag.embedding_config): import into a database installed "
                 f"with pgrag migrate --dims {seen}."
             )
-        if self.summary.rows_read == 0:
+        if self.options.prune:  # as ingest --prune: also when the source has no rows left
+            self._prune(meta["from"])
+        if self.summary.rows_read == 0 and not self.summary.documents_removed:
             raise NothingToDo(f"{self.source.label} holds no rows: nothing imported.")
         # As after an ingest, also when nothing changed: it finishes a bulk load an interrupted
         # run left (its keyword index, its graph), a no-op otherwise.
@@ -235,6 +239,26 @@ class Importer:
             self.summary.tenant_isolated = isolate_large_tenant(self.dsn, self.options.tenant)
         self.summary.seconds = round(time.monotonic() - started, 3)
         return self.summary
+
+    def _prune(self, label: str) -> None:
+        """Remove (with ``dry_run`` count) the tenant's documents imported from this source
+        (``metadata.import.from``) that this run did not read, in one transaction. A document
+        the run read but refused is kept, as its previous version is."""
+        from pgrag.documents import delete_documents
+
+        tenant = self.options.tenant
+        with tenant_transaction(self.conn, tenant):
+            rows = self.conn.execute(
+                "select id, source_uri from pgrag.documents where tenant_id = %s "
+                "and metadata -> 'import' ->> 'from' = %s",
+                (tenant, label),
+            ).fetchall()
+        gone = sorted(int(i) for i, uri in rows if uri not in self.seen)
+        if gone:
+            removed = delete_documents(
+                self.conn, tenant, document_ids=gone, dry_run=self.options.dry_run
+            )
+            self.summary.documents_removed = len(removed)
 
     # -- one batch of documents ---------------------------------------------------------------
 
