@@ -33,7 +33,7 @@ from pgrag.plpython.plpy_stub import Error, PlpyStub
 from pgrag.plpython.server import compute_query_embedding
 from pgrag.worker import DocumentLimits, FetchLimits, QueueWorker, WorkerOptions
 from pgrag.worker.fetch import FetchRule, fetch, normalise_url
-from pgrag.worker.sandbox import scrub
+from pgrag.worker.sandbox import ChunkSpec, DocumentSandbox, scrub, tokenizer_spec
 
 GOOD = [
     ("kb/toner.txt", "Replace the toner cartridge when the printer shows a yellow light.", "text"),
@@ -248,6 +248,32 @@ def test_a_document_over_the_memory_limit_ends_in_error_saying_which_limit(
         "document exceeded the 32 MiB extraction memory limit"
     )
     assert all(docs[uri]["status"] == "ready" for uri, _, _ in GOOD)
+
+
+def test_the_extraction_process_holds_no_reserved_memory_a_document_could_take(
+    local_embedder: LocalEmbedder,
+) -> None:
+    """glibc retries an allocation that fails at the address-space limit in another malloc
+    arena, and each arena reserves 64 MiB when a thread first allocates: an arena made before
+    the limit (PyMuPDF starts threads at import) let a document use that much beyond its budget,
+    now and then. The child runs one arena, so no such region exists once it is ready."""
+    spec = ChunkSpec(
+        "tokens", 250, 31, "english", local_embedder.max_tokens, tokenizer_spec(local_embedder)
+    )
+    sandbox = DocumentSandbox(spec, DocumentLimits(memory_mb=32))
+    sandbox.start()
+    try:
+        assert sandbox.pid is not None
+        maps = Path(f"/proc/{sandbox.pid}/maps").read_text().splitlines()
+    finally:
+        sandbox.close()
+    reserved = []
+    for line in maps:
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        if fields[1] == "---p" and len(fields) == 5 and end - start >= 16 << 20:
+            reserved.append(line)
+    assert reserved == []
 
 
 def test_the_cli_takes_the_limits_from_options_and_environment(db: str) -> None:

@@ -370,6 +370,11 @@ class DocumentSandbox:
         self._conn: Connection | None = None
         self.started = 0  # children started (tests, and the operator's log)
 
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while one runs (tests, the operator's log)."""
+        return self._proc.pid if self._proc is not None else None
+
     def start(self) -> Connection:
         """Start the child now (else at the first document); its connection."""
         mine, theirs = socket.socketpair()
@@ -381,7 +386,10 @@ class DocumentSandbox:
             "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}",
             "TOKENIZERS_PARALLELISM": "false",  # no thread pool: one document, one thread
             "OMP_NUM_THREADS": "1",
-            "MALLOC_ARENA_MAX": "2",
+            # One malloc arena: when the main arena reaches the limit, glibc retries in another
+            # arena, whose 64 MiB were reserved before the limit was set, so a document could
+            # use that much more than its budget, depending on which thread made the arena.
+            "MALLOC_ARENA_MAX": "1",
             "RUST_BACKTRACE": "0",  # the tokenizer's out-of-memory abort: one line
         }
         try:
