@@ -2,7 +2,8 @@
 
 The same rows (``--size`` chunks of 60 random words, ``--per-doc`` rows per source, random
 unit 384-dimension vectors: the import never embeds, so real embeddings would change nothing)
-are written into the Supabase guide's ``documents`` table, LangChain's
+are written into the Supabase guide's ``documents`` table (and a copy of it in another
+database, an application's, read with ``--source-dsn``), LangChain's
 ``langchain_pg_embedding`` (+ ``langchain_pg_collection``), a LlamaIndex ``data_kb`` table, a
 JSONL and a Parquet file; each is then imported with :func:`pgrag.importer.import_source` into
 its own tenant: a tenant's first import, which takes the bulk path (``pgrag.bulk_load_applies``;
@@ -61,17 +62,34 @@ WORDS = [
 COLLECTION = "00000000-0000-0000-0000-000000000001"
 
 
+DOCUMENTS_TABLE = (
+    "create table documents (id bigint primary key generated always as identity, "
+    "content text, metadata jsonb, fts tsvector generated always as "
+    "(to_tsvector('english', content)) stored, embedding vector(384))"
+)
+
+
+def copy_documents_table(dsn: str, app: str) -> None:
+    """The ``documents`` table of ``dsn``, rows and all, into database ``app`` (an application's
+    own database: pgvector, no pgrag)."""
+    with psycopg.connect(dsn) as src, psycopg.connect(app) as dst:
+        dst.execute("create extension vector")
+        dst.execute(DOCUMENTS_TABLE)
+        with (
+            src.cursor().copy("copy documents (content, metadata, embedding) to stdout") as out,
+            dst.cursor().copy("copy documents (content, metadata, embedding) from stdin") as into,
+        ):
+            for data in out:
+                into.write(data)
+
+
 def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
     rng = np.random.default_rng(42)
     vecs = rng.standard_normal((size, 384)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     texts = [" ".join(rng.choice(WORDS, 60)) + f" row{i}" for i in range(size)]
     with psycopg.connect(dsn) as c, c.cursor() as cur:
-        cur.execute(
-            "create table documents (id bigint primary key generated always as identity, "
-            "content text, metadata jsonb, fts tsvector generated always as "
-            "(to_tsvector('english', content)) stored, embedding vector(384))"
-        )
+        cur.execute(DOCUMENTS_TABLE)
         cur.execute(
             "create table langchain_pg_collection (uuid uuid primary key, name varchar, "
             "cmetadata json)"
@@ -149,8 +167,11 @@ def main() -> None:
         Migrator(dsn).migrate(384)
         folder = Path(tmp)
         make_sources(dsn, folder, args.size, args.per_doc)
+        app = create_database(admin)
+        copy_documents_table(dsn, app)
         shapes: dict[str, Callable[[], Source]] = {
             "documents": lambda: open_table(dsn, "documents"),
+            "documents-other-database": lambda: open_table(app, "documents", own_database=False),
             "langchain": lambda: open_table(dsn, "langchain_pg_embedding"),
             "llamaindex": lambda: open_table(dsn, "data_kb"),
             "jsonl": lambda: open_file(folder / "rows.jsonl"),
