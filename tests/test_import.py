@@ -158,6 +158,31 @@ def test_a_source_database_without_pgvector_imports_embeddings_stored_as_arrays(
     assert same is not None and same[0] > 0.99999
 
 
+def test_embeddings_stored_as_halfvec_import_at_half_precision(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table public.documents "
+        "(id bigint primary key, content text, embedding halfvec(384))"
+    )
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        conn.execute(
+            "insert into public.documents values (%s, %s, %s::halfvec)",
+            (i, text, vector_literal(vec)),
+        )
+    conn.commit()
+
+    result = run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME)
+
+    assert result.exit_code == 0, result.output
+    assert summary(result)["chunks_imported"] == 4
+    same = conn.execute(
+        "select min(1 - (c.embedding <=> d.embedding::vector)) from pgrag.chunks as c "
+        "join public.documents as d on d.content = c.content"
+    ).fetchone()
+    assert same is not None and same[0] > 0.99999  # the stored half-precision values, as vectors
+
+
 def test_an_unreachable_source_database_is_one_line_naming_the_option(db: str) -> None:
     unreachable = "postgresql://nobody@127.0.0.1:1/app?connect_timeout=2"
 
