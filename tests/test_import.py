@@ -183,6 +183,44 @@ def test_embeddings_stored_as_halfvec_import_at_half_precision(
     assert same is not None and same[0] > 0.99999  # the stored half-precision values, as vectors
 
 
+def test_a_view_naming_another_tables_columns_imports_in_the_documents_shape(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table public.kb (pk int primary key, doc text, chunk text, vec vector(384))"
+    )
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        conn.execute(
+            "insert into public.kb values (%s, %s, %s, %s)",
+            (i, "manual" if i < 2 else f"note-{i}", text, vector_literal(vec)),
+        )
+    conn.execute(
+        "create view public.kb_for_pgrag as select pk as id, doc as source_uri, "
+        "chunk as content, vec as embedding from public.kb"
+    )
+    conn.commit()
+
+    result = run(db, "--table", "kb_for_pgrag", "--model", LOCAL_MODEL_NAME)
+
+    s = summary(result)
+    assert result.exit_code == 0, result.output
+    assert (s["documents_new"], s["chunks_imported"], s["unmapped_columns"]) == (3, 4, [])
+    assert [r[2] for r in chunks(conn) if r[0] == "manual"] == TEXTS[:2]
+
+
+def test_a_table_of_another_shape_is_one_line_naming_the_way_in(
+    db: str, conn: psycopg.Connection[Any]
+) -> None:
+    conn.execute("create table public.kb (pk int primary key, chunk text, vec vector(384))")
+    conn.commit()
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", "--table", "kb"])
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "chunk, pk, vec" in lines[0] and "create view" in lines[0]
+
+
 def test_an_unreachable_source_database_is_one_line_naming_the_option(db: str) -> None:
     unreachable = "postgresql://nobody@127.0.0.1:1/app?connect_timeout=2"
 

@@ -260,7 +260,9 @@ def _shape_of(
         f"table {schema}.{name} has none of the known shapes (its columns: "
         f"{', '.join(sorted(columns))}): it needs content (or body) and embedding (the Supabase "
         "guides' documents), document/cmetadata/embedding (LangChain) or text/metadata_/node_id/"
-        "embedding (LlamaIndex); or export it to JSONL."
+        "embedding (LlamaIndex); import a view that gives its columns those names "
+        "(create view ... as select text_column as content, vector_column as embedding ...), "
+        "or export it to JSONL."
     )
 
 
