@@ -65,6 +65,12 @@ def make_supabase_table(conn: psycopg.Connection[Any], vectors: list[np.ndarray]
     conn.commit()
 
 
+def import_guide_table(db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]) -> None:
+    """The Supabase guide's table, imported once into the default tenant."""
+    make_supabase_table(conn, vectors)
+    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+
+
 def chunks(conn: psycopg.Connection[Any], tenant: str = "default") -> list[tuple[Any, ...]]:
     return conn.execute(
         "select d.source_uri, c.chunk_index, c.content, c.metadata, c.embedding::text "
@@ -274,8 +280,7 @@ def test_rows_sharing_a_source_become_one_document_with_ordered_chunks(
 def test_a_reimport_skips_unchanged_documents_and_replaces_only_a_changed_one(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:
-    make_supabase_table(conn, vectors)
-    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    import_guide_table(db, conn, vectors)
     kept = conn.execute("select id from pgrag.chunks where content = %s", (TEXTS[2],)).fetchone()
 
     again = summary(run(db, "--table", "documents"))
@@ -321,8 +326,7 @@ def test_prune_removes_the_documents_whose_rows_left_the_source(
 def test_prune_of_a_source_without_rows_left_removes_its_documents(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:
-    make_supabase_table(conn, vectors)
-    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    import_guide_table(db, conn, vectors)
     conn.execute("delete from public.documents")
     conn.commit()
 
@@ -335,8 +339,7 @@ def test_prune_of_a_source_without_rows_left_removes_its_documents(
 def test_prune_keeps_a_document_whose_rows_were_refused(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:
-    make_supabase_table(conn, vectors)
-    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    import_guide_table(db, conn, vectors)
     conn.execute(
         "update public.documents set content = '' where metadata ->> 'source' = 'guide.md'"
     )
@@ -352,8 +355,7 @@ def test_prune_keeps_a_document_whose_rows_were_refused(
 def test_prune_with_dry_run_counts_and_removes_nothing(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:
-    make_supabase_table(conn, vectors)
-    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    import_guide_table(db, conn, vectors)
     conn.execute("delete from public.documents where metadata ->> 'source' is null")
     conn.commit()
 
@@ -676,8 +678,7 @@ def test_an_older_langchain_table_keyed_by_uuid_imports_by_custom_id(
 def test_new_metadata_of_a_row_replaces_its_document_with_it(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:
-    make_supabase_table(conn, vectors)
-    assert run(db, "--table", "documents", "--model", LOCAL_MODEL_NAME).exit_code == 0
+    import_guide_table(db, conn, vectors)
     conn.execute("""update public.documents set metadata = metadata || '{"team": "ops"}'
                     where id = 3""")
     conn.commit()
