@@ -256,6 +256,21 @@ def test_source_dsn_without_a_table_is_a_usage_error(db: str, tmp_path: Path) ->
     assert result.exit_code == 2 and "--source-dsn goes with --table" in result.output
 
 
+def test_a_source_dsn_in_the_environment_leaves_a_file_import_alone(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", vectors)
+
+    result = CliRunner().invoke(
+        main,
+        ["--dsn", db, "import", str(path), "--model", LOCAL_MODEL_NAME, "--json"],
+        env={"PGRAG_IMPORT_SOURCE_DSN": "postgresql://nobody@127.0.0.1:1/app"},
+    )
+
+    assert result.exit_code == 0, result.output
+    assert summary(result)["chunks_imported"] == 4
+
+
 def test_rows_sharing_a_source_become_one_document_with_ordered_chunks(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:

@@ -113,7 +113,10 @@ def import_command(
     if collection is not None and table is None:
         raise click.UsageError("--collection goes with --table (LangChain's table).")
     if source_dsn is not None and table is None:
-        raise click.UsageError("--source-dsn goes with --table (the table to read there).")
+        # PGRAG_IMPORT_SOURCE_DSN set for table imports does not stand in a file's way.
+        given = click.get_current_context().get_parameter_source("source_dsn")
+        if given is not click.core.ParameterSource.ENVIRONMENT:
+            raise click.UsageError("--source-dsn goes with --table (the table to read there).")
     dsn = state.dsn()
     shown = progress if progress is not None else not as_json
     mode: ProgressMode = "json" if progress_json else progress_mode(shown)
