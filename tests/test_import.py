@@ -227,6 +227,24 @@ def test_a_table_of_another_shape_is_one_line_naming_the_way_in(
     assert len(lines) == 1 and "chunk, pk, vec" in lines[0] and "create view" in lines[0]
 
 
+def test_embeddings_kept_as_text_are_one_line_and_nothing_is_written(
+    db: str, conn: psycopg.Connection[Any]
+) -> None:
+    conn.execute("create table public.documents (id int primary key, content text, embedding text)")
+    conn.execute("insert into public.documents values (1, 'Some text.', '[0.1, 0.2]')")
+    conn.commit()
+
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", "--table", "documents", "--model", LOCAL_MODEL_NAME]
+    )
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "public.documents cannot be read" in lines[0], lines
+    assert "embedding::vector" in lines[0]
+    assert conn.execute("select count(*) from pgrag.documents").fetchone() == (0,)
+
+
 def test_an_unreachable_source_database_is_one_line_naming_the_option(db: str) -> None:
     unreachable = "postgresql://nobody@127.0.0.1:1/app?connect_timeout=2"
 

@@ -200,13 +200,10 @@ class TableDatabase:
     own: bool = True
 
     def connect(self, *, autocommit: bool = False) -> psycopg.Connection[Any]:
-        """A read-only connection (every transaction it begins is READ ONLY)."""
-        if self.own:
-            conn = connect(self.dsn, autocommit=autocommit)
-        else:
-            conn = connect(
-                self.dsn, autocommit=autocommit, sources=SOURCE_DSN_SOURCES, hint=SOURCE_DSN_HINT
-            )
+        """A read-only connection (every transaction it begins is READ ONLY); an error names
+        the option the other database came from."""
+        named = {} if self.own else {"sources": SOURCE_DSN_SOURCES, "hint": SOURCE_DSN_HINT}
+        conn = connect(self.dsn, autocommit=autocommit, **named)
         conn.read_only = True
         return conn
 
@@ -316,17 +313,27 @@ def open_table(
                 cur.execute(statement, params)
             except psycopg.errors.UndefinedObject as exc:  # no pgvector type: not embeddings
                 raise NotInstalled(f"{schema}.{name}.embedding is not a vector: {exc}") from exc
-            for rid, content, emb, meta, src, title, page, start in cur:
-                yield SourceRow(
-                    str(rid) if rid is not None else "",
-                    content,
-                    emb,
-                    dict(meta or {}),
-                    src,
-                    title,
-                    int(page) if page is not None else None,
-                    int(start) if start is not None else None,
-                )
+            try:
+                for rid, content, emb, meta, src, title, page, start in cur:
+                    yield SourceRow(
+                        str(rid) if rid is not None else "",
+                        content,
+                        emb,
+                        dict(meta or {}),
+                        src,
+                        title,
+                        int(page) if page is not None else None,
+                        int(start) if start is not None else None,
+                    )
+            except (psycopg.DataError, psycopg.errors.CannotCoerce) as exc:
+                # e.g. embeddings kept as text: the table's own values cannot be read as numbers
+                reason = " ".join((exc.diag.message_primary or str(exc)).split())
+                raise ConfigError(
+                    f"{schema}.{name} cannot be read as pgrag reads it ({reason}): the embedding "
+                    "must be a vector, halfvec or an array of numbers, and page a number; "
+                    "import a view that casts the columns "
+                    "(e.g. select embedding::vector as embedding ...)."
+                ) from exc
 
     return Source(
         label=f"table {prefix}{schema}.{name} ({shape.name})",
