@@ -20,10 +20,11 @@
 3. The bound in chunks/s: the faster of the two measured rates / FLOPs(n).
 4. A sweep of batch size and threads at 200 tokens (fp32 and int8), every setting once per
    round, interleaved; then the embedder (``LocalEmbedder.embed``, tokenisation included) on real
-   text, SciFact abstracts cut to exactly 60, 200 and 256 tokens, the old setting (fp32, batch
-   64) against the embedder's default batch size in fp32 and int8, interleaved in one run, as a
-   fraction of the bound. The machine is shared: every figure is the best of its rounds (the run
-   least disturbed by other work), and every round re-measures the matrix-multiply rate.
+   text, SciFact abstracts cut to exactly 60, 200 and 256 tokens, the old embedder (the model
+   code of git revision --before, fp32, batch 64) against today's at its default batch size in
+   fp32 and int8, interleaved in one run, as a fraction of the bound. The machine is shared:
+   every figure is the best of its rounds (the run least disturbed by other work), and every
+   round re-measures the matrix-multiply rate.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from benchmarks.common import ROOT, SCIFACT
 
 LAYERS, HIDDEN, INTERMEDIATE = 6, 384, 1536
 LENGTHS = (60, 200, 256)
+BEFORE = "965171b"  # the model code before the fused operators (the graph the issue measured)
 
 
 def flops_per_chunk(n: int) -> int:
@@ -122,6 +124,39 @@ def texts_of_length(tokens: int, count: int) -> list[str]:
     return out
 
 
+class EmbedderAt:
+    """The fp32 local model as the code of git revision ``rev`` ran it (its graph, its cache
+    file in a temporary folder), in batches of ``batch_size``: the old embedder side by side with
+    today's in one run."""
+
+    def __init__(self, rev: str, batch_size: int) -> None:
+        import tempfile
+        import types
+
+        from pgrag.pipeline.embedders import local_model_path
+
+        shown = subprocess.run(
+            ["git", "show", f"{rev}:pgrag/pipeline/onnx_model.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if shown.returncode != 0:
+            raise SystemExit(
+                f"--before {rev}: not in this clone's history ({shown.stderr.strip()})"
+            )
+        source = shown.stdout
+        module = types.ModuleType(f"onnx_model_at_{rev}")
+        sys.modules[module.__name__] = module  # dataclasses and typing resolve names through it
+        exec(compile(source, f"{rev}:onnx_model.py", "exec"), module.__dict__)
+        self._cache = tempfile.TemporaryDirectory(prefix="pgrag-embedder-at-")
+        self._encoder = module.OnnxSentenceEncoder(local_model_path(), Path(self._cache.name))
+        self.batch_size = batch_size
+
+    def embed(self, texts: list[str]) -> Any:
+        return self._encoder.encode(texts, batch_size=self.batch_size)
+
+
 def rate(embedder: Any, texts: list[str]) -> float:
     start = time.perf_counter()
     embedder.embed(texts)
@@ -134,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--batch", type=int, default=None, help="default: the embedder's")
     parser.add_argument("--gemm-seconds", type=float, default=1.5)
+    parser.add_argument(
+        "--before",
+        default=BEFORE,
+        help="git revision of the old embedder, run in batches of 64 (default: %(default)s, "
+        "the last with the plain-operator graph)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/embedder_bound.json")
     args = parser.parse_args(argv)
 
@@ -180,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     # size (chosen from the sweep), fp32 and int8.
     best_batch = args.batch or LOCAL_BATCH_SIZE
     configs = {
-        "before": LocalEmbedder(batch_size=64, precision="fp32"),
+        "before": EmbedderAt(args.before, 64),
         "fp32": LocalEmbedder(batch_size=best_batch, precision="fp32"),
         "int8": LocalEmbedder(batch_size=best_batch, precision="int8"),
     }
