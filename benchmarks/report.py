@@ -1407,15 +1407,19 @@ counts by the model's tokenizer). Small runs on a shared machine: a rate, not a 
 """
 
 
+BEFORE_REVISION = "965171b"  # benchmarks/embedder_bound.py's default --before
 EMBEDDER_RUNS = (
     ("embedder_bound.json", "first run, other work on the machine"),
     ("embedder_bound-idle.json", "second run, the machine otherwise idle"),
+    ("embedder_bound-fused.json", "third run, fused operators"),
 )
 
 
 def embedder_bound() -> str:
     runs = [(load(name), label) for name, label in EMBEDDER_RUNS]
-    d = runs[-1][0]
+    d = runs[1][0]  # the sweep and the int8 cosine of the plain-operator graph
+    fused = runs[-1][0]["per_length"]
+    plain = [(run, label) for run, label in runs[:-1]]
 
     def share(r: Json, key: str) -> str:
         return f"{num(r[f'{key}_chunks_per_s'])} ({num(100 * r[f'{key}_fraction_of_bound'], 0)} %)"
@@ -1444,11 +1448,19 @@ def embedder_bound() -> str:
         for p in ("fp32", "int8")
         for t in threads
     ]
-    fp32 = [r["fp32_fraction_of_bound"] for run, _ in runs for r in run["per_length"]]
-    int8 = [r["int8_speedup"] for run, _ in runs for r in run["per_length"]]
-    batch = [r["fp32_speedup"] for run, _ in runs for r in run["per_length"]]
+    fp32 = [r["fp32_fraction_of_bound"] for run, _ in plain for r in run["per_length"]]
+    int8 = [r["int8_speedup"] for run, _ in plain for r in run["per_length"]]
+    batch = [r["fp32_speedup"] for run, _ in plain for r in run["per_length"]]
     cos = d["int8_cosine_to_fp32"]
-    bounds = " and ".join(f"{num(run['bound_rate_gflops'])}" for run, _ in runs)
+
+    def shares(key: str) -> str:
+        return ", ".join(f"{num(100 * r[f'{key}_fraction_of_bound'], 0)} %" for r in fused)
+
+    fused_tokens = " / ".join(str(r["tokens"]) for r in fused)
+    fused_speedup = " / ".join(f"{num(r['fp32_speedup'], 2)}×" for r in fused)
+    rates = [num(run["bound_rate_gflops"]) for run, _ in runs]
+    bounds = ", ".join(rates[:-1]) + f" and {rates[-1]}"
+    fused_cos = runs[-1][0]["int8_cosine_to_fp32"]
     provenances = "\n\n".join(
         f"{label.capitalize()}: {provenance(run)} {source(name)}"
         for (run, label), (name, _) in zip(runs, EMBEDDER_RUNS, strict=True)
@@ -1458,7 +1470,7 @@ def embedder_bound() -> str:
 
 What the CPU allows (`benchmarks/embedder_bound.py`): a float32 matrix multiply of the model's widest layer's shape
 ({" × ".join(str(x) for x in d["matmul_shape"])}) in numpy and in ONNX Runtime with the embedder's thread
-setting, measured again in every round; its best rate ({bounds} GFLOP/s in the two runs below) is
+setting, measured again in every round; its best rate ({bounds} GFLOP/s in the runs below) is
 the bound's rate. all-MiniLM-L6-v2 costs `{d["flops_formula"]}` operations per chunk (the
 linear layers plus attention's n² terms; layer norms, softmax and GELU are left out, so the bound is
 a little generous); the rate divided by that is the bound in chunks/s. The embedder
@@ -1466,19 +1478,28 @@ a little generous); the rate divided by that is the bound in chunks/s. The embed
 {d["chunks_per_measurement"]} chunks per measurement: the old setting (fp32, batches of 64) and
 the default batches of {d["batch_size"]} in fp32 and int8, interleaved in {d["repeats"]} rounds. The
 machine is shared, so every figure is the best of its rounds; all rounds are in the results files.
-The same command ran twice, on different days:
+The same command ran three times, on different days; in the third the model runs on ONNX
+Runtime's fused BERT operators, and "before" is the old embedder itself (the model code of git
+revision `{BEFORE_REVISION}`, fp32, batches of 64), run beside it:
 
 {table(["run", "tokens n", "bound (chunks/s)", "before: fp32, batch 64 (of bound)", f"fp32, batch {d['batch_size']} (of bound)", f"int8, batch {d['batch_size']} (of bound)", "speedup fp32 / int8"], rows)}
 
-The two runs disagree more than the settings differ: fp32 reached {num(100 * min(fp32), 0)} to
+The first two runs disagree more than the settings differ: fp32 reached {num(100 * min(fp32), 0)} to
 {num(100 * max(fp32), 0)} % of the bound, and batches of {d["batch_size"]} ran at {num(min(batch), 2)}× to
 {num(max(batch), 2)}× the rate of batches of 64. On this shared machine a single run's fraction of the
 bound is not a stable figure; what held in both runs is int8's lead over the old setting
 ({num(min(int8), 2)}× to {num(max(int8), 2)}×), and that one thread is slower than two.
 
+The fused operators (third run) compute the same embeddings (cosine 0.99999 or more to the plain
+graph's) with one kernel for what took a dozen operators and their intermediate tensors. At
+{fused_tokens} tokens fp32 ran at {fused_speedup} the old embedder's rate in the same run:
+{shares("fp32")} of the bound, where the old embedder reached {shares("before")}.
+
 The int8 model (`PGRAG_LOCAL_PRECISION=int8`) multiplies in 8-bit integers, so it can pass the
 float32 bound. Its embeddings' cosine to fp32's on the 200-token chunks: minimum {cos["min"]}, mean
-{cos["mean"]}. Batch size and threads at 200 tokens in the second run (chunks/s, best of {d["repeats"]}
+{cos["mean"]} (in the third run, the fused graph's int8 copy against the old fp32 embedder:
+minimum {fused_cos["min"]}, mean {fused_cos["mean"]}; the quality figures below are of the plain graph's
+int8 copy). Batch size and threads at 200 tokens in the second run (chunks/s, best of {d["repeats"]}
 interleaved rounds; they rule out only the extremes: one thread is slower, and no batch size beats
 the others by much):
 
