@@ -3,7 +3,9 @@
 On a terminal a rich bar moves with the work (documents done, plus a counter such as chunks
 embedded that moves per batch); in a pipe, a log or CI, one line every ``interval`` seconds
 (env PGRAG_PROGRESS_INTERVAL, default 10) says how far the work is and how long it should
-still take. Safe to update from several threads.
+still take. Safe to update from several threads: each line is one write, so a line from a
+thread that is still finishing never splits another's (the final ``Error: ...`` of an
+interrupted run), and once the ``with`` block has ended the progress prints nothing more.
 
 Work measured in chunks as well as documents (``pgrag ingest``, ``pgrag import``) reports
 chunks: those done (ingest: embedded, or needing no embedding; import: rows read and checked)
@@ -42,6 +44,13 @@ def progress_mode(enabled: bool | None) -> ProgressMode:
 def _clock(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _write_line(line: str) -> None:
+    """``line`` on stderr in one write (``print`` writes the text and the newline apart, and
+    another thread's message could land between them)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 class Progress:
@@ -84,6 +93,7 @@ class Progress:
         self.bar: Any = None
         self.task: Any = None
         self.lines = False
+        self.closed = False  # the with block ended: nothing more is printed
         self.json = mode == "json"
         if mode == "off":
             return
@@ -118,9 +128,10 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
-        if self.json:
-            with self.lock:
+        with self.lock:
+            if self.json:
                 self._print_event(time.monotonic(), done=True)
+            self.closed = True
 
     def advance(self, n: float = 1, description: str | None = None) -> None:
         """``n`` more units done."""
@@ -229,6 +240,8 @@ class Progress:
         return None
 
     def _show(self, description: str | None) -> None:
+        if self.closed:
+            return
         if self.bar is not None:
             text = self._counters()
             left = self._left(time.monotonic())
@@ -269,7 +282,7 @@ class Progress:
         left = self._left(now)
         if left is not None:
             parts.append(f"about {_clock(left)} left")
-        print(f"{self.label}: {', '.join(parts)}", file=sys.stderr, flush=True)
+        _write_line(f"{self.label}: {', '.join(parts)}")
 
     def _print_event(self, now: float, *, done: bool) -> None:
         """One JSON line (fields: docs/cli.md, "Progress"): units and chunks done of their
@@ -300,4 +313,4 @@ class Progress:
             "eta": eta,
             "done": done,
         }
-        print(json.dumps(event), file=sys.stderr, flush=True)
+        _write_line(json.dumps(event))
