@@ -1736,11 +1736,12 @@ What costs what at {runs[0]["size"]:,} chunks, in seconds: {num(c["parse_s_all_c
 parsing and {num(c["graph_s"])} of graph build (the ceiling's own parts; the build is
 {num(c["graph_beyond_bare_build_s"])} s from the bare one) against
 {num(c["swaps_beyond_parse_s"])} of swaps beyond the parse (row, TOAST and index writes, among
-them the GIN index on `fts`, per-row triggers), {num(c["postings_s"])} of BM25 postings
+them the GIN index on `fts`, per-row triggers: [What a swap costs](#what-a-swap-costs)),
+{num(c["postings_s"])} of BM25 postings
 ({runs[0]["parse_floor"]["postings"]:,} rows and their primary key) and
 {num(c["documents_and_copy_s"])} of documents and COPY. 70 % of the ceiling would be a
-{num(c["seventy_percent_budget_s"])} s load: the postings alone take longer, so it is out of
-reach while the postings are a table of one row per (word, chunk) with its primary key. At 1M
+{num(c["seventy_percent_budget_s"])} s load: the postings alone take longer, and no other
+layout of them measured so far closes the gap ([BM25 postings layouts](#bm25-postings-layouts)). At 1M
 the graph build no longer fits in `maintenance_work_mem` (1 GB at most) and dominates the
 ceiling (no second build of that graph fitted the time: the load's own build stands for it),
 so the bulk path reaches a larger fraction of it.
@@ -1760,6 +1761,103 @@ more. The keyword arm and the exact vector scan read the data alone.
 
 Import rates: bulk {same["bulk"]["chunks_per_s"]:,} chunks/s, row by row
 {same["rows"]["chunks_per_s"]:,} chunks/s. {provenance(same)} {source("import_same_results.json")}
+"""
+
+
+def swap_costs() -> str:
+    d = load("swap_costs.json")
+    steps = d["steps"]
+    first, last = steps[0]["seconds_swaps"], steps[-1]["seconds_swaps"]
+    parse = d["seconds_parse_one_core"]
+    rows = [
+        [
+            "as installed" if s["seconds_saved"] is None else f"without {s['removed']}",
+            num(s["seconds_swaps"], 2),
+            "-" if s["seconds_saved"] is None else num(s["seconds_saved"], 2),
+            "-" if s["seconds_saved"] is None else f"{num(100 * s['seconds_saved'] / first, 0)} %",
+        ]
+        for s in steps
+    ]
+    rows.append(["the parse alone (`pgrag.chunk_fts`, one core)", num(parse, 2), "", ""])
+    return f"""\
+## What a swap costs
+
+The swaps of a bulk load of {d["size"]:,} chunks (`first_load.py`'s corpus, loader and batches
+of {d["batch_docs"]} documents, one connection), each into a fresh database with one more part of
+`pgrag.chunks` taken away than the row above (`benchmarks/swap_costs.py`, medians of
+{len(steps[0]["rounds"])} rounds in alternating order). What a row saves is what that part costs.
+
+{table(["swaps", "s", "saved s", "of the swaps"], rows)}
+
+Of the {num(first, 2)} s, {num(parse, 2)} s are the parse and {num(last - parse, 2)} s the row
+itself (heap, TOAST, primary and unique keys); the rest are the two per-row triggers that
+copy the document's `is_public` and keep a bulk load's rows out of the shared graph, the
+foreign key, and the GIN index on `fts`. The planner reads that index for phrase filters (the
+facet counts of a quoted query, the keyword arm of a caller without a tenant), so it stays; the triggers are what keeps those columns true whatever the writer
+sends. No single part is large enough to bring a load near 70 % of its ceiling
+([BM25 postings layouts](#bm25-postings-layouts)).
+
+{provenance(d)} {source("swap_costs.json")}
+"""
+
+
+def postings_layout() -> str:
+    d = load("postings_layout.json")
+    src, rd, r = d["source"], d["read"], d["ratios"]
+    fl = load("first_load.json")
+    best = max(r["build_rows_over_blocks"], r["build_rows_over_index_after"])
+    projected = fl["bulk"]["seconds_postings"] / best
+    c = fl["costs"]
+    after = fl["bulk"]["seconds_total"] - (fl["bulk"]["seconds_postings"] - projected)
+    labels = {
+        "rows": "a row per posting, keyed as inserted (today's table, a bulk load's pass)",
+        "rows_index_after": "a row per posting, keyed after the rows (one sorted index build)",
+        "blocks": f"blocks of up to {d['block']} postings a row (arrays), keyed as inserted",
+    }
+    rows = [
+        [
+            label,
+            num(d[k]["seconds_insert"]),
+            num(d[k]["seconds_index"]) if "seconds_index" in d[k] else "-",
+            num(d[k]["seconds_vacuum"]),
+            f"**{num(d[k]['seconds_total'])}**",
+            f"{d[k]['rows']:,}",
+            f"{d[k]['wal_mb']:,}",
+            f"{d[k]['size_mb']:,}",
+        ]
+        for k, label in labels.items()
+    ]
+    return f"""\
+## BM25 postings layouts
+
+What storing the postings otherwise would save a bulk load, measured before any migration
+(`benchmarks/postings_layout.py`): the {src["postings"]:,} postings of {src["chunks"]:,} chunks of
+the first-load corpus, parsed once ({num(src["parse_s_one_core"])} s on one core, not counted),
+written by one statement into each layout in one scratch database, then vacuumed.
+
+{table(["layout", "insert s", "index s", "vacuum s", "total s", "rows", "WAL MB", "size MB"], rows)}
+
+Building the same postings costs {ratio(d["rows"]["seconds_total"], d["rows_index_after"]["seconds_total"])}×
+less with the key built after the rows (which needs a table of the tenant's own, a partition
+say: the shared table's key holds every tenant) and {ratio(d["rows"]["seconds_total"], d["blocks"]["seconds_total"])}×
+less in blocks, which also write {r["wal_rows_over_blocks"]}× less WAL and take
+{r["size_rows_over_blocks"]}× less space. What no layout saves is the shared part: making
+every posting from the chunks' vectors and sorting them by word takes
+{num(src["seconds_postings_made_and_sorted"])} s here on its own. Reading ({rd["queries"]}
+SciFact queries scored exhaustively, every posting of their words; the same top 10 for
+{rd["same_top10"]} of them) costs {r["read_p50_blocks_over_rows"]}× the time in blocks at the
+median ({pair(rd["blocks"]["p50_ms"], rd["blocks"]["p95_ms"])} against
+{pair(rd["rows"]["p50_ms"], rd["rows"]["p95_ms"])} ms p50 / p95). Scaled by the best of these
+ratios, the {fl["size"]:,}-chunk bulk load's postings phase ({num(fl["bulk"]["seconds_postings"])} s)
+would take about {num(projected)} s and the load {num(after)} s, {num(100 * c["ceiling_s"] / after, 0)} %
+of its ceiling; with the swaps' {num(c["swaps_beyond_parse_s"])} s beyond parsing gone as well,
+{num(after - c["swaps_beyond_parse_s"])} s, {num(100 * c["ceiling_s"] / (after - c["swaps_beyond_parse_s"]), 0)} %.
+70 % ({num(c["seventy_percent_budget_s"])} s) leaves {num(c["seventy_percent_budget_s"] - c["ceiling_s"])} s
+beyond the ceiling's parse and graph for COPY, the rest of the swaps and the postings together:
+about the {num(src["seconds_postings_made_and_sorted"])} s that making and sorting the postings
+once takes here on one core, with nothing written.
+
+{provenance(d)} {source("postings_layout.json")}
 """
 
 
@@ -2190,6 +2288,8 @@ SECTIONS: list[Callable[[], str]] = [
     embedder_bound,
     first_load,
     bulk_path,
+    swap_costs,
+    postings_layout,
     plpython,
     load_section,
     replica,
