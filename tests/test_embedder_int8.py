@@ -1,5 +1,6 @@
 """The int8 local model: made once from the fp32 graph, cached, reused offline, and close to
-fp32's embeddings; PGRAG_LOCAL_PRECISION picks it."""
+fp32's embeddings; documents embed in it by default, queries in fp32, and PGRAG_LOCAL_PRECISION
+chooses for both."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from pgrag.cli import main
+from pgrag.db import connect
 from pgrag.errors import ConfigError
-from pgrag.pipeline.embedders import LocalEmbedder, local_model_path
-from pgrag.pipeline.onnx_model import OnnxSentenceEncoder, int8_cache_path
+from pgrag.pipeline.embedders import Embedder, LocalEmbedder, get_embedder, local_model_path
+from pgrag.pipeline.onnx_model import OnnxSentenceEncoder, cache_path, int8_cache_path
+from pgrag.search import query_embedder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +45,7 @@ def test_the_int8_model_is_made_once_and_then_loaded_from_the_cache(
     assert path.is_file() and checksum.is_file()
     before = (path.stat().st_mtime_ns, checksum.read_text())
 
-    def no_second_quantisation(model_dir: Path) -> bytes:
+    def no_second_quantisation(model_dir: Path, graph: bytes) -> bytes:
         raise AssertionError("the cached int8 model was made again")
 
     monkeypatch.setattr(onnx_model, "quantize_int8", no_second_quantisation)
@@ -66,6 +71,48 @@ def test_precision_is_chosen_by_argument_or_environment(monkeypatch: Any) -> Non
     monkeypatch.setenv("PGRAG_LOCAL_PRECISION", "int8")
     assert LocalEmbedder().precision == "int8"
     assert LocalEmbedder(precision="fp32").precision == "fp32"
+
+
+def precision(embedder: Embedder) -> str:
+    assert isinstance(embedder, LocalEmbedder)
+    return embedder.precision
+
+
+def test_documents_embed_in_int8_and_queries_in_fp32_unless_the_environment_says(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.delenv("PGRAG_LOCAL_PRECISION", raising=False)
+    assert precision(get_embedder("local", for_documents=True)) == "int8"
+    assert precision(get_embedder("local")) == "fp32"
+    assert LocalEmbedder(backend="sentence-transformers", for_documents=True).precision == "fp32"
+    for chosen in ("fp32", "int8"):
+        monkeypatch.setenv("PGRAG_LOCAL_PRECISION", chosen)
+        assert precision(get_embedder("local", for_documents=True)) == chosen
+        assert precision(get_embedder("local")) == chosen
+
+
+def test_pgrag_ingest_stores_int8_embeddings_that_an_fp32_query_finds(
+    db: str, tmp_path: Path, local_embedder: LocalEmbedder, monkeypatch: Any
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("PGRAG_HOME", str(home))
+    monkeypatch.delenv("PGRAG_LOCAL_PRECISION", raising=False)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "note.md").write_text("# Killed ingests\n\nA killed ingest leaves whole documents.")
+
+    assert CliRunner().invoke(main, ["--dsn", db, "ingest", str(docs)]).exit_code == 0
+
+    with connect(db) as conn:
+        content, stored = conn.execute("select content, embedding from pgrag.chunks").fetchone()
+        assert precision(query_embedder(conn)) == "fp32"
+    quantised = LocalEmbedder(precision="int8").embed([content])[0]
+    np.testing.assert_allclose(stored.to_numpy(), quantised, atol=1e-5)
+    assert not np.allclose(stored.to_numpy(), local_embedder.embed([content])[0], atol=1e-4)
+    # Making the int8 copy cached the fp32 graph too: a search loads it, builds nothing.
+    assert cache_path(local_model_path(), home / "models").is_file()
+    found = CliRunner().invoke(main, ["--dsn", db, "search", "what does a killed ingest leave?"])
+    assert found.exit_code == 0 and "Killed ingests" in found.output
 
 
 def test_an_unknown_precision_is_a_one_line_error(monkeypatch: Any) -> None:

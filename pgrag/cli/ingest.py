@@ -38,7 +38,8 @@ from pgrag.pipeline.embedders import PROVIDERS, get_embedder, read_embedding_con
     type=click.Choice(PROVIDERS),
     default=None,
     help="Embedding backend; default: the one recorded in the database, else local "
-    "(env PGRAG_EMBEDDER).",
+    "(env PGRAG_EMBEDDER). local embeds documents with its int8 copy (about twice as fast; "
+    "searches embed queries in fp32); env PGRAG_LOCAL_PRECISION=fp32 for fp32.",
 )
 @click.option(
     "--model",
@@ -143,7 +144,7 @@ def ingest(
             dims, db_model, db_provider = read_embedding_config(conn)
         if provider is None and model is None:
             provider, model = db_provider, db_model
-        embedder = get_embedder(provider or db_provider, model, dims)
+        embedder = get_embedder(provider or db_provider, model, dims, for_documents=True)
     options = IngestOptions(
         chunker=chunker,
         breakpoint=breakpoint,

@@ -164,7 +164,7 @@ def reembed_command(
         raise ConfigError("name the new model: pgrag reembed --model MODEL (see --help).")
     if provider is None:
         provider = provider_for_model(model)
-    embedder = get_embedder(provider, model, dims)
+    embedder = get_embedder(provider, model, dims, for_documents=True)
     summary = reembed(
         dsn,
         embedder,

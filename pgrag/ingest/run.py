@@ -166,9 +166,7 @@ class IngestRun:
                 "pgrag.text_search_configs (docs/security.md, Restore)."
             )
         if embedder is None:
-            embedder = (
-                get_embedder(provider, model, dims) if provider else get_embedder(None, None, dims)
-            )
+            embedder = get_embedder(provider, model if provider else None, dims, for_documents=True)
         if embedder.dims != dims:
             raise EmbeddingConfigError(
                 f"{embedder.provider}:{embedder.model_name} makes {embedder.dims}-dimension "

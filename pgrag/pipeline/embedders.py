@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 LOCAL_BACKENDS = ("onnx", "sentence-transformers")
 LOCAL_PRECISIONS = ("fp32", "int8")
+# The local model's weights when PGRAG_LOCAL_PRECISION does not choose: documents in int8 (about
+# twice the fp32 rate, benchmarks/embedder_bound.py), queries in fp32. That pairing loses 0.0024
+# nDCG@10 in hybrid mode on SciFact and nothing in the others, within the 0.003 a default may
+# lose, and keeps the relevance floor's answers (docs/ingest.md, "The local model's speed").
+DOCUMENT_PRECISION = "int8"
+QUERY_PRECISION = "fp32"
 # Texts per ONNX Runtime call. Smaller batches keep a layer's activations in the CPU's caches
 # (64 chunks of 200 tokens need ~80 MB for the feed-forward layer alone): 16 embeds faster than
 # 64 on both precisions (benchmarks/embedder_bound.py).
@@ -81,9 +87,15 @@ def local_backend(backend: str | None = None) -> str:
     return chosen
 
 
-def local_precision(precision: str | None = None) -> str:
-    """The ONNX model's weights: ``precision``, else ``PGRAG_LOCAL_PRECISION``, else ``fp32``."""
-    chosen = (precision or os.environ.get("PGRAG_LOCAL_PRECISION") or "fp32").lower()
+def local_precision(
+    precision: str | None = None, *, for_documents: bool = False, backend: str = "onnx"
+) -> str:
+    """The ONNX model's weights: ``precision``, else ``PGRAG_LOCAL_PRECISION``, else
+    :data:`DOCUMENT_PRECISION` for an embedder of documents and :data:`QUERY_PRECISION` for
+    one of queries (fp32 on a backend other than ``onnx``, which has no int8 copy)."""
+    chosen = (precision or os.environ.get("PGRAG_LOCAL_PRECISION") or "").lower()
+    if not chosen:
+        return DOCUMENT_PRECISION if for_documents and backend == "onnx" else QUERY_PRECISION
     if chosen not in LOCAL_PRECISIONS:
         raise ConfigError(
             f"unknown local model precision {chosen!r} (PGRAG_LOCAL_PRECISION): "
@@ -105,9 +117,10 @@ class LocalEmbedder:
     ``backend`` (default ``PGRAG_LOCAL_BACKEND``, else ``onnx``) picks the runtime: ``onnx``
     (ONNX Runtime, the graph cached under ``$PGRAG_HOME/models``) or ``sentence-transformers``
     (torch; ``PGRAG_DEVICE`` picks its device, default ``cpu``). Both give the same embeddings
-    (cosine >= 0.9999, tested). ``precision`` (default ``PGRAG_LOCAL_PRECISION``, else ``fp32``)
-    picks the ONNX model's weights: ``int8`` runs a dynamically quantised copy, made once and
-    cached beside the graph (faster on the CPU; cosine to fp32's >= 0.98, tested).
+    (cosine >= 0.9999, tested). ``precision`` picks the ONNX model's weights (default
+    :func:`local_precision`'s: ``int8`` for an embedder ``for_documents``, else ``fp32``):
+    ``int8`` runs a dynamically quantised copy, made once and cached beside the graph (faster
+    on the CPU; cosine to fp32's >= 0.98, tested).
     """
 
     provider = "local"
@@ -118,10 +131,14 @@ class LocalEmbedder:
         backend: str | None = None,
         threads: int | None = None,
         precision: str | None = None,
+        *,
+        for_documents: bool = False,
     ) -> None:
         self.model_name = LOCAL_MODEL_NAME
         self.backend = local_backend(backend)
-        self.precision = local_precision(precision)
+        self.precision = local_precision(
+            precision, for_documents=for_documents, backend=self.backend
+        )
         if self.precision != "fp32" and self.backend != "onnx":
             raise ConfigError(
                 f"PGRAG_LOCAL_PRECISION={self.precision} needs the onnx backend: "
@@ -397,12 +414,18 @@ def provider_for_model(model: str) -> str:
 
 
 def get_embedder(
-    provider: str | None = None, model: str | None = None, dims: int | None = None
+    provider: str | None = None,
+    model: str | None = None,
+    dims: int | None = None,
+    *,
+    for_documents: bool = False,
 ) -> Embedder:
     """An embedder by provider (``local``/``openai``), with env defaults.
 
     ``PGRAG_EMBEDDER`` picks the provider, ``EMBEDDING_MODEL`` the model and
-    ``EMBEDDING_DIMENSION`` the dimension when the arguments are None.
+    ``EMBEDDING_DIMENSION`` the dimension when the arguments are None. ``for_documents``: it
+    embeds documents (ingest, the worker, reembed), not queries; the local model then runs
+    its int8 copy unless ``PGRAG_LOCAL_PRECISION`` says otherwise (:func:`local_precision`).
     """
     provider = (provider or os.environ.get("PGRAG_EMBEDDER") or "local").lower()
     model = model or os.environ.get("EMBEDDING_MODEL") or None
@@ -419,7 +442,7 @@ def get_embedder(
                 f"the local embedder runs only the bundled {LOCAL_MODEL_NAME}, not {model}: "
                 "use --embedder openai for other models (or unset EMBEDDING_MODEL)."
             )
-        embedder = LocalEmbedder()
+        embedder = LocalEmbedder(for_documents=for_documents)
         if dims is not None and dims != embedder.dims:
             raise EmbeddingConfigError(
                 f"the local model makes {embedder.dims}-dimension embeddings, not {dims}: "
@@ -448,11 +471,14 @@ def read_embedding_config(conn: psycopg.Connection[Any]) -> tuple[int, str | Non
     return int(row[0]), row[1], row[2]
 
 
-def embedder_for_database(conn: psycopg.Connection[Any]) -> Embedder:
-    """The embedder of the provider and model recorded in the database (local if none yet)."""
+def embedder_for_database(
+    conn: psycopg.Connection[Any], *, for_documents: bool = False
+) -> Embedder:
+    """The embedder of the provider and model recorded in the database (local if none yet);
+    ``for_documents`` as :func:`get_embedder`'s."""
     dims, model, provider = read_embedding_config(conn)
     if not conn.autocommit:
         conn.rollback()
     if provider is None:
-        return get_embedder(None, None, dims)
-    return get_embedder(provider, model, dims)
+        return get_embedder(None, None, dims, for_documents=for_documents)
+    return get_embedder(provider, model, dims, for_documents=for_documents)

@@ -264,13 +264,13 @@ def int8_cache_path(model_dir: Path, cache_dir: Path) -> Path:
     return fp32.with_name(fp32.name.replace(".onnx", f".int8-q{QUANT_VERSION}.onnx"))
 
 
-def quantize_int8(model_dir: Path) -> bytes:
-    """A self-contained int8 model: the fp32 graph with its weights, dynamically quantised."""
+def quantize_int8(model_dir: Path, graph: bytes) -> bytes:
+    """A self-contained int8 model: the fp32 ``graph`` with its weights, dynamically quantised."""
     import onnx
     from onnx import numpy_helper
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    model = onnx.load_from_string(build_graph(model_dir))
+    model = onnx.load_from_string(graph)
     weights = load_weights(model_dir)
     initializers = [
         numpy_helper.from_array(weights[t.name], t.name)
@@ -304,11 +304,14 @@ def quantize_int8(model_dir: Path) -> bytes:
 
 
 def cached_int8_model(model_dir: Path, cache_dir: Path) -> tuple[bytes, Path]:
-    """The int8 model's bytes from the cache, made (once) when missing or corrupt."""
+    """The int8 model's bytes from the cache, made (once) when missing or corrupt, from the
+    fp32 graph, which is then cached too: the queries of the same installation embed in fp32
+    (the default when documents embed in int8), and load it without building it."""
     path = int8_cache_path(model_dir, cache_dir)
     data = _verified(path)
     if data is None:
-        data = quantize_int8(model_dir)
+        graph, _ = cached_graph(model_dir, cache_dir)
+        data = quantize_int8(model_dir, graph)
         _store(path, data)
     return data, path
 

@@ -234,7 +234,7 @@ class QueueWorker:
             except psycopg.errors.UndefinedTable as exc:
                 raise NotInstalled("pgrag is not installed here: run pgrag migrate.") from exc
             if self._embedder is None:
-                self._embedder = embedder_for_database(conn)
+                self._embedder = embedder_for_database(conn, for_documents=True)
         # The checks every batch's run makes (model and dimension, language, chunk size), once
         # now: a worker that cannot work says so at start, not at its first document.
         run = IngestRun(self.dsn, "-", self._embedder, self.options.ingest, False, None)
