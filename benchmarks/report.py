@@ -1529,6 +1529,7 @@ def int8_quality() -> str:
     mixed = load("beir-int8-docs.json")  # int8 documents, fp32 queries
     ref = load("beir_folds.json")
     floor8, floor32 = load("relevance_floor-int8-docs.json"), load("relevance_floor.json")
+    speed = load("ingest_precision.json")
     b8, b32 = floor8["best_similarity"], floor32["best_similarity"]
     fl8, fl32 = ({round(x["floor"], 2): x for x in f["sweep"]}[FLOOR] for f in (floor8, floor32))
 
@@ -1575,6 +1576,13 @@ Embedding only the documents in int8 (the ingest's cost) and the queries in fp32
 cheap) loses less, {max(-mixed_worst, 0.0):.4f} at most, {over} the same SciFact database as the
 int8 run, queried again with `PGRAG_LOCAL_PRECISION=fp32`. That pairing is the default: documents
 embed in int8 and queries in fp32 unless `PGRAG_LOCAL_PRECISION` chooses for both. {provenance(mixed)} {source("beir-int8-docs.json")}
+
+End to end, `pgrag ingest` of {speed["documents"]} SciFact abstracts (one file each,
+{speed["runs"]["default"][0]["chunks_embedded"]} chunks) into fresh tenants, {len(speed["runs"]["default"])} runs
+of each alternating: **{num(speed["median_chunks_per_s"]["default"])} chunks/s** with the default against
+{num(speed["median_chunks_per_s"]["fp32"])} with `PGRAG_LOCAL_PRECISION=fp32`
+(**{num(speed["speedup_default_over_fp32"], 2)}×**; medians; the rest of the pipeline does not speed up).
+{provenance(speed)} {source("ingest_precision.json")}
 
 The relevance floor keeps its answers with int8 documents: with SciFact and the sample corpus
 ingested in int8 and the questions embedded in fp32 (`relevance_floor.py`), the default floor
