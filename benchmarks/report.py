@@ -1820,8 +1820,9 @@ of {d["batch_docs"]} documents, one connection), each into a fresh database with
 Of the {num(first, 2)} s, {num(parse, 2)} s are the parse and {num(last - parse, 2)} s the row
 itself (heap, TOAST, primary and unique keys); the rest are the two per-row triggers that
 copy the document's `is_public` and keep a bulk load's rows out of the shared graph, the
-foreign key, and the GIN index on `fts`. The planner reads that index for phrase filters (the
-facet counts of a quoted query, the keyword arm of a caller without a tenant), so it stays; the triggers are what keeps those columns true whatever the writer
+foreign key, and the GIN index on `fts`. That index can serve the `fts @@` filters of quoted
+phrases and exclusions (the facet counts scan a tenant's chunks with them, and so can the
+keyword arm of a caller without a tenant), so it stays; the triggers are what keeps those columns true whatever the writer
 sends. No single part is large enough to bring a load near 70 % of its ceiling
 ([BM25 postings layouts](#bm25-postings-layouts)).
 

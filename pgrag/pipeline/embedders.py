@@ -29,7 +29,7 @@ LOCAL_PRECISIONS = ("fp32", "int8")
 # The local model's weights when PGRAG_LOCAL_PRECISION does not choose: documents in int8 (about
 # twice the fp32 rate, benchmarks/embedder_bound.py), queries in fp32. That pairing loses 0.0024
 # nDCG@10 in hybrid mode on SciFact and nothing in the others, within the 0.003 a default may
-# lose, and keeps the relevance floor's answers (docs/ingest.md, "The local model's speed").
+# lose, and keeps the relevance floor's answers (docs/ingest.md, "How fast the local model embeds").
 DOCUMENT_PRECISION = "int8"
 QUERY_PRECISION = "fp32"
 # Texts per ONNX Runtime call. Smaller batches keep a layer's activations in the CPU's caches
