@@ -39,6 +39,7 @@ from common import SCIFACT, database_url
 
 from pgrag import eval as ev
 from pgrag.db import connect
+from pgrag.pipeline.embedders import embedder_for_database
 from pgrag.search import query_embedder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,12 +236,15 @@ def main(argv: list[str] | None = None) -> int:
         ev.assign_folds(dataset.queries, args.folds)  # a bad N fails before any work
     tenant = args.tenant or f"beir-{dataset.name}"
     dsn = database_url(args.dsn)
+    # The corpus embeds as `pgrag ingest` embeds documents, the queries as `pgrag search` does
+    # (the local model: int8 and fp32 by default), like `pgrag eval`.
     with connect(dsn) as conn:
         embedder = query_embedder(conn)
+        documents = embedder_for_database(conn, for_documents=True)
     if not args.no_ingest:
         started = time.perf_counter()
         summary = ev.ingest_dataset(
-            dsn, dataset, tenant=tenant, embedder=embedder, progress=sys.stderr.isatty()
+            dsn, dataset, tenant=tenant, embedder=documents, progress=sys.stderr.isatty()
         )
         print(f"ingest: {summary} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     started = time.perf_counter()
@@ -342,6 +346,12 @@ def main(argv: list[str] | None = None) -> int:
         "queries": len(dataset.queries),
         "tenant": tenant,
         "embedding_model": embedder.model_name,
+        # The local model's weights the corpus was (or, with --no-ingest, would be) embedded
+        # with, and the queries'.
+        "precision": {
+            "documents": getattr(documents, "precision", None),
+            "queries": getattr(embedder, "precision", None),
+        },
         "query_embedding_ms_per_query": round(embed_ms, 2),
         "latency": "client-side ms of one query returning 10 rows; embedding excluded",
         "fetch_for_metrics": args.fetch,

@@ -4,6 +4,7 @@ chooses for both."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,37 @@ def test_pgrag_ingest_stores_int8_embeddings_that_an_fp32_query_finds(
     assert cache_path(local_model_path(), home / "models").is_file()
     found = CliRunner().invoke(main, ["--dsn", db, "search", "what does a killed ingest leave?"])
     assert found.exit_code == 0 and "Killed ingests" in found.output
+
+
+def test_pgrag_eval_embeds_its_corpus_as_ingest_does_and_its_queries_as_search_does(
+    db: str, tmp_path: Path, int8_home: Path, local_embedder: LocalEmbedder, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("PGRAG_HOME", str(int8_home))
+    monkeypatch.delenv("PGRAG_LOCAL_PRECISION", raising=False)
+    data = tmp_path / "killed"
+    (data / "qrels").mkdir(parents=True)
+    doc = {"_id": "k", "title": "Killed ingests", "text": "A killed ingest leaves whole documents."}
+    query = "what does a killed ingest leave?"
+    (data / "corpus.jsonl").write_text(json.dumps(doc) + "\n")
+    (data / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": query}) + "\n")
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\tk\t1\n")
+
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "eval", str(data), "--mode", "vector", "--json"]
+    )
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["vector"]["ndcg@10"] == 1.0
+    with connect(db) as conn:
+        content, stored = conn.execute(
+            "select content, embedding from pgrag.chunks where tenant_id = 'beir-killed'"
+        ).fetchone()
+        (cached,) = conn.execute(
+            "select embedding from pgrag.query_embeddings where tenant_id = 'beir-killed'"
+        ).fetchone()
+    quantised = LocalEmbedder(precision="int8").embed([content])[0]
+    np.testing.assert_allclose(stored.to_numpy(), quantised, atol=1e-5)
+    np.testing.assert_allclose(cached.to_numpy(), local_embedder.embed([query])[0], atol=1e-5)
 
 
 def test_an_unknown_precision_is_a_one_line_error(monkeypatch: Any) -> None:

@@ -11,6 +11,7 @@ from pgrag.cli.common import echo_json, json_option, pass_state, progress_option
 from pgrag.cli.rerank import rerank_options, rerank_settings
 from pgrag.cli.state import CliState
 from pgrag.db import connect, wait_for_replay
+from pgrag.pipeline.embedders import embedder_for_database
 from pgrag.query_cache import QueryEmbeddings
 from pgrag.search import ContextOptions, query_embedder
 
@@ -254,10 +255,14 @@ def evaluate(
     else:
         # Writes go to --dsn; with a separate read replica, the searches below wait until it
         # has replayed them, so they never measure a partly replicated corpus.
+        # The corpus embeds as `pgrag ingest` embeds documents (the local model in int8 by
+        # default) and the queries as `pgrag search` does: the figures are what a default
+        # ingest and search give.
         dsn = state.dsn()
         with connect(dsn) as conn:
             embedder = query_embedder(conn)
-        ev.ingest_dataset(dsn, dataset, tenant=tenant, embedder=embedder, progress=mode)
+            documents = embedder_for_database(conn, for_documents=True)
+        ev.ingest_dataset(dsn, dataset, tenant=tenant, embedder=documents, progress=mode)
         if state.separate_reads:
             with connect(dsn, autocommit=True) as writer, state.connect_read() as reader:
                 wait_for_replay(writer, reader)
