@@ -256,6 +256,20 @@ def test_each_fold_scores_the_candidate_best_on_the_other_folds() -> None:
     assert cv.optimism == pytest.approx(1 / 3)
 
 
+def test_a_candidate_chosen_on_every_fold_shows_no_optimism() -> None:
+    qids = [f"q{i}" for i in range(10)]
+    # Means of the same per-query values summed in another order differ in the last bit.
+    values = [0.1344, 0.8474, 0.7638, 0.2551, 0.4954, 0.4495, 0.6516, 0.7887, 0.0939, 0.0283]
+    best = {
+        q: {"ndcg@10": v, "recall@10": v, "recall@100": v, "mrr@10": v}
+        for q, v in zip(qids, values, strict=True)
+    }
+    worse = {q: {m: x - 0.5 for m, x in row.items()} for q, row in best.items()}
+    cv = cross_validate({"best": best, "worse": worse}, 5)
+    assert cv.chosen == ["best"] * 5
+    assert f"{cv.optimism:+.4f}" == "+0.0000"
+
+
 def test_a_tie_on_the_other_folds_goes_to_the_first_candidate_given() -> None:
     folds = assign_folds([f"q{i}" for i in range(4)], 2)
     same = per_query_values(folds, [0.5, 0.7])
