@@ -211,7 +211,7 @@ a warm-up, query embedding excluded.
 
 {table(["mode", "nDCG@10", "recall@10", "recall@100", "MRR@10", "p50 ms", "p95 ms"], rows)}
 
-{provenance(d)} The corpus was ingested by the same script without `--no-ingest` just before.
+{provenance(d)} The corpus was ingested by the same script without `--no-ingest` just before{", " + embedded(d) if embedded(d) else ""}.
 {source("beir.json")}
 
 Bars: {"; ".join(bars)}. Earlier reference figures on this data (nDCG@10): {refs}.
@@ -226,6 +226,17 @@ with `pgrag eval DIR --mode hybrid:vector_weight=X` ([cli.md](cli.md)), and choo
 `--folds 5` so that the figure you compare is an out-of-fold one. The same figures for
 pgrag's modes come from `pgrag eval $PGRAG_SHARED_DIR/data/scifact --json`.
 """
+
+
+def embedded(d: Json) -> str:
+    """How a BEIR run embedded its corpus and queries (the local model's weights), if recorded."""
+    p = d.get("precision")
+    if not p or not p.get("documents"):
+        return ""
+    return (
+        f"documents embedded in {p['documents']} as `pgrag ingest` embeds them, queries in "
+        f"{p['queries']} as `pgrag search` does"
+    )
 
 
 def fusion_probe() -> str:
@@ -329,7 +340,7 @@ folds (✓). nDCG@10:
 Out of fold, the choice scores nDCG@10 **{num(oof["ndcg@10"], 4)}** (recall@10
 {num(oof["recall@10"], 4)}, recall@100 {num(oof["recall@100"], 4)}, MRR@10 {num(oof["mrr@10"], 4)});
 the best full-test figure, `{full["mode"]}` at {num(full["ndcg@10"], 4)}, overstates what
-choosing on these queries is worth by {num(cv["optimism_ndcg@10"], 4)}. {provenance(d)}
+choosing on these queries is worth by {num(cv["optimism_ndcg@10"], 4)}.{" Embeddings: " + embedded(d) + "." if embedded(d) else ""} {provenance(d)}
 {source("beir_folds.json") if "beir_folds.json" in _read else ""}"""
 
 
@@ -1524,10 +1535,10 @@ FLOOR = 0.3  # build_context's default min_score (sql/idempotent/028-context.sql
 
 
 def int8_quality() -> str:
-    """SciFact nDCG@10 of the int8 model against fp32's (``beir_folds.json``), per mode."""
-    q = load("beir-int8.json")
-    mixed = load("beir-int8-docs.json")  # int8 documents, fp32 queries
-    ref = load("beir_folds.json")
+    """SciFact nDCG@10 of the int8 model against fp32's (``beir-fp32.json``), per mode."""
+    q = load("beir-int8.json")  # int8 documents and queries
+    mixed = load("beir_folds.json")  # the default: int8 documents, fp32 queries
+    ref = load("beir-fp32.json")
     floor8, floor32 = load("relevance_floor-int8-docs.json"), load("relevance_floor.json")
     speed = load("ingest_precision.json")
     b8, b32 = floor8["best_similarity"], floor32["best_similarity"]
@@ -1550,12 +1561,14 @@ def int8_quality() -> str:
         if mixed_over
         else "within 0.003 in every mode:"
     )
-    folds = ""
-    fold_q = q.get("cross_validation", {}).get("fold_ndcg@10", {}).get("hybrid")
-    fold_r = ref["cross_validation"]["fold_ndcg@10"].get("hybrid")
-    if fold_q and fold_r:
-        diffs = ", ".join(f"{y - x:+.4f}" for x, y in zip(fold_r, fold_q, strict=True))
-        folds = f" Hybrid per fold ({q['cross_validation']['folds']} folds, the same split), int8 minus fp32: {diffs}."
+
+    def per_fold(run: Json) -> str:
+        """Hybrid nDCG@10 per fold of ``run`` minus fp32's (the same split)."""
+        ours = run["cross_validation"]["fold_ndcg@10"]["hybrid"]
+        theirs = ref["cross_validation"]["fold_ndcg@10"]["hybrid"]
+        return ", ".join(f"{y - x:+.4f}" for x, y in zip(theirs, ours, strict=True))
+
+    folds = f" Hybrid per fold ({ref['cross_validation']['folds']} folds, the same split), int8 minus fp32: {per_fold(q)}."
     worst = min(q["modes"][m]["ndcg@10"] - ref["modes"][m]["ndcg@10"] for m in modes)
     verdict = (
         "within the 0.003 allowed for a default in every mode"
@@ -1563,19 +1576,21 @@ def int8_quality() -> str:
         else "more than the 0.003 allowed for a default, so int8 queries are an option"
     )
     return f"""
-Quality: SciFact ingested and queried with `PGRAG_LOCAL_PRECISION=int8` against the fp32 run of the
-cross-validation above (`beir_folds.json`; the same three modes re-run with fp32 on the int8 run's
-code gave the same figures to the fourth decimal). Each mode is a fixed method, so its score on
-all queries is its out-of-fold score:
+Quality: SciFact ingested and queried with `PGRAG_LOCAL_PRECISION=int8` against the same three
+modes ingested and queried with `PGRAG_LOCAL_PRECISION=fp32` (the fp32 run's command follows the
+table). Each mode is a fixed method, so its score on all queries is its out-of-fold score:
 
 {table(["mode", "nDCG@10 fp32", "nDCG@10 int8", "int8 − fp32", "int8 documents, fp32 queries", "− fp32"], rows)}
+
+fp32: {provenance(ref)} {source("beir-fp32.json")}
 
 The largest loss is {max(-worst, 0.0):.4f}: {verdict}.{folds} {provenance(q)} {source("beir-int8.json")}
 
 Embedding only the documents in int8 (the ingest's cost) and the queries in fp32 (one at a time,
-cheap) loses less, {max(-mixed_worst, 0.0):.4f} at most, {over} the same SciFact database as the
-int8 run, queried again with `PGRAG_LOCAL_PRECISION=fp32`. That pairing is the default: documents
-embed in int8 and queries in fp32 unless `PGRAG_LOCAL_PRECISION` chooses for both. {provenance(mixed)} {source("beir-int8-docs.json")}
+cheap) loses less, {max(-mixed_worst, 0.0):.4f} at most, {over} the default run of the
+cross-validation above (`beir_folds.json`), hybrid per fold {per_fold(mixed)}. That pairing is the
+default: documents embed in int8 and queries in fp32 unless `PGRAG_LOCAL_PRECISION` chooses for
+both.
 
 End to end, `pgrag ingest` of {speed["documents"]} SciFact abstracts (one file each,
 {speed["runs"]["default"][0]["chunks_embedded"]} chunks) into fresh tenants, {len(speed["runs"]["default"])} runs
