@@ -1,9 +1,16 @@
 """From source rows to pgrag documents: each row checked, rows grouped into documents.
 
-A row is refused, with its reason, when its content is empty, its embedding is missing, not a
-list of numbers, holds NaN or infinity, or has another dimension than the installation's. A
+A row is refused, with its reason, when a value of it cannot be stored (:mod:`.checks`): its
+content is empty, not text or longer than a chunk; its embedding is missing, not a list of
+numbers, holds NaN, infinity or only zeros, or has another dimension than the installation's;
+its metadata is not an object or is too large; a text holds a NUL or a lone surrogate. A
 refused row refuses its document (an import is atomic per document: a document is never
 loaded without some of its chunks); the previous version of that document, if any, stays.
+
+A row without a source is a document of its own, named after its id (``<source>#<id>``) or,
+when it has none, after its text (``<source>#sha256:<first 16 hex digits>``, ``-2``, ``-3``
+for repeats), so that adding or removing other rows of a file leaves its name unchanged (a
+row refused for its content, which is then not read, after its place: ``<source>#line N``).
 
 A document's ``content_sha256`` hashes its chunks in order (text, page, embedding and
 metadata), so a re-import skips it exactly when nothing of it changed, as ``pgrag ingest`` skips
@@ -20,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from pgrag.importer.checks import content_problem, embedding_vector, metadata_problem
 from pgrag.importer.sources import Source, SourceRow
 
 TITLE_CHARS = 120
-MAX_PAGE = 2**31 - 1  # pgrag.chunks.page is an integer: a larger "page" is no page
 MAX_URI_CHARS = 2048  # pgrag.documents.source_uri's bound (sql/idempotent/011-document-writes.sql)
 
 
@@ -62,31 +69,19 @@ class ImportDoc:
 
 def check_row(row: SourceRow, dims: int) -> tuple[ImportChunk | None, str | None, int | None]:
     """The row as a chunk, or why it is refused; and its embedding's dimension when it has one."""
-    if row.problem is not None:
-        return None, row.problem, None
-    if not isinstance(row.content, str) or not row.content.strip():
-        return None, "empty content", None
-    if "\x00" in row.content:
-        return None, "content holds a NUL character", None
-    emb = row.embedding
-    if emb is None:
-        return None, "no embedding", None
-    try:
-        vector = np.asarray(emb, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None, "embedding is not a list of numbers", None
-    if vector.ndim != 1 or vector.size == 0:
-        return None, "embedding is not a list of numbers", None
-    if not np.all(np.isfinite(vector)):
-        return None, "embedding holds NaN or infinity", int(vector.size)
+    problem = row.problem or content_problem(row.content) or metadata_problem(row.metadata)
+    if problem is not None:
+        return None, problem, None
+    vector, problem = embedding_vector(row.embedding)
+    if vector is None:
+        return None, problem, None
     if vector.size != dims:
         return (
             None,
             f"embedding has {vector.size} dimensions, the installation holds {dims}",
             int(vector.size),
         )
-    page = row.page if row.page is not None and 0 <= row.page <= MAX_PAGE else None
-    return ImportChunk(row.content, vector.astype(np.float32), page, row.metadata), None, dims
+    return ImportChunk(row.content, vector, row.page, row.metadata), None, dims
 
 
 def _common_metadata(chunks: list[ImportChunk]) -> dict[str, Any]:
@@ -132,15 +127,34 @@ class DimensionTally:
     wrong: dict[int, int] = field(default_factory=dict)
 
 
+class LoneRowNames:
+    """Names of the documents of rows without a source: by id, else by text (see above)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.seen: dict[str, int] = {}
+
+    def name(self, row: SourceRow) -> str:
+        if row.row_id:
+            return f"{self.prefix}#{row.row_id}"
+        if not isinstance(row.content, str):  # refused for its content: named where it is
+            return f"{self.prefix}#{row.position}"
+        key = hashlib.sha256(row.content.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        self.seen[key] = self.seen.get(key, 0) + 1
+        repeat = self.seen[key]
+        return f"{self.prefix}#sha256:{key}" + (f"-{repeat}" if repeat > 1 else "")
+
+
 def documents(
     source: Source, dims: int, import_meta: dict[str, Any], tally: DimensionTally
 ) -> Iterator[ImportDoc]:
     """The source's documents, in source order; ``tally`` counts the dimensions seen."""
+    lone = LoneRowNames(source.uri_prefix)
     for key, rows in _groups(source.rows):
-        uri = key if key is not None else f"{source.uri_prefix}#{rows[0].row_id}"
+        uri = key if key is not None else lone.name(rows[0])
         doc = ImportDoc(uri, _title(rows[0], uri, key is not None), {})
         if len(uri) > MAX_URI_CHARS:
-            doc.refused.append((rows[0].row_id, f"source longer than {MAX_URI_CHARS} characters"))
+            doc.refused.append((rows[0].position, f"source longer than {MAX_URI_CHARS} characters"))
         for row in rows:
             chunk, reason, seen = check_row(row, dims)
             if seen == dims:
@@ -148,7 +162,7 @@ def documents(
             elif seen is not None and reason is not None and "dimensions" in reason:
                 tally.wrong[seen] = tally.wrong.get(seen, 0) + 1
             if chunk is None:
-                doc.refused.append((row.row_id, reason or "refused"))
+                doc.refused.append((row.position, reason or "refused"))
                 continue
             if row.row_id:
                 chunk.metadata = {**chunk.metadata, "source_id": row.row_id}

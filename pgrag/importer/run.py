@@ -22,6 +22,11 @@ pass and builds the tenant's own graph (docs/ingest.md, "Large first loads"). At
 tenant that outgrew the exact vector path gets its own graph, as after an ingest
 (:func:`pgrag.ingest.load.isolate_large_tenant`, which also finishes a bulk load an earlier,
 interrupted run left).
+
+A batch the database refuses for what a document holds (a data exception, an integrity or a
+program-limit error: SQLSTATE classes 22, 23, 54) is written again one document at a time, and
+the document it refuses is refused alone with the database's reason; any other error stops the
+run, and, as after Ctrl-C, the keyword index of what a bulk import committed is written first.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any
 import psycopg
 
 from pgrag.db import connect, tenant_transaction
-from pgrag.errors import ConfigError, EmbeddingConfigError, Interrupted, NothingToDo
+from pgrag.errors import ConfigError, EmbeddingConfigError, Interrupted, NothingToDo, PgragError
 from pgrag.importer.mapping import DimensionTally, ImportDoc, documents
 from pgrag.importer.sources import Source
 from pgrag.ingest.lifecycle import IngestLifecycle, SwapRow, call, record_embedding_model
@@ -47,13 +52,28 @@ from pgrag.ingest.load import (
     swap_documents,
 )
 from pgrag.pipeline.chunking import token_counter
-from pgrag.pipeline.embedders import get_embedder, provider_for_model, read_embedding_config
+from pgrag.pipeline.embedders import (
+    LOCAL_MODEL_ALIASES,
+    LOCAL_MODEL_NAME,
+    get_embedder,
+    provider_for_model,
+    read_embedding_config,
+)
 from pgrag.progress import Progress, ProgressMode
 
 BATCH_DOCUMENTS = 200
 BATCH_CHUNKS = 2000
 SOURCE_TYPE = "text"
 TokenCounter = Callable[[Sequence[str]], list[int]]
+# SQLSTATE classes of a statement refused for the values it wrote: data exception, integrity
+# constraint violation, program limit exceeded (e.g. an index row too large).
+REFUSED_FOR_DATA = ("22", "23", "54")
+# An example of --model for the dimensions an installation holds (the most used model of each).
+MODEL_EXAMPLES = {
+    384: LOCAL_MODEL_NAME,
+    1536: "text-embedding-3-small",
+    3072: "text-embedding-3-large",
+}
 
 
 @dataclass
@@ -109,6 +129,25 @@ def choose_counter(provider: str, model: str, dims: int) -> tuple[TokenCounter, 
     return counter, "the model's tokenizer" if provider == "local" else "cl100k_base (OpenAI)"
 
 
+def missing_model(dims: int) -> str:
+    """The message of an installation without a model when none is named."""
+    example = MODEL_EXAMPLES.get(dims)
+    hint = f" (e.g. --model {example}, if it made these {dims}-dimension ones)" if example else ""
+    return (
+        "this installation has no embedding model recorded yet: name the model that made "
+        f"these embeddings with --model NAME{hint}."
+    )
+
+
+def refused_for_data(exc: BaseException) -> str | None:
+    """The database's reason when ``exc`` is a statement refused for the values it wrote
+    (``REFUSED_FOR_DATA``; also when pgrag's SQLSTATE table made it a pgrag error), else None."""
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    if not isinstance(cause, psycopg.Error) or (cause.sqlstate or "")[:2] not in REFUSED_FOR_DATA:
+        return None
+    return " ".join((cause.diag.message_primary or str(cause)).split())[:300]
+
+
 def check_model(conn: psycopg.Connection[Any], provider: str, model: str) -> None:
     """``pgrag.record_embedding_model`` in a transaction rolled back: PR002 if mixing models."""
     try:
@@ -146,11 +185,8 @@ class Importer:
         self.dims, recorded, recorded_provider = read_embedding_config(self.conn)
         model = options.model or recorded
         if model is None:
-            raise ConfigError(
-                "this installation has no embedding model recorded yet: name the model that "
-                "made these embeddings with --model NAME (e.g. --model text-embedding-3-small)."
-            )
-        self.model = model
+            raise ConfigError(missing_model(self.dims))
+        self.model = LOCAL_MODEL_NAME if model in LOCAL_MODEL_ALIASES else model
         same = model == recorded and recorded_provider is not None
         self.provider: str = options.provider or (
             recorded_provider if same and recorded_provider else provider_for_model(model)
@@ -179,6 +215,10 @@ class Importer:
     def run(self) -> ImportSummary:
         try:
             return self._run()
+        except (PgragError, psycopg.Error, OSError) as exc:
+            if not isinstance(exc, Interrupted):
+                self._searchable()  # what was committed stays keyword-searchable
+            raise
         except KeyboardInterrupt as exc:
             done = self.summary.documents_new + self.summary.documents_changed
             raise Interrupted(
@@ -195,7 +235,7 @@ class Importer:
             return "all searchable"
         try:
             index_bulk_backlog(self.dsn, self.options.tenant)
-        except (KeyboardInterrupt, psycopg.Error):
+        except (KeyboardInterrupt, psycopg.Error, PgragError):
             return (
                 "searchable by vector search but not yet by keyword search: the next import "
                 f"(or select pgrag.finish_bulk_load('{self.options.tenant}')) indexes them"
@@ -288,6 +328,7 @@ class Importer:
                 ).fetchall()
             }
         load: list[ImportDoc] = []
+        changed: set[str] = set()
         relabel: list[tuple[int, dict[str, Any], str]] = []
         for doc in ready:
             old = stored.get(doc.uri)
@@ -299,19 +340,43 @@ class Importer:
                     self.summary.documents_relabelled += 1
                 continue
             load.append(doc)
-            if old is None or old[1] is None:
-                self.summary.documents_new += 1
-            else:
-                self.summary.documents_changed += 1
-            self.summary.chunks_imported += len(doc.chunks)
-        if not self.options.dry_run:
+            if old is not None and old[1] is not None:
+                changed.add(doc.uri)
+        if self.options.dry_run:
+            if load and self.bulk is None:
+                self.bulk = self.summary.bulk_load = bulk_load_applies(
+                    self.conn, self.options.tenant
+                )
+        else:
             if relabel:
                 self.lifecycle.relabel(self.conn, self.options.tenant, relabel)
-            if load:
-                self._load(load)
-                progress.chunks_written(sum(len(d.chunks) for d in load))
+            load = self._write(load) if load else []
+            progress.chunks_written(sum(len(d.chunks) for d in load))
+        for doc in load:
+            if doc.uri in changed:
+                self.summary.documents_changed += 1
+            else:
+                self.summary.documents_new += 1
+            self.summary.chunks_imported += len(doc.chunks)
         progress.chunks_done(sum(len(d.chunks) + len(d.refused) for d in batch))
         progress.advance(len(batch), batch[-1].uri[-60:])
+
+    def _write(self, docs: list[ImportDoc]) -> list[ImportDoc]:
+        """Load ``docs`` in one transaction; if the database refuses it for what a document
+        holds, each document in a transaction of its own, refusing those it refuses alone.
+        The documents written."""
+        try:
+            self._load(docs)
+            return docs
+        except (PgragError, psycopg.Error) as exc:
+            reason = refused_for_data(exc)
+            if reason is None:
+                raise
+            if len(docs) == 1:
+                self._refuse(docs[0], "", f"the database refused it: {reason}")
+                self.summary.documents_refused += 1
+                return []
+        return [doc for one in docs for doc in self._write([one])]
 
     def _load(self, docs: list[ImportDoc]) -> None:
         tenant = self.options.tenant
@@ -355,13 +420,16 @@ class Importer:
             swap_documents(self.conn, tenant, rows, self.model, self.lifecycle, self.bulk)
             if not self.model_recorded:
                 record_embedding_model(self.conn, self.provider, self.model)
-                self.model_recorded = True
+        self.model_recorded = True  # committed
 
 
 def import_source(dsn: str, source: Source, options: ImportOptions) -> ImportSummary:
     """Import ``source`` into the database at ``dsn`` (see the module docstring)."""
-    importer = Importer(dsn, source, options)
     try:
-        return importer.run()
+        importer = Importer(dsn, source, options)
+        try:
+            return importer.run()
+        finally:
+            importer.close()
     finally:
-        importer.close()
+        source.close()

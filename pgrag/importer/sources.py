@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import heapq
 import json
-import math
+import os
 import pickle
+import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import psycopg
@@ -49,17 +50,31 @@ from psycopg import sql
 
 from pgrag.db import connect, redact
 from pgrag.errors import ConfigError, MissingExtra, NotInstalled
+from pgrag.importer.checks import (
+    MAX_CHUNK_CHARS,
+    MAX_PAGE,
+    content_problem,
+    kind_of,
+    label_problem,
+    metadata_problem,
+    page_problem,
+    whole_number,
+)
 from pgrag.progress import Progress
 
 FILE_COLUMNS = ("id", "content", "embedding", "metadata", "source_uri", "title", "page")
 READ_BATCH = 2000
 RUN_BYTES = 32 * 2**20  # rows of a file held in memory at a time while it is put in order
 MERGE_RUNS = 64  # runs merged at once (open files); more are merged in several passes
+MAX_LINE_BYTES = 4 * 2**20  # a longer JSONL line is refused unread: a chunk is far smaller
+RUNS_PREFIX = "pgrag-import-"  # + "<pid>-": the folder of one import's sorted runs
 
 
 @dataclass
 class SourceRow:
-    """One row of a source, mapped to pgrag's names; ``problem``: why it cannot be read."""
+    """One row of a source, mapped to pgrag's names: ``row_id`` its own id ("" if it has
+    none), ``position`` where it is (a file's ``line N`` / ``row N``, a table's id);
+    ``problem``: why it cannot be read."""
 
     row_id: str
     content: Any
@@ -70,6 +85,7 @@ class SourceRow:
     page: int | None = None
     start: int | None = None
     problem: str | None = None
+    position: str = ""
 
 
 @dataclass
@@ -84,6 +100,16 @@ class Source:
     rows: Iterable[SourceRow]
     rows_total: int | None = None  # when known before reading (a file: counted as sorted)
     rows_estimated: bool = False  # rows_total is the catalog's estimate (a table)
+
+    discard: Callable[[], None] | None = None  # removes what reading left (a file's runs)
+
+    def close(self) -> None:
+        """Stop reading: a table's cursor closed, a file's sorted runs removed."""
+        close = getattr(self.rows, "close", None)
+        if close is not None:
+            close()
+        if self.discard is not None:
+            self.discard()
 
 
 # -- tables --------------------------------------------------------------------------------------
@@ -285,13 +311,16 @@ def open_table(
             estimate = int(row[0]) if row and row[0] is not None and row[0] > 0 else None
     ident = sql.Identifier(schema, name)
     statement = sql.SQL(
-        "/* pgrag:import */ select {row_id}, {content}::text, r.embedding::real[], "
+        "/* pgrag:import */ select {row_id}, left({content}::text, {longest}), "
+        "r.embedding::real[], "
         "{metadata}, {source}::text, {title}::text, {page}, {start} "
         "from {table} as r {join} {where} "
         "order by 5 nulls last, 7 nulls first, 8 nulls first, {order}"
     ).format(
         row_id=sql.SQL(shape.row_id),
         content=sql.SQL(shape.content),
+        # one character more than a chunk may hold: refused as too long, never read whole
+        longest=sql.Literal(MAX_CHUNK_CHARS + 1),
         metadata=sql.SQL(shape.metadata),
         source=sql.SQL(shape.source),
         title=sql.SQL(shape.title),
@@ -322,8 +351,9 @@ def open_table(
                         dict(meta or {}),
                         src,
                         title,
-                        int(page) if page is not None else None,
+                        int(page) if page is not None and 0 <= page <= MAX_PAGE else None,
                         int(start) if start is not None else None,
+                        position=str(rid) if rid is not None else "",
                     )
             except (psycopg.DataError, psycopg.errors.CannotCoerce) as exc:
                 # e.g. embeddings kept as text: the table's own values cannot be read as numbers
@@ -350,53 +380,110 @@ def open_table(
 # -- files ---------------------------------------------------------------------------------------
 
 
-def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
-
-
-def _file_row(record: Any, row_id: str, unmapped: set[str]) -> SourceRow:
-    if not isinstance(record, dict):
-        return SourceRow(row_id, None, None, problem="not a JSON object")
-    unmapped.update(k for k in record if k not in FILE_COLUMNS)
-    metadata = record.get("metadata")
-    if isinstance(metadata, str):  # Parquet exports often hold it as JSON text
+def _file_metadata(value: Any) -> tuple[dict[str, Any], str | None]:
+    """A record's ``metadata`` as an object, or why it is not one."""
+    if value is None:
+        return {}, None
+    if isinstance(value, str):  # Parquet exports often hold it as JSON text
         try:
-            metadata = json.loads(metadata)
-        except json.JSONDecodeError:
-            metadata = None
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict):
-        return SourceRow(row_id, None, None, problem="metadata is not an object")
-    source = record.get("source_uri") or metadata.get("source_uri") or metadata.get("source")
-    embedding = record.get("embedding")
+            value = json.loads(value)
+        except RecursionError:
+            return {}, "metadata is nested too deeply"
+        except ValueError:
+            return {}, "metadata is text that is not JSON"
+    if not isinstance(value, dict):
+        return {}, f"metadata is {kind_of(value)}, not an object"
+    return value, metadata_problem(value)
+
+
+def _given(record: dict[str, Any], key: str) -> Any:
+    """A record's own value of ``key``, None when absent, null or blank text."""
+    value = record.get(key)
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+def _file_source(record: dict[str, Any], metadata: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The row's source (its document), and why the record's own ``source_uri`` is refused."""
+    given = _given(record, "source_uri")
+    if given is not None:
+        problem = label_problem("source_uri", given)
+        return (None, problem) if problem else (str(given), None)
+    for key in ("source_uri", "source"):  # metadata, already checked as text
+        value = _given(metadata, key)
+        if value is not None and label_problem(key, value) is None:
+            return str(value), None
+    return None, None
+
+
+def _file_title(record: dict[str, Any], metadata: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The row's title (its own, else its metadata's), and why its own is refused."""
+    given = _given(record, "title")
+    if given is not None:
+        problem = label_problem("title", given) if isinstance(given, str) else "title is not text"
+        return (None, problem) if problem else (given, None)
+    title = _given(metadata, "title")
+    return (title if isinstance(title, str) else None), None
+
+
+def _file_page(record: dict[str, Any], metadata: dict[str, Any]) -> tuple[int | None, str | None]:
+    """The row's page (its own, else its metadata's when a page number), and why its own is
+    refused."""
+    if record.get("page") is not None:
+        problem = page_problem(record["page"])
+        return (None, problem) if problem else (whole_number(record["page"]), None)
+    page = whole_number(metadata.get("page"))
+    return (page if page is not None and 0 <= page <= MAX_PAGE else None), None
+
+
+def _file_row(record: Any, position: str, unmapped: set[str]) -> SourceRow:
+    """One record of a file as a row. A value that cannot be stored gives the row its
+    ``problem`` (and drops its embedding and metadata, and its text if that is the problem) but
+    keeps its source, so that its document is refused with it."""
+    if not isinstance(record, dict):
+        return SourceRow("", None, None, position=position, problem="not a JSON object")
+    unmapped.update(str(k) for k in record if k not in FILE_COLUMNS)
+    metadata, metadata_refused = _file_metadata(record.get("metadata"))
+    source, source_refused = _file_source(record, metadata)
+    title, title_refused = _file_title(record, metadata)
+    page, page_refused = _file_page(record, metadata)
+    row_id = record.get("id")
+    id_refused = label_problem("id", row_id) if row_id is not None else None
+    content = record.get("content")
+    content_refused = content_problem(content)
+    problem = (
+        content_refused
+        or metadata_refused
+        or source_refused
+        or id_refused
+        or title_refused
+        or page_refused
+    )
+    row = SourceRow(
+        str(row_id) if row_id is not None and id_refused is None else "",
+        None if content_refused else content,  # kept otherwise: it names a lone row's document
+        None if problem else _float32(record.get("embedding")),
+        {} if problem else metadata,
+        source,
+        title,
+        page,
+        whole_number(metadata.get("start_index", metadata.get("chunk_index"))),
+        problem,
+        position,
+    )
+    return row
+
+
+def _float32(embedding: Any) -> Any:
+    """A list of numbers as float32 (what pgvector stores: a quarter of the memory of Python
+    floats) until the file is sorted; anything else as it is, refused when checked."""
     if (
         isinstance(embedding, list)
         and embedding
         and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in embedding)
     ):
-        # held as float32 (what pgvector stores) until the file is sorted: a quarter of the
-        # memory of Python floats; NaN and infinity stay, and are refused when checked.
-        embedding = np.asarray(embedding, dtype=np.float32)
-    page = record.get("page", metadata.get("page"))
-    return SourceRow(
-        str(record["id"]) if record.get("id") is not None else row_id,
-        record.get("content"),
-        embedding,
-        metadata,
-        str(source) if source is not None else None,
-        str(record.get("title") or metadata.get("title") or "") or None,
-        _int_or_none(page),
-        _int_or_none(metadata.get("start_index", metadata.get("chunk_index"))),
-    )
+        with np.errstate(over="ignore"):  # beyond float4: infinity, refused when checked
+            return np.asarray(embedding, dtype=np.float32)
+    return embedding
 
 
 def _order_key(r: SourceRow) -> tuple[bool, str, bool, int, bool, int]:
@@ -454,9 +541,15 @@ class DocumentOrder:
         if self.held >= self.run_bytes:
             self._spill(document_order(self.buffer))
 
+    def discard(self) -> None:
+        """Remove the runs written (the import stopped before reading them back)."""
+        if self.folder is not None:
+            self.folder.cleanup()
+
     def _spill(self, rows: Iterable[SourceRow]) -> None:
         if self.folder is None:
-            self.folder = tempfile.TemporaryDirectory(prefix="pgrag-import-")
+            remove_stale_runs()
+            self.folder = tempfile.TemporaryDirectory(prefix=f"{RUNS_PREFIX}{os.getpid()}-")
         self.spilled += 1
         path = Path(self.folder.name) / f"run-{self.spilled}"
         with path.open("wb") as handle:
@@ -492,27 +585,106 @@ class DocumentOrder:
                 self.runs = [self.runs[-1], *self.runs[:-1]]
             yield from heapq.merge(*(self._read(p) for p in self.runs), key=_order_key)
         finally:
-            if self.folder is not None:
-                self.folder.cleanup()
+            self.discard()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_runs() -> list[Path]:
+    """Remove the run folders of this user's imports that were killed (``kill -9``) before
+    removing their own (named ``pgrag-import-<pid>-...`` in ``TMPDIR``); the folders removed."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{RUNS_PREFIX}*-*"):
+        pid = path.name.removeprefix(RUNS_PREFIX).split("-", 1)[0]
+        try:
+            owned = path.is_dir() and path.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if owned and pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+UTF8_BOM = b"\xef\xbb\xbf"  # as Windows tools write UTF-8: skipped
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _lines(handle: IO[bytes]) -> Iterator[tuple[int, int, bytes | None]]:
+    """The lines of a file as (number, bytes read, the line); a line longer than
+    ``MAX_LINE_BYTES`` is skipped to its end unread (None), so no line costs more memory."""
+    number = 0
+    while line := handle.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+            yield number, len(line), line
+            continue
+        size = len(line)
+        while line and not line.endswith(b"\n"):
+            line = handle.readline(MAX_LINE_BYTES)
+            size += len(line)
+        yield number, size, None
+
+
+def _jsonl_record(line: bytes) -> tuple[Any, str | None]:
+    """One line as a JSON value, or why it is not one."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, (
+            f"not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1}): "
+            "export the file as UTF-8"
+        )
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "not JSON that can be read: nested too deeply"
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON: {exc.msg}"
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        return None, f"not JSON that can be read: {exc}"
 
 
 def open_jsonl(path: Path, progress: Progress | None = None) -> Source:
-    """The rows of a JSONL file (one JSON object a line; blank lines skipped); ``progress``
-    advances by the characters read (of a total in bytes)."""
+    """The rows of a JSONL file (UTF-8, with or without a byte-order mark; one JSON object a
+    line; blank lines skipped); ``progress`` advances by the bytes read."""
     unmapped: set[str] = set()
     rows = DocumentOrder()
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if progress is not None:
-                progress.advance(len(line))
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                rows.add(SourceRow(f"line {number}", None, None, problem=f"not JSON: {exc.msg}"))
-                continue
-            rows.add(_file_row(record, f"line {number}", unmapped))
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(3)
+            if head[:2] in UTF16_BOMS:
+                raise ConfigError(
+                    f"{path}: UTF-16 text; import reads UTF-8 JSONL: convert it first "
+                    f"(iconv -f UTF-16 -t UTF-8 {path} > {path.stem}.utf8{path.suffix})."
+                )
+            handle.seek(3 if head == UTF8_BOM else 0)
+            for number, size, line in _lines(handle):
+                if progress is not None:
+                    progress.advance(size)
+                position = f"line {number}"
+                if line is None:
+                    too_long = f"line longer than {MAX_LINE_BYTES // 2**20} MiB: a chunk is smaller"
+                    rows.add(SourceRow("", None, None, position=position, problem=too_long))
+                    continue
+                if not line.strip():
+                    continue
+                record, problem = _jsonl_record(line)
+                if problem is not None:
+                    rows.add(SourceRow("", None, None, position=position, problem=problem))
+                    continue
+                rows.add(_file_row(record, position, unmapped))
+    except BaseException:
+        rows.discard()
+        raise
     return Source(
         label=f"file {path}",
         shape="jsonl",
@@ -521,6 +693,7 @@ def open_jsonl(path: Path, progress: Progress | None = None) -> Source:
         ignored={},
         rows=rows.rows(),
         rows_total=rows.count,
+        discard=rows.discard,
     )
 
 
@@ -548,10 +721,14 @@ def open_parquet(path: Path, progress: Progress | None = None) -> Source:
             if progress is not None:
                 progress.advance(per_row * batch.num_rows)
     except (pa.ArrowException, OSError) as exc:
+        rows.discard()
         raise ConfigError(
             f"{path}: not a readable Parquet file after {number} rows ({str(exc)[:200]}): "
             "check that the export finished, or export JSONL instead."
         ) from exc
+    except BaseException:
+        rows.discard()
+        raise
     return Source(
         label=f"file {path}",
         shape="parquet",
@@ -560,12 +737,15 @@ def open_parquet(path: Path, progress: Progress | None = None) -> Source:
         ignored={},
         rows=rows.rows(),
         rows_total=rows.count,
+        discard=rows.discard,
     )
 
 
 def open_file(path: Path, progress: Progress | None = None) -> Source:
     """A JSONL (``.jsonl``, ``.ndjson``, ``.json``) or Parquet (``.parquet``) file, read and
     put in document order now (``progress``: of the file's bytes)."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: a folder; import reads one .jsonl or .parquet file.")
     if not path.is_file():
         raise ConfigError(f"{path}: no such file.")
     suffix = path.suffix.lower()

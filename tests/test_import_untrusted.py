@@ -1,0 +1,417 @@
+"""``pgrag import`` of untrusted files: whatever a row holds, it is refused alone with its
+reason (or the file in one line), in bounded memory, and the other documents are imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from click.testing import CliRunner
+from test_import import (  # the same real database, embeddings and summary as the other tests
+    TEXTS,
+    backlog,
+    chunk_count,
+    chunks,
+    lone_row,
+    run,
+    summary,
+    vectors,
+)
+
+from pgrag.cli import main
+from pgrag.db import tenant_transaction
+from pgrag.importer import ImportOptions, import_source, sources
+from pgrag.importer import run as importer_run
+from pgrag.importer.sources import open_file
+from pgrag.pipeline.embedders import LOCAL_MODEL_NAME
+
+__all__ = ["vectors"]  # the fixture, imported for these tests
+MODEL = ("--model", LOCAL_MODEL_NAME)
+NO_PAGE = "not a page number: give a whole number or leave it out"
+
+
+def good_lines(vectors: list[np.ndarray]) -> list[bytes]:
+    """Three documents: kb/a.md of two rows, and two rows without a source."""
+    lines = []
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        record = {"content": text, "embedding": [float(x) for x in vec]}
+        if i < 2:
+            record["source_uri"] = "kb/a.md"
+        lines.append(json.dumps(record).encode() + b"\n")
+    return lines
+
+
+def with_bad_line(tmp_path: Path, vectors: list[np.ndarray], bad: bytes) -> Path:
+    """The good rows with ``bad`` (one line) after them."""
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"".join(good_lines(vectors)) + bad + b"\n")
+    return path
+
+
+def refused_alone(db: str, path: Path) -> str:
+    """Import ``path``; assert line 5 alone was refused and the rest imported; its reason."""
+    result = run(db, str(path), *MODEL)
+    assert result.exit_code == 1, result.output
+    s = summary(result)
+    assert (s["documents_new"], s["chunks_imported"], s["documents_refused"]) == (3, 4, 1)
+    assert [r["row"] for r in s["refused"]] == ["line 5"]
+    reason: str = s["refused"][0]["reason"]
+    return reason
+
+
+def embedding_json(vectors: list[np.ndarray]) -> str:
+    return json.dumps([float(x) for x in vectors[0]])
+
+
+def test_metadata_nested_ten_thousand_deep_refuses_its_row_alone(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    deep = "[" * 10_000 + "]" * 10_000
+    emb = embedding_json(vectors)
+    bad = f'{{"content": "deep", "embedding": {emb}, "metadata": {{"a": {deep}}}}}'
+
+    reason = refused_alone(db, with_bad_line(tmp_path, vectors, bad.encode()))
+
+    assert reason == "not JSON that can be read: nested too deeply"
+
+
+def test_a_line_that_is_not_utf8_refuses_its_row_alone_naming_the_encoding(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    bad = f'{{"content": "caf\xe9", "embedding": {embedding_json(vectors)}}}'.encode("latin-1")
+
+    reason = refused_alone(db, with_bad_line(tmp_path, vectors, bad))
+
+    assert reason == "not UTF-8 text (byte 0xe9 at column 17): export the file as UTF-8"
+
+
+def test_a_utf16_file_fails_in_one_line_naming_the_conversion(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "export.jsonl"
+    path.write_bytes(b"".join(good_lines(vectors)).decode().encode("utf-16"))
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(path), *MODEL])
+
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"Error: {path}: UTF-16 text; import reads UTF-8 JSONL: convert it first "
+        f"(iconv -f UTF-16 -t UTF-8 {path} > export.utf8.jsonl)."
+    ]
+    assert conn.execute("select count(*) from pgrag.documents").fetchone() == (0,)
+
+
+def test_a_utf8_byte_order_mark_costs_no_row(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b"".join(good_lines(vectors)))
+
+    s = summary(run(db, str(path), *MODEL))
+
+    assert (s["documents_new"], s["chunks_imported"], s["refused"]) == (3, 4, [])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("content", '"\\ud800 lone"', "content holds a lone surrogate (not valid Unicode)"),
+        ("metadata", '{"k": "a\\u0000b"}', "metadata holds a NUL character"),
+        ("metadata", '{"\\udfff": 1}', "metadata holds a lone surrogate (not valid Unicode)"),
+        ("title", '"T\\u0000"', "title holds a NUL character"),
+        ("source_uri", '"kb/\\u0000"', "source_uri holds a NUL character"),
+    ],
+)
+def test_text_postgres_cannot_store_refuses_its_row_alone(
+    db: str, vectors: list[np.ndarray], tmp_path: Path, field: str, value: str, reason: str
+) -> None:
+    content = "" if field == "content" else '"content": "stored?", '
+    bad = f'{{{content}"embedding": {embedding_json(vectors)}, "{field}": {value}}}'
+
+    assert refused_alone(db, with_bad_line(tmp_path, vectors, bad.encode())) == reason
+
+
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [
+        ({"content": 42}, "content is a number, not text"),
+        ({"content": ["a", "b"]}, "content is a list, not text"),
+        ({"embedding": "[0.1, 0.2]"}, "embedding is text, not a list of numbers"),
+        ({"embedding": ["0.1"] * 384}, "embedding holds text, not only numbers"),
+        ({"embedding": [True] * 384}, "embedding holds a boolean, not only numbers"),
+        ({"embedding": [0.1] * 383 + [None]}, "embedding holds a null"),
+        ({"embedding": [[0.1]] * 384}, "embedding holds a list, not only numbers"),
+        (
+            {"embedding": [0.0] * 384},
+            "embedding is all zeros (it has no direction for cosine distance)",
+        ),
+        (
+            {"embedding": [1e39] * 384},
+            "embedding holds NaN, infinity or a number beyond 4-byte floats",
+        ),
+        ({"metadata": "not json"}, "metadata is text that is not JSON"),
+        ({"metadata": [1, 2]}, "metadata is a list, not an object"),
+        (
+            {"metadata": {"n": float("nan")}},
+            "metadata holds NaN or infinity, which JSON cannot store",
+        ),
+        (
+            {"metadata": {"blob": "x" * 10_001}},
+            "metadata larger than 10,000 bytes as JSON (10,013)",
+        ),
+        ({"page": "three"}, f"page is text 'three', {NO_PAGE}"),
+        ({"page": -1}, f"page is a number '-1', {NO_PAGE}"),
+        ({"title": {"a": 1}}, "title is not text"),
+        ({"id": {"a": 1}}, "id is an object, not text"),
+        ({"source_uri": ["kb"]}, "source_uri is a list, not text"),
+    ],
+)
+def test_a_value_of_the_wrong_type_refuses_its_row_saying_what_is_wrong(
+    db: str, vectors: list[np.ndarray], tmp_path: Path, values: dict[str, Any], reason: str
+) -> None:
+    record = {"content": "a row", "embedding": [float(x) for x in vectors[0]], **values}
+
+    assert (
+        refused_alone(db, with_bad_line(tmp_path, vectors, json.dumps(record).encode())) == reason
+    )
+
+
+def test_a_refused_row_refuses_the_other_rows_of_its_document(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    bad = {"content": "third part", "embedding": [1.0] * 383 + [None], "source_uri": "kb/a.md"}
+    path = with_bad_line(tmp_path, vectors, json.dumps(bad).encode())
+
+    s = summary(run(db, str(path), *MODEL))
+
+    assert (s["documents_new"], s["documents_refused"], s["chunks_imported"]) == (2, 1, 2)
+    assert "kb/a.md" not in {r[0] for r in chunks(conn)}
+
+
+def test_content_longer_than_a_chunk_is_refused_alone(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    record = {"content": "word " * 20_001, "embedding": [float(x) for x in vectors[0]]}
+
+    reason = refused_alone(db, with_bad_line(tmp_path, vectors, json.dumps(record).encode()))
+
+    assert reason.startswith("content longer than 100,000 characters (a whole document")
+
+
+def test_a_40_mb_line_is_refused_unread_in_bounded_memory(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    record = {"content": "word " * 8_000_000, "embedding": [float(x) for x in vectors[0]]}
+    path = with_bad_line(tmp_path, vectors, json.dumps(record).encode())
+
+    tracemalloc.start()
+    try:
+        rows = list(open_file(path).rows)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert [r.problem for r in rows if r.problem] == ["line longer than 4 MiB: a chunk is smaller"]
+    assert peak < 24 * 2**20  # a few reads of 4 MiB, never the 40 MB line
+    assert refused_alone(db, path) == "line longer than 4 MiB: a chunk is smaller"
+
+
+def test_a_folder_given_as_the_file_says_it_is_a_folder(db: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(tmp_path), *MODEL])
+
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"Error: {tmp_path}: a folder; import reads one .jsonl or .parquet file."
+    ]
+
+
+def test_rows_without_an_id_keep_their_documents_when_a_line_is_added_before_them(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    lines = good_lines(vectors)
+    path.write_bytes(b"".join(lines))
+    assert summary(run(db, str(path), *MODEL))["documents_new"] == 3
+    added = {"content": "A new first row.", "embedding": [float(x) for x in vectors[3]]}
+    path.write_bytes(json.dumps(added).encode() + b"\n" + b"".join(lines))
+
+    s = summary(run(db, str(path), "--prune"))
+
+    assert (s["documents_new"], s["documents_unchanged"], s["documents_removed"]) == (1, 3, 0)
+
+
+def test_rows_of_the_same_text_without_an_id_are_documents_of_their_own(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    row = json.dumps({"content": TEXTS[2], "embedding": [float(x) for x in vectors[2]]})
+    path.write_text(f"{row}\n{row}\n")
+
+    s = summary(run(db, str(path), *MODEL))
+
+    assert (s["documents_new"], s["refused"]) == (2, [])
+    assert [r[0] for r in chunks(conn)] == [
+        lone_row(path, TEXTS[2]),
+        f"{lone_row(path, TEXTS[2])}-2",
+    ]
+
+
+def test_a_batch_the_database_refuses_is_written_one_document_at_a_time(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    # 2,000 characters of 3 bytes, none repeated (so they do not compress): within the
+    # source's bound in characters, too large for the database's unique btree index of
+    # sources (54000, program limit exceeded).
+    wide = {
+        "content": "wide",
+        "embedding": [float(x) for x in vectors[1]],
+        "source_uri": "".join(chr(0x4E00 + i) for i in range(2000)),
+    }
+    path = with_bad_line(tmp_path, vectors, json.dumps(wide).encode())
+
+    s = summary(run(db, str(path), *MODEL))
+
+    assert (s["documents_new"], s["chunks_imported"], s["documents_refused"]) == (3, 4, 1)
+    assert s["refused"][0]["reason"].startswith("the database refused it: index row")
+    assert len({r[0] for r in chunks(conn)}) == 3
+
+
+def lone_rows(tmp_path: Path, vectors: list[np.ndarray], n: int) -> Path:
+    path = tmp_path / "many.jsonl"
+    with path.open("w") as handle:
+        for i in range(n):
+            vec = [float(x) for x in vectors[i % 4]]
+            handle.write(json.dumps({"content": f"{TEXTS[i % 4]} ({i})", "embedding": vec}) + "\n")
+    return path
+
+
+def test_a_bulk_import_stopped_by_an_error_leaves_its_documents_keyword_searchable(
+    db: str,
+    conn: psycopg.Connection[Any],
+    vectors: list[np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(importer_run, "BATCH_DOCUMENTS", 20)
+    batch = importer_run.Importer._batch
+    calls = []
+
+    def lose_the_server_at_the_third(self: Any, docs: Any, progress: Any) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        batch(self, docs, progress)
+
+    monkeypatch.setattr(importer_run.Importer, "_batch", lose_the_server_at_the_third)
+    options = ImportOptions(tenant="acme", model=LOCAL_MODEL_NAME)
+
+    with pytest.raises(psycopg.OperationalError):
+        import_source(db, open_file(lone_rows(tmp_path, vectors, 100)), options)
+
+    with tenant_transaction(conn, "acme"):
+        found = conn.execute("select count(*) from keyword_search('invoices', 50)").fetchone()
+    assert chunk_count(conn, "acme") == 40 and found == (10,)
+    assert backlog(conn, "acme") == (0, 40)  # keyword index written; graph left for next run
+
+
+def test_an_import_removes_the_sorted_runs_a_killed_import_left(
+    db: str, vectors: list[np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sources, "RUN_BYTES", 20_000)  # a few rows a run: the file spills
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / f"pgrag-import-{dead.pid}-abc"
+    left.mkdir()
+    (left / "run-1").write_bytes(b"x" * 1000)
+    mine = tmp_path / "pgrag-import-notapid-x"
+    mine.mkdir()
+
+    s = summary(run(db, str(lone_rows(tmp_path, vectors, 40)), *MODEL))
+
+    assert s["documents_new"] == 40
+    assert sorted(p.name for p in tmp_path.glob("pgrag-import-*")) == [mine.name]
+
+
+def test_an_import_that_stops_before_reading_removes_its_sorted_runs(
+    db: str, vectors: list[np.ndarray], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sources, "RUN_BYTES", 20_000)
+    path = lone_rows(tmp_path, vectors, 40)
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(path)])  # no model recorded
+
+    assert result.exit_code == 1 and "--model" in result.output
+    assert list(tmp_path.glob("pgrag-import-*")) == []
+
+
+def test_without_a_model_the_message_names_one_of_the_installations_dimension(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"".join(good_lines(vectors)))
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", str(path)])
+
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: this installation has no embedding model recorded yet: name the model that made "
+        f"these embeddings with --model NAME (e.g. --model {LOCAL_MODEL_NAME}, if it made these "
+        "384-dimension ones)."
+    ]
+
+
+def test_the_bundled_models_short_name_imports_as_its_recorded_name(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"".join(good_lines(vectors)))
+
+    s = summary(run(db, str(path), "--model", "all-MiniLM-L6-v2"))
+
+    assert (s["model"], s["documents_new"]) == (LOCAL_MODEL_NAME, 3)
+    assert conn.execute("select model from pgrag.embedding_config").fetchone() == (
+        LOCAL_MODEL_NAME,
+    )
+
+
+def test_a_dry_run_reports_the_bulk_path_the_import_would_take(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"".join(good_lines(vectors)))
+
+    dry = summary(run(db, str(path), *MODEL, "--dry-run"))
+    real = summary(run(db, str(path), *MODEL))
+
+    assert (dry["bulk_load"], real["bulk_load"]) == (True, True)
+
+
+def test_table_rows_the_checks_refuse_are_refused_alone(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute("create table kb (id int primary key, content text, embedding real[])")
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        conn.execute("insert into kb values (%s, %s, %s)", (i, text, [float(x) for x in vec]))
+    conn.execute("insert into kb values (10, 'zero', array_fill(0::real, array[384]))")
+    conn.execute("insert into kb values (11, 'hole', array_fill(null::real, array[384]))")
+    conn.execute("insert into kb values (12, repeat('w ', 60000), %s)", ([0.1] * 384,))
+    conn.commit()
+
+    s = summary(run(db, "--table", "kb", *MODEL))
+
+    assert {r["row"]: r["reason"][:40] for r in s["refused"]} == {
+        "10": "embedding is all zeros (it has no direct",
+        "11": "embedding holds a null",
+        "12": "content longer than 100,000 characters (",
+    }
+    assert (s["documents_new"], s["chunks_imported"]) == (4, 4)
