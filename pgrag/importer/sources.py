@@ -67,6 +67,7 @@ READ_BATCH = 2000
 RUN_BYTES = 32 * 2**20  # rows of a file held in memory at a time while it is put in order
 MERGE_RUNS = 64  # runs merged at once (open files); more are merged in several passes
 MAX_LINE_BYTES = 4 * 2**20  # a longer JSONL line is refused unread: a chunk is far smaller
+NUMBER_TYPES = {float, int}  # of a JSON reader's embedding values
 RUNS_PREFIX = "pgrag-import-"  # + "<pid>-": the folder of one import's sorted runs
 
 
@@ -476,11 +477,8 @@ def _file_row(record: Any, position: str, unmapped: set[str]) -> SourceRow:
 def _float32(embedding: Any) -> Any:
     """A list of numbers as float32 (what pgvector stores: a quarter of the memory of Python
     floats) until the file is sorted; anything else as it is, refused when checked."""
-    if (
-        isinstance(embedding, list)
-        and embedding
-        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in embedding)
-    ):
+    # the types of its values, not isinstance per value: booleans (an int subclass) stay out
+    if isinstance(embedding, list) and embedding and set(map(type, embedding)) <= NUMBER_TYPES:
         with np.errstate(over="ignore"):  # beyond float4: infinity, refused when checked
             return np.asarray(embedding, dtype=np.float32)
     return embedding
