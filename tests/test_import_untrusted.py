@@ -415,3 +415,27 @@ def test_table_rows_the_checks_refuse_are_refused_alone(
         "12": "content longer than 100,000 characters (",
     }
     assert (s["documents_new"], s["chunks_imported"]) == (4, 4)
+
+
+def test_a_table_rows_metadata_nested_five_thousand_deep_refuses_its_row_alone(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table kb (id int primary key, content text, embedding real[], metadata jsonb)"
+    )
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        emb = [float(x) for x in vec]
+        conn.execute("insert into kb values (%s, %s, %s, '{}')", (i, text, emb))
+    conn.execute(
+        "insert into kb values (9, 'deep', %s, "
+        "('{\"a\": ' || repeat('[', 5000) || repeat(']', 5000) || '}')::jsonb)",
+        ([0.1] * 384,),
+    )
+    conn.commit()
+
+    s = summary(run(db, "--table", "kb", *MODEL))
+
+    assert s["refused"] == [
+        {"row": "9", "document": "public.kb#9", "reason": "metadata is nested too deeply"}
+    ]
+    assert (s["documents_new"], s["chunks_imported"]) == (4, 4)

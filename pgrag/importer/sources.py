@@ -314,7 +314,7 @@ def open_table(
     statement = sql.SQL(
         "/* pgrag:import */ select {row_id}, left({content}::text, {longest}), "
         "r.embedding::real[], "
-        "{metadata}, {source}::text, {title}::text, {page}, {start} "
+        "({metadata})::text, {source}::text, {title}::text, {page}, {start} "
         "from {table} as r {join} {where} "
         "order by 5 nulls last, 7 nulls first, 8 nulls first, {order}"
     ).format(
@@ -345,16 +345,19 @@ def open_table(
                 raise NotInstalled(f"{schema}.{name}.embedding is not a vector: {exc}") from exc
             try:
                 for rid, content, emb, meta, src, title, page, start in cur:
+                    # metadata read as text: any depth of JSON is a row's problem, not the run's
+                    metadata, problem = _metadata_of(meta)
                     yield SourceRow(
                         str(rid) if rid is not None else "",
                         content,
-                        emb,
-                        dict(meta or {}),
+                        None if problem else emb,
+                        metadata,
                         src,
                         title,
                         int(page) if page is not None and 0 <= page <= MAX_PAGE else None,
                         int(start) if start is not None else None,
-                        position=str(rid) if rid is not None else "",
+                        problem,
+                        str(rid) if rid is not None else "",
                     )
             except (psycopg.DataError, psycopg.errors.CannotCoerce) as exc:
                 # e.g. embeddings kept as text: the table's own values cannot be read as numbers
@@ -381,11 +384,11 @@ def open_table(
 # -- files ---------------------------------------------------------------------------------------
 
 
-def _file_metadata(value: Any) -> tuple[dict[str, Any], str | None]:
-    """A record's ``metadata`` as an object, or why it is not one."""
+def _metadata_of(value: Any) -> tuple[dict[str, Any], str | None]:
+    """A row's ``metadata`` as an object, or why it is not one (a table's is JSON text)."""
     if value is None:
         return {}, None
-    if isinstance(value, str):  # Parquet exports often hold it as JSON text
+    if isinstance(value, str):  # as Parquet exports often hold it too
         try:
             value = json.loads(value)
         except RecursionError:
@@ -443,7 +446,7 @@ def _file_row(record: Any, position: str, unmapped: set[str]) -> SourceRow:
     if not isinstance(record, dict):
         return SourceRow("", None, None, position=position, problem="not a JSON object")
     unmapped.update(str(k) for k in record if k not in FILE_COLUMNS)
-    metadata, metadata_refused = _file_metadata(record.get("metadata"))
+    metadata, metadata_refused = _metadata_of(record.get("metadata"))
     source, source_refused = _file_source(record, metadata)
     title, title_refused = _file_title(record, metadata)
     page, page_refused = _file_page(record, metadata)
