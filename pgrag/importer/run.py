@@ -187,9 +187,9 @@ class Importer:
         if model is None:
             raise ConfigError(missing_model(self.dims))
         self.model = LOCAL_MODEL_NAME if model in LOCAL_MODEL_ALIASES else model
-        same = model == recorded and recorded_provider is not None
+        same = self.model == recorded and recorded_provider is not None
         self.provider: str = options.provider or (
-            recorded_provider if same and recorded_provider else provider_for_model(model)
+            recorded_provider if same and recorded_provider else provider_for_model(self.model)
         )
         check_language(self.conn, options.language)
         check_model(self.conn, self.provider, self.model)
@@ -306,6 +306,31 @@ class Importer:
         self.summary.refused.append({"row": row, "document": doc.uri, "reason": reason})
 
     def _batch(self, batch: list[ImportDoc], progress: Progress) -> None:
+        """Write one batch of documents: refused ones reported, unchanged ones skipped,
+        relabelled ones relabelled, the rest loaded (one transaction; see :meth:`_write`)."""
+        load, changed, relabel = self._plan(self._ready(batch))
+        if self.options.dry_run:
+            if load and self.bulk is None:
+                self.bulk = self.summary.bulk_load = bulk_load_applies(
+                    self.conn, self.options.tenant
+                )
+        else:
+            if relabel:
+                self.lifecycle.relabel(self.conn, self.options.tenant, relabel)
+            load = self._write(load) if load else []
+            progress.chunks_written(sum(len(d.chunks) for d in load))
+        for doc in load:
+            if doc.uri in changed:
+                self.summary.documents_changed += 1
+            else:
+                self.summary.documents_new += 1
+            self.summary.chunks_imported += len(doc.chunks)
+        progress.chunks_done(sum(len(d.chunks) + len(d.refused) for d in batch))
+        progress.advance(len(batch), batch[-1].uri[-60:])
+
+    def _ready(self, batch: list[ImportDoc]) -> list[ImportDoc]:
+        """The batch's documents none of whose rows was refused, each source once; the others
+        reported as refused."""
         ready: list[ImportDoc] = []
         for doc in batch:
             if doc.uri in self.seen:
@@ -318,6 +343,14 @@ class Importer:
             else:
                 ready.append(doc)
             self.seen.add(doc.uri)
+        return ready
+
+    def _plan(
+        self, ready: list[ImportDoc]
+    ) -> tuple[list[ImportDoc], set[str], list[tuple[int, dict[str, Any], str]]]:
+        """What to do with each document against the stored one of its source: the documents to
+        load, the sources of those that replace one, and (id, metadata, source) to relabel; the
+        unchanged and relabelled ones counted."""
         with tenant_transaction(self.conn, self.options.tenant):
             stored = {
                 str(r[0]): r[1:]
@@ -342,24 +375,7 @@ class Importer:
             load.append(doc)
             if old is not None and old[1] is not None:
                 changed.add(doc.uri)
-        if self.options.dry_run:
-            if load and self.bulk is None:
-                self.bulk = self.summary.bulk_load = bulk_load_applies(
-                    self.conn, self.options.tenant
-                )
-        else:
-            if relabel:
-                self.lifecycle.relabel(self.conn, self.options.tenant, relabel)
-            load = self._write(load) if load else []
-            progress.chunks_written(sum(len(d.chunks) for d in load))
-        for doc in load:
-            if doc.uri in changed:
-                self.summary.documents_changed += 1
-            else:
-                self.summary.documents_new += 1
-            self.summary.chunks_imported += len(doc.chunks)
-        progress.chunks_done(sum(len(d.chunks) + len(d.refused) for d in batch))
-        progress.advance(len(batch), batch[-1].uri[-60:])
+        return load, changed, relabel
 
     def _write(self, docs: list[ImportDoc]) -> list[ImportDoc]:
         """Load ``docs`` in one transaction; if the database refuses it for what a document
