@@ -19,8 +19,9 @@ loads").
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import psycopg
@@ -197,12 +198,15 @@ class Loader(Worker):
 # each other in Python, where PostgreSQL's deadlock detector cannot see: were another session's
 # DDL queued on pgrag.chunks between their lock requests, they would wait forever without it.
 PASS_LOCK_TIMEOUT = "30s"
+PASS_LOCK = 0x70677261  # advisory lock key space of the index pass ("pgra"), with the tenant's hash
 
 
 def index_bulk_backlog(dsn: str, tenant: str, jobs: int | None = None) -> int:
-    """:func:`index_pass` with every lock it waits for bounded by ``PASS_LOCK_TIMEOUT``."""
+    """:func:`index_pass` under the tenant's :func:`end_of_load_lock`, with every table lock it
+    waits for bounded by ``PASS_LOCK_TIMEOUT``."""
     try:
-        return index_pass(dsn, tenant, jobs)
+        with end_of_load_lock(dsn, tenant):
+            return index_pass(dsn, tenant, jobs)
     except psycopg.errors.LockNotAvailable as exc:
         raise LockWaitTooLong(
             f"the keyword index of tenant {tenant!r}'s bulk load waited over {PASS_LOCK_TIMEOUT} "
@@ -220,6 +224,20 @@ def pass_connection(dsn: str, autocommit: bool = False) -> psycopg.Connection[An
     return conn
 
 
+@contextmanager
+def end_of_load_lock(dsn: str, tenant: str) -> Iterator[None]:
+    """One end of a load of ``tenant`` at a time (its keyword index pass, its graph): two
+    imports or ingests of one tenant ending together would write the same postings and name
+    the same index. Waits for the tenant's advisory lock (``PASS_LOCK``), held by a connection
+    of its own until the block ends; the second then finds what the first left, usually
+    nothing to do."""
+    with connect(dsn, autocommit=True) as lock:
+        lock.execute(
+            "select pg_catalog.pg_advisory_lock(%s, pg_catalog.hashtext(%s))", (PASS_LOCK, tenant)
+        )
+        yield
+
+
 def index_pass(dsn: str, tenant: str, jobs: int | None = None) -> int:
     """Write the BM25 index of the chunks a bulk load of ``tenant`` left in the backlog (the
     first half of ``pgrag.finish_bulk_load``), so keyword search and ``pgrag stats`` see them;
@@ -231,7 +249,8 @@ def index_pass(dsn: str, tenant: str, jobs: int | None = None) -> int:
     (``pgrag.bulk_load_lexeme_bounds``, ``pgrag.index_bulk_load_lexemes``) in its own part of
     the postings index; the others commit, then the first closes the backlog
     (``pgrag.close_bulk_load_backlog``) and commits. Stopped anywhere, what committed is kept
-    and the next pass (``pgrag.index_bulk_load_backlog``) writes only what is missing."""
+    and the next pass (``pgrag.index_bulk_load_backlog``) writes only what is missing. The
+    caller holds the tenant's :func:`end_of_load_lock`."""
     jobs = jobs or min(4, os.cpu_count() or 1)
     with pass_connection(dsn, autocommit=True) as conn:
         row = conn.execute(
@@ -303,11 +322,12 @@ def isolate_large_tenant(dsn: str, tenant: str) -> bool:
             return False
         # The keyword index first, in its own transactions: an interrupted graph build keeps it.
         index_bulk_backlog(dsn, tenant)
-        built = conn.execute("select pgrag.finish_bulk_load(%s)", (tenant,)).fetchone()
-        if built and built[0] is not None:
-            return True
-        return bool(
-            conn.execute(
-                "select 1 from pgrag.isolate_tenants(tenants => array[%s]::text[])", (tenant,)
-            ).fetchone()
-        )
+        with end_of_load_lock(dsn, tenant):
+            built = conn.execute("select pgrag.finish_bulk_load(%s)", (tenant,)).fetchone()
+            if built and built[0] is not None:
+                return True
+            return bool(
+                conn.execute(
+                    "select 1 from pgrag.isolate_tenants(tenants => array[%s]::text[])", (tenant,)
+                ).fetchone()
+            )
