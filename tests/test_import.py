@@ -747,7 +747,9 @@ def test_a_source_longer_than_a_document_uri_refuses_its_document_alone(
 
     s = summary(run(db, str(path), "--model", LOCAL_MODEL_NAME))
 
-    assert [r["reason"] for r in s["refused"]] == ["source longer than 2048 characters"]
+    assert [r["reason"] for r in s["refused"]] == [
+        "source longer than 2048 characters or 2048 bytes"
+    ]
     assert (s["documents_new"], s["documents_refused"]) == (3, 1)
 
 

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from pgrag.db import tenant_transaction
 from pgrag.importer import ImportOptions, import_source, sources
 from pgrag.importer import run as importer_run
 from pgrag.importer.sources import open_file
+from pgrag.ingest import load
 from pgrag.pipeline.embedders import LOCAL_MODEL_NAME
 
 __all__ = ["vectors"]  # the fixture, imported for these tests
@@ -267,21 +270,41 @@ def test_rows_of_the_same_text_without_an_id_are_documents_of_their_own(
 def test_a_batch_the_database_refuses_is_written_one_document_at_a_time(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
 ) -> None:
-    # 2,000 characters of 3 bytes, none repeated (so they do not compress): within the
-    # source's bound in characters, too large for the database's unique btree index of
-    # sources (54000, program limit exceeded).
-    wide = {
-        "content": "wide",
-        "embedding": [float(x) for x in vectors[1]],
-        "source_uri": "".join(chr(0x4E00 + i) for i in range(2000)),
-    }
-    path = with_bad_line(tmp_path, vectors, json.dumps(wide).encode())
+    # A rule of this database that no check of the import knows (23514, check violation).
+    conn.execute("alter table pgrag.chunks add constraint no_secrets check (content <> 'secret')")
+    conn.commit()
+    secret = {"content": "secret", "embedding": [float(x) for x in vectors[1]]}
+    path = with_bad_line(tmp_path, vectors, json.dumps(secret).encode())
 
     s = summary(run(db, str(path), *MODEL))
 
     assert (s["documents_new"], s["chunks_imported"], s["documents_refused"]) == (3, 4, 1)
-    assert s["refused"][0]["reason"].startswith("the database refused it: index row")
+    assert s["refused"] == [
+        {
+            "row": "",
+            "document": lone_row(path, "secret"),
+            "reason": 'the database refused it: new row for relation "chunks" violates check '
+            'constraint "no_secrets"',
+        }
+    ]
     assert len({r[0] for r in chunks(conn)}) == 3
+
+
+def test_a_source_longer_than_2048_bytes_is_refused_before_the_database_sees_it(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    # 2,000 characters of 4 bytes: within the bound in characters, not in bytes (the bound of
+    # pgrag.documents.source_uri, which its unique index could not hold either).
+    wide = "".join(chr(0x20000 + i) for i in range(2000))
+    record = {"content": "wide", "embedding": [float(x) for x in vectors[1]], "source_uri": wide}
+    path = with_bad_line(tmp_path, vectors, json.dumps(record).encode())
+
+    dry = summary(run(db, str(path), *MODEL, "--dry-run"))
+    reason = refused_alone(db, path)
+
+    assert reason == "source longer than 2048 characters or 2048 bytes"
+    assert dry["refused"][0]["reason"] == reason
+    assert dry["refused"][0]["document"] == wide[:200] + "..."
 
 
 def lone_rows(tmp_path: Path, vectors: list[np.ndarray], n: int) -> Path:
@@ -439,3 +462,283 @@ def test_a_table_rows_metadata_nested_five_thousand_deep_refuses_its_row_alone(
         {"row": "9", "document": "public.kb#9", "reason": "metadata is nested too deeply"}
     ]
     assert (s["documents_new"], s["chunks_imported"]) == (4, 4)
+
+
+def test_prune_with_a_collection_keeps_the_other_collections_documents(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute("create table langchain_pg_collection (uuid uuid primary key, name varchar)")
+    conn.execute(
+        "create table langchain_pg_embedding (id varchar primary key, collection_id uuid, "
+        "embedding vector, document varchar, cmetadata jsonb, custom_id varchar)"
+    )
+    conn.execute(
+        "insert into langchain_pg_collection values "
+        "('00000000-0000-0000-0000-00000000000a', 'A'), "
+        "('00000000-0000-0000-0000-00000000000b', 'B')"
+    )
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        conn.execute(
+            "insert into langchain_pg_embedding values (%s, %s, %s, %s, '{}', null)",
+            (f"r{i}", f"00000000-0000-0000-0000-00000000000{'ab'[i % 2]}", vec, text),
+        )
+    conn.commit()
+    table = ("--table", "langchain_pg_embedding")
+    assert summary(run(db, *table, "--collection", "B", *MODEL))["documents_new"] == 2
+
+    s = summary(run(db, *table, "--collection", "A", "--prune"))
+
+    assert (s["documents_new"], s["documents_removed"]) == (2, 0)
+    assert len(chunks(conn)) == 4
+
+
+def test_a_file_named_another_way_is_the_same_source(
+    db: str,
+    conn: psycopg.Connection[Any],
+    vectors: list[np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"".join(good_lines(vectors)))
+    monkeypatch.chdir(tmp_path)
+    assert summary(run(db, "rows.jsonl", *MODEL))["documents_new"] == 3
+
+    s = summary(run(db, str(tmp_path / "." / "rows.jsonl"), "--prune"))
+
+    assert (s["documents_unchanged"], s["documents_new"], s["documents_removed"]) == (3, 0, 0)
+
+
+def test_prune_removes_nothing_when_a_line_could_not_be_tied_to_its_document(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    lines = good_lines(vectors)
+    path.write_bytes(b"".join(lines))
+    assert summary(run(db, str(path), *MODEL))["documents_new"] == 3
+    path.write_bytes(b"".join(lines[:2]) + lines[2][:40] + b"\n" + lines[3])  # line 3 cut short
+
+    result = run(db, str(path), "--prune")
+
+    s = summary(result)
+    assert (s["documents_refused"], s["documents_removed"]) == (1, 0)
+    assert s["prune_skipped"] == (
+        "1 rows could not be read far enough to tell their document (line 3): nothing removed; "
+        "fix them and run again"
+    )
+    assert len(chunks(conn)) == 4
+
+
+def test_parquet_metadata_dates_and_decimals_are_kept_as_text(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    import datetime
+    import decimal
+
+    meta = {
+        "at": datetime.datetime(2026, 3, 1, 12, 30),
+        "day": datetime.date(2026, 3, 1),
+        "price": decimal.Decimal("9.90"),
+    }
+    records = [
+        {"content": t, "embedding": [float(x) for x in v], "metadata": meta}
+        for t, v in zip(TEXTS, vectors, strict=True)
+    ]
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(records), path)
+
+    s = summary(run(db, str(path), *MODEL))
+
+    assert (s["documents_new"], s["refused"]) == (4, [])
+    assert chunks(conn)[0][3] == {"at": "2026-03-01T12:30:00", "day": "2026-03-01", "price": "9.90"}
+
+
+def test_parquet_values_python_cannot_hold_refuse_their_rows_alone(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    emb = [[float(x) for x in v] for v in vectors]
+    table = pa.table(
+        {
+            "content": TEXTS,
+            "embedding": emb,
+            # year 300,000 is a valid Parquet timestamp and no Python datetime
+            "metadata": pa.array(
+                [{"at": 0}, {"at": 0}, {"at": 0}, {"at": 9_000_000_000_000}],
+                pa.struct([("at", pa.timestamp("s"))]),
+            ),
+            "tag": pa.array([b"a", b"b", b"c", b"d"]),
+        }
+    )
+    path = tmp_path / "rows.parquet"
+    pq.write_table(table, path)
+
+    s = summary(run(db, str(path), *MODEL))
+
+    assert [r["row"] for r in s["refused"]] == ["row 4"]
+    assert s["refused"][0]["reason"].startswith("a value cannot be read (")
+    assert s["documents_new"] == 3
+
+
+def test_parquet_metadata_holding_bytes_refuses_its_row_alone(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    records = [
+        {
+            "content": t,
+            "embedding": [float(x) for x in v],
+            "metadata": {"raw": b"x" if i == 3 else None},
+        }
+        for i, (t, v) in enumerate(zip(TEXTS, vectors, strict=True))
+    ]
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(records), path)
+
+    s = summary(run(db, str(path), *MODEL))
+
+    assert [r["reason"] for r in s["refused"]] == [
+        "metadata holds a value JSON cannot store (Object of type bytes is not JSON serializable)"
+    ]
+    assert s["documents_new"] == 3
+
+
+def table_with(conn: psycopg.Connection[Any], vectors: list[np.ndarray], columns: str) -> None:
+    """Table kb (id, content, embedding float8[], ``columns``) of the four good rows."""
+    conn.execute(
+        f"create table kb (id int primary key, content text, embedding float8[], {columns})"
+    )
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        conn.execute(
+            "insert into kb (id, content, embedding) values (%s, %s, %s)",
+            (i, text, [float(x) for x in vec]),
+        )
+
+
+def test_a_table_rows_values_the_import_cannot_read_refuse_that_row_alone(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    table_with(conn, vectors, "page numeric, source_uri text")
+    huge = [1e300] * 384
+    conn.execute("insert into kb values (7, 'page', %s, 1e30, 'kb/p.md')", ([0.1] * 384,))
+    conn.execute("insert into kb values (8, 'huge', %s, 1, 'kb/h.md')", (huge,))
+    conn.execute("insert into kb values (9, 'blank', %s, 1, '   ')", ([0.2] * 384,))
+    conn.commit()
+
+    s = summary(run(db, "--table", "kb", *MODEL))
+
+    assert {r["row"]: r["reason"] for r in s["refused"]} == {
+        "8": "embedding holds NaN, infinity or a number beyond 4-byte floats"
+    }
+    pages = dict(
+        conn.execute(
+            "select d.source_uri, c.page from pgrag.chunks as c join pgrag.documents as d "
+            "on d.id = c.document_id where c.content in ('page', 'blank')"
+        ).fetchall()
+    )
+    assert pages == {"kb/p.md": None, "public.kb#9": 1}  # no page 1e30; a blank source is none
+
+
+def test_a_table_whose_metadata_is_text_is_one_line_naming_the_cast(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    table_with(conn, vectors, "metadata text")
+    conn.commit()
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", "--table", "kb", *MODEL])
+
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: public.kb.metadata is text, not json or jsonb: import a view that casts it "
+        "(metadata::jsonb as metadata, once every row holds a JSON object), or one without it."
+    ]
+
+
+def test_a_table_whose_embedding_cannot_be_cast_is_one_line_naming_the_view(
+    db: str, conn: psycopg.Connection[Any]
+) -> None:
+    conn.execute("create table kb (id int primary key, content text, embedding jsonb)")
+    conn.execute("insert into kb values (1, 'a', '[1, 2, 3]')")
+    conn.commit()
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", "--table", "kb", *MODEL])
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "Error: public.kb cannot be read as pgrag reads it"
+    )
+    assert "select embedding::vector as embedding" in lines[0]
+
+
+def test_a_llamaindex_node_whose_content_is_not_json_imports_in_id_order(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    conn.execute(
+        "create table data_kb (id bigserial primary key, text varchar, metadata_ json, "
+        "node_id varchar, embedding vector(384))"
+    )
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        meta = {"doc_id": "d1", "_node_content": "{not json" if i == 1 else '{"start_char_idx": 5}'}
+        conn.execute(
+            "insert into data_kb (text, metadata_, node_id, embedding) values (%s, %s, %s, %s)",
+            (text, json.dumps(meta), f"n{i}", vec),
+        )
+    conn.commit()
+
+    s = summary(run(db, "--table", "data_kb", *MODEL))
+
+    assert (s["documents_new"], s["chunks_imported"], s["refused"]) == (1, 4, [])
+
+
+def test_metadata_waiting_to_be_sorted_is_held_as_its_json_text(
+    vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    # 8 KB of JSON that Python holds in some 130 KB: 2,000 such rows would take 260 MB.
+    heavy = {"x": [[] for _ in range(2000)]}
+    emb = [float(x) for x in vectors[0]]
+    path = tmp_path / "heavy.jsonl"
+    with path.open("w") as handle:
+        for i in range(2000):
+            handle.write(
+                json.dumps({"content": f"row {i}", "embedding": emb, "metadata": heavy}) + "\n"
+            )
+
+    tracemalloc.start()
+    try:
+        source = open_file(path)
+        peak = tracemalloc.get_traced_memory()[1]
+        first = next(iter(source.rows))
+    finally:
+        tracemalloc.stop()
+        source.close()
+
+    assert peak < 64 * 2**20
+    assert first.metadata == heavy
+
+
+def test_a_keyword_index_pass_waits_for_another_pass_of_the_same_tenant(
+    db: str, conn: psycopg.Connection[Any]
+) -> None:
+    conn.autocommit = True
+    conn.execute("select pg_advisory_lock(%s, hashtext('acme'))", (load.PASS_LOCK,))
+    done: list[int] = []
+    other = threading.Thread(target=lambda: done.append(load.index_bulk_backlog(db, "acme")))
+    other.start()
+    waiting = None
+    for _ in range(100):  # until the pass waits for the lock (at most 10 s)
+        waiting = conn.execute(
+            "select count(*) from pg_stat_activity where wait_event = 'advisory'"
+        ).fetchone()
+        if waiting == (1,):
+            break
+        time.sleep(0.1)
+
+    conn.execute("select pg_advisory_unlock(%s, hashtext('acme'))", (load.PASS_LOCK,))
+    other.join(30)
+
+    assert waiting == (1,) and done == [0]

@@ -162,6 +162,8 @@ def import_command(
             f"chunks:    {summary.chunks_imported} {verb} of {summary.rows_read} rows read "
             f"({summary.source}); token counts: {summary.token_counts}"
         )
+        if summary.prune_skipped:
+            click.echo(f"prune:     skipped: {summary.prune_skipped}", err=True)
         if summary.unmapped_columns:
             click.echo(f"unmapped:  {', '.join(summary.unmapped_columns)} (not imported)")
         for column, why in summary.ignored_columns.items():

@@ -92,6 +92,8 @@ def metadata_problem(metadata: dict[str, Any]) -> str | None:
         return "metadata holds NaN or infinity, which JSON cannot store"
     except RecursionError:
         return "metadata is nested too deeply"
+    except TypeError as exc:  # e.g. bytes from a Parquet column
+        return f"metadata holds a value JSON cannot store ({exc})"
     if size > MAX_METADATA_BYTES:
         return f"metadata larger than {MAX_METADATA_BYTES:,} bytes as JSON ({size:,})"
     return None
@@ -153,7 +155,10 @@ def page_problem(page: Any) -> str | None:
 
 
 def label_problem(field: str, value: Any) -> str | None:
-    """Why a row's own ``title``, ``source_uri`` or ``id`` (when given) is not text."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    """Why a row's own ``title``, ``source_uri`` or ``id`` (when given) is neither text nor a
+    number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{field} is {value}, not text"
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return f"{field} is {kind_of(value)}, not text"
     return text_problem(field, value) if isinstance(value, str) else None

@@ -55,6 +55,7 @@ class ImportDoc:
     metadata: dict[str, Any]
     chunks: list[ImportChunk] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)  # (row id, reason)
+    unknown: bool = False  # a row read without telling its document (e.g. a line not JSON)
 
     @property
     def content_sha256(self) -> str:
@@ -153,8 +154,10 @@ def documents(
     for key, rows in _groups(source.rows):
         uri = key if key is not None else lone.name(rows[0])
         doc = ImportDoc(uri, _title(rows[0], uri, key is not None), {})
-        if len(uri) > MAX_URI_CHARS:
-            doc.refused.append((rows[0].position, f"source longer than {MAX_URI_CHARS} characters"))
+        doc.unknown = key is None and not rows[0].row_id and not isinstance(rows[0].content, str)
+        if len(uri) > MAX_URI_CHARS or len(uri.encode("utf-8", "replace")) > MAX_URI_CHARS:
+            why = f"source longer than {MAX_URI_CHARS} characters or {MAX_URI_CHARS} bytes"
+            doc.refused.append((rows[0].position, why))
         for row in rows:
             chunk, reason, seen = check_row(row, dims)
             if seen == dims:

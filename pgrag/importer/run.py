@@ -99,6 +99,7 @@ class ImportSummary:
     documents_relabelled: int = 0
     documents_refused: int = 0
     documents_removed: int = 0
+    prune_skipped: str | None = None  # why --prune removed nothing
     chunks_imported: int = 0
     rows_read: int = 0
     refused: list[dict[str, str]] = field(default_factory=list)  # row, document, reason
@@ -207,6 +208,7 @@ class Importer:
         self.stage: list[tuple[str, int]] = []
         self.model_recorded = False
         self.seen: set[str] = set()
+        self.unknown: list[str] = []  # rows refused before their document was known
         self.bulk: bool | None = None  # decided before the first swap (pgrag.bulk_load_applies)
 
     def close(self) -> None:
@@ -286,6 +288,13 @@ class Importer:
         the run read but refused is kept, as its previous version is."""
         from pgrag.documents import delete_documents
 
+        if self.unknown:  # a row of any document may be among them: removing none is safe
+            shown = ", ".join(self.unknown[:3]) + (", ..." if len(self.unknown) > 3 else "")
+            self.summary.prune_skipped = (
+                f"{len(self.unknown)} rows could not be read far enough to tell their document "
+                f"({shown}): nothing removed; fix them and run again"
+            )
+            return
         tenant = self.options.tenant
         with tenant_transaction(self.conn, tenant):
             rows = self.conn.execute(
@@ -303,7 +312,8 @@ class Importer:
     # -- one batch of documents ---------------------------------------------------------------
 
     def _refuse(self, doc: ImportDoc, row: str, reason: str) -> None:
-        self.summary.refused.append({"row": row, "document": doc.uri, "reason": reason})
+        name = doc.uri if len(doc.uri) <= 200 else f"{doc.uri[:200]}..."  # one line, not 8 KB
+        self.summary.refused.append({"row": row, "document": name, "reason": reason})
 
     def _batch(self, batch: list[ImportDoc], progress: Progress) -> None:
         """Write one batch of documents: refused ones reported, unchanged ones skipped,
@@ -340,6 +350,8 @@ class Importer:
                 for row, reason in doc.refused:
                     self._refuse(doc, row, reason)
                 self.summary.documents_refused += 1
+                if doc.unknown:
+                    self.unknown.append(doc.refused[0][0])
             else:
                 ready.append(doc)
             self.seen.add(doc.uri)

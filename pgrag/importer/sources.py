@@ -33,6 +33,9 @@ after the table, prefixed with that other database's name.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import decimal
 import heapq
 import json
 import os
@@ -87,6 +90,7 @@ class SourceRow:
     start: int | None = None
     problem: str | None = None
     position: str = ""
+    packed: str | None = None  # the metadata as JSON text while the row waits to be sorted
 
 
 @dataclass
@@ -116,11 +120,15 @@ class Source:
 # -- tables --------------------------------------------------------------------------------------
 
 
+def _int_text(text: str) -> str:
+    """SQL: the text ``text`` as an integer when it is a whole number (``3``, ``3.0``), else
+    null: never a cast that fails on a row's value."""
+    return f"case when ({text}) ~ '^[0-9]{{1,15}}([.]0*)?$' then ({text})::numeric::bigint end"
+
+
 def _int_of(expr: str, key: str) -> str:
     """SQL: ``expr->>key`` as an integer when it is one, else null."""
-    return (
-        f"case when ({expr} ->> '{key}') ~ '^[0-9]{{1,15}}$' then ({expr} ->> '{key}')::bigint end"
-    )
+    return _int_text(f"{expr} ->> '{key}'")
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,7 @@ class TableShape:
     used: tuple[str, ...]
     ignored: dict[str, str]
     join: str = ""
+    metadata_column: str = "metadata"  # read as JSON: it must be json or jsonb
 
 
 def _documents_shape(columns: set[str]) -> TableShape:
@@ -155,7 +164,8 @@ def _documents_shape(columns: set[str]) -> TableShape:
         source=f"coalesce({'r.source_uri::text, ' if has('source_uri') else ''}"
         f"{meta} ->> 'source_uri', {meta} ->> 'source')",
         title=f"coalesce({'r.title::text, ' if has('title') else ''}{meta} ->> 'title')",
-        page=f"coalesce({'r.page::bigint, ' if has('page') else ''}{_int_of(meta, 'page')})",
+        page=f"coalesce({_int_text('r.page::text') + ', ' if has('page') else ''}"
+        f"{_int_of(meta, 'page')})",
         start=f"coalesce({_int_of(meta, 'start_index')}, {_int_of(meta, 'chunk_index')})",
         order="r.id" if has("id") else "r.ctid",
         used=(
@@ -189,14 +199,16 @@ def _langchain_shape(columns: set[str], collection_table: str | None) -> TableSh
         used=("id", "uuid", "document", "embedding", "cmetadata", "custom_id", "collection_id"),
         ignored={},
         join=join,
+        metadata_column="cmetadata",
     )
 
 
 def _llamaindex_shape() -> TableShape:
     raw = "coalesce(r.metadata_::jsonb, '{}'::jsonb)"
-    node = (
-        f"(case when jsonb_typeof({raw} -> '_node_content') = 'string' "
-        f"then ({raw} ->> '_node_content')::jsonb end)"
+    # the node's start_char_idx, found in its JSON text (never parsed: a row's text that is
+    # not JSON must not stop the statement)
+    start_char = _int_text(
+        f"substring({raw} ->> '_node_content' from '\"start_char_idx\": *([0-9]{{1,15}})')"
     )
     return TableShape(
         name="llamaindex",
@@ -208,10 +220,11 @@ def _llamaindex_shape() -> TableShape:
         source=f"coalesce({raw} ->> 'doc_id', {raw} ->> 'ref_doc_id', {raw} ->> 'document_id')",
         title=f"coalesce({raw} ->> 'title', {raw} ->> 'file_name')",
         page=f"coalesce({_int_of(raw, 'page')}, {_int_of(raw, 'page_label')})",
-        start=f"coalesce({_int_of(node, 'start_char_idx')}, {_int_of(raw, 'chunk_index')})",
+        start=f"coalesce({start_char}, {_int_of(raw, 'chunk_index')})",
         order="r.id",
         used=("id", "text", "embedding", "metadata_", "node_id"),
         ignored={"text_search_tsv": "pgrag keeps its own BM25 index of the content"},
+        metadata_column="metadata_",
     )
 
 
@@ -243,12 +256,14 @@ class TableDatabase:
 
 def _table_columns(
     conn: psycopg.Connection[Any], table: str, where: str
-) -> tuple[str, str, set[str]]:
+) -> tuple[str, str, dict[str, str]]:
+    """The table's schema, name and columns with their types (``format_type``)."""
     try:
         row = conn.execute(
             "select n.nspname::text, c.relname::text, "
-            "array(select a.attname::text from pg_catalog.pg_attribute as a "
-            "where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped order by a.attnum) "
+            "(select pg_catalog.jsonb_object_agg(a.attname, "
+            "pg_catalog.format_type(a.atttypid, null)) from pg_catalog.pg_attribute as a "
+            "where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped) "
             "from pg_catalog.pg_class as c join pg_catalog.pg_namespace as n "
             "on n.oid = c.relnamespace where c.oid = pg_catalog.to_regclass(%s)",
             (table,),
@@ -259,7 +274,7 @@ def _table_columns(
         ) from exc
     if row is None:
         raise ConfigError(f"no table {table!r} in {where}: name an existing table.")
-    return str(row[0]), str(row[1]), set(row[2])
+    return str(row[0]), str(row[1]), {str(k): str(v) for k, v in (row[2] or {}).items()}
 
 
 def _shape_of(
@@ -290,6 +305,27 @@ def _shape_of(
     )
 
 
+def _check_metadata_type(schema: str, name: str, column: str, types: dict[str, str]) -> None:
+    """A metadata column must be JSON: text of other rows could not be told apart from it."""
+    kind = types.get(column)
+    if kind is not None and kind not in ("json", "jsonb"):
+        raise ConfigError(
+            f"{schema}.{name}.{column} is {kind}, not json or jsonb: import a view that casts "
+            f"it ({column}::jsonb as {column}, once every row holds a JSON object), or one "
+            f"without it."
+        )
+
+
+def _embedding_sql(kind: str | None) -> str:
+    """SQL reading the embedding column as numbers: 8-byte floats as they are (a value beyond
+    4-byte floats is then one row's refusal, not the statement's error), else as ``real[]``."""
+    return (
+        "r.embedding::float8[]"
+        if kind in ("double precision[]", "numeric[]")
+        else ("r.embedding::real[]")
+    )
+
+
 def open_table(
     dsn: str, table: str, collection: str | None = None, *, own_database: bool = True
 ) -> Source:
@@ -299,8 +335,10 @@ def open_table(
     with database.connect(autocommit=True) as conn:
         where = database.described(conn)
         prefix = "" if database.own else f"{conn.info.dbname}."
-        schema, name, columns = _table_columns(conn, table, where)
+        schema, name, types = _table_columns(conn, table, where)
+        columns = set(types)
         shape = _shape_of(conn, schema, name, columns)
+        _check_metadata_type(schema, name, shape.metadata_column, types)
         if collection is not None and shape.name != "langchain":
             raise ConfigError("--collection applies to LangChain's langchain_pg_embedding only.")
         estimate = None
@@ -313,8 +351,9 @@ def open_table(
     ident = sql.Identifier(schema, name)
     statement = sql.SQL(
         "/* pgrag:import */ select {row_id}, left({content}::text, {longest}), "
-        "r.embedding::real[], "
-        "({metadata})::text, {source}::text, {title}::text, {page}, {start} "
+        "{embedding}, "
+        "({metadata})::text, nullif(pg_catalog.btrim({source}::text), ''), "
+        "{title}::text, {page}, {start} "
         "from {table} as r {join} {where} "
         "order by 5 nulls last, 7 nulls first, 8 nulls first, {order}"
     ).format(
@@ -322,6 +361,7 @@ def open_table(
         content=sql.SQL(shape.content),
         # one character more than a chunk may hold: refused as too long, never read whole
         longest=sql.Literal(MAX_CHUNK_CHARS + 1),
+        embedding=sql.SQL(_embedding_sql(types.get("embedding"))),
         metadata=sql.SQL(shape.metadata),
         source=sql.SQL(shape.source),
         title=sql.SQL(shape.title),
@@ -341,36 +381,39 @@ def open_table(
             cur.itersize = READ_BATCH
             try:
                 cur.execute(statement, params)
-            except psycopg.errors.UndefinedObject as exc:  # no pgvector type: not embeddings
-                raise NotInstalled(f"{schema}.{name}.embedding is not a vector: {exc}") from exc
-            try:
-                for rid, content, emb, meta, src, title, page, start in cur:
+                for number, (rid, content, emb, meta, src, title, page, start) in enumerate(
+                    cur, start=1
+                ):
                     # metadata read as text: any depth of JSON is a row's problem, not the run's
                     metadata, problem = _metadata_of(meta)
                     yield SourceRow(
                         str(rid) if rid is not None else "",
                         content,
-                        None if problem else emb,
+                        None if problem else _float32(emb),
                         metadata,
                         src,
                         title,
                         int(page) if page is not None and 0 <= page <= MAX_PAGE else None,
                         int(start) if start is not None else None,
                         problem,
-                        str(rid) if rid is not None else "",
+                        str(rid) if rid is not None else f"row {number}",
                     )
+            except psycopg.errors.UndefinedObject as exc:  # no pgvector type: not embeddings
+                raise NotInstalled(f"{schema}.{name}.embedding is not a vector: {exc}") from exc
             except (psycopg.DataError, psycopg.errors.CannotCoerce) as exc:
                 # e.g. embeddings kept as text: the table's own values cannot be read as numbers
                 reason = " ".join((exc.diag.message_primary or str(exc)).split())
                 raise ConfigError(
                     f"{schema}.{name} cannot be read as pgrag reads it ({reason}): the embedding "
-                    "must be a vector, halfvec or an array of numbers, and page a number; "
+                    "must be a vector, halfvec or an array of numbers; "
                     "import a view that casts the columns "
                     "(e.g. select embedding::vector as embedding ...)."
                 ) from exc
 
     return Source(
-        label=f"table {prefix}{schema}.{name} ({shape.name})",
+        # the source's name (metadata.import.from, what --prune compares): a collection's own
+        label=f"table {prefix}{schema}.{name} ({shape.name})"
+        + (f" collection {collection}" if collection is not None else ""),
         shape=shape.name,
         uri_prefix=f"{prefix}{schema}.{name}",
         unmapped=unmapped,
@@ -464,7 +507,9 @@ def _file_row(record: Any, position: str, unmapped: set[str]) -> SourceRow:
     )
     row = SourceRow(
         str(row_id) if row_id is not None and id_refused is None else "",
-        None if content_refused else content,  # kept otherwise: it names a lone row's document
+        # kept unless refused, or unless the row's document is unknown (its source or id is
+        # refused): the text names a lone row's document, an unknown one is named by its place
+        None if content_refused or source_refused or id_refused else content,
         None if problem else _float32(record.get("embedding")),
         {} if problem else metadata,
         source,
@@ -504,9 +549,24 @@ def document_order(rows: list[SourceRow]) -> list[SourceRow]:
     return sorted(rows, key=_order_key)
 
 
+def _packed(row: SourceRow) -> SourceRow:
+    """``row`` with its metadata as JSON text: what it holds in memory is then its size (a
+    metadata object of many small values takes some 20 times its JSON's size)."""
+    if row.metadata:
+        row.packed, row.metadata = json.dumps(row.metadata), {}
+    return row
+
+
+def _unpacked(rows: Iterable[SourceRow]) -> Iterator[SourceRow]:
+    for row in rows:
+        if row.packed is not None:
+            row.metadata, row.packed = json.loads(row.packed), None
+        yield row
+
+
 def _row_bytes(row: SourceRow) -> int:
-    """About what ``row`` holds in memory (its text, embedding and metadata)."""
-    size = 300 + 100 * len(row.metadata)
+    """About what ``row`` holds in memory (its text, embedding and metadata as JSON text)."""
+    size = 300 + (len(row.packed) if row.packed is not None else 0)
     if isinstance(row.content, str):
         size += len(row.content)
     if isinstance(row.embedding, np.ndarray):
@@ -536,7 +596,7 @@ class DocumentOrder:
         self.spilled = 0  # runs written, merged ones included
 
     def add(self, row: SourceRow) -> None:
-        self.buffer.append(row)
+        self.buffer.append(_packed(row))
         self.count += 1
         self.held += _row_bytes(row)
         if self.held >= self.run_bytes:
@@ -575,7 +635,7 @@ class DocumentOrder:
         try:
             if not self.runs:
                 rows, self.buffer = document_order(self.buffer), []
-                yield from rows
+                yield from _unpacked(rows)
                 return
             if self.buffer:
                 self._spill(document_order(self.buffer))
@@ -584,7 +644,7 @@ class DocumentOrder:
                 merged = heapq.merge(*(self._read(p) for p in group), key=_order_key)
                 self._spill(merged)
                 self.runs = [self.runs[-1], *self.runs[:-1]]
-            yield from heapq.merge(*(self._read(p) for p in self.runs), key=_order_key)
+            yield from _unpacked(heapq.merge(*(self._read(p) for p in self.runs), key=_order_key))
         finally:
             self.discard()
 
@@ -698,6 +758,36 @@ def open_jsonl(path: Path, progress: Progress | None = None) -> Source:
     )
 
 
+def _json_value(value: Any) -> Any:
+    """A Parquet value JSON has no type for, as text: dates and times in ISO 8601, decimals
+    as written (anything else stays unstorable: ``TypeError``)."""
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"a {type(value).__name__} value")
+
+
+def _parquet_records(batch: Any) -> Iterator[tuple[Any, str | None]]:
+    """A batch's rows as records (metadata made JSON-ready by :func:`_json_value`), or why a row
+    cannot be read (e.g. a timestamp beyond Python's dates): then row by row."""
+    try:
+        records = batch.to_pylist()
+    except (OverflowError, ValueError):
+        records = None
+    for i in range(batch.num_rows):
+        try:
+            record = records[i] if records is not None else batch.slice(i, 1).to_pylist()[0]
+        except (OverflowError, ValueError) as exc:
+            yield None, f"a value cannot be read ({str(exc)[:100]})"
+            continue
+        if isinstance(record, dict) and isinstance(record.get("metadata"), dict):
+            # left as it is when it cannot be: then refused by the metadata's check
+            with contextlib.suppress(TypeError, ValueError, RecursionError):
+                record["metadata"] = json.loads(json.dumps(record["metadata"], default=_json_value))
+        yield record, None
+
+
 def open_parquet(path: Path, progress: Progress | None = None) -> Source:
     """The rows of a Parquet file with the JSONL columns (pyarrow: the ``parquet`` extra);
     ``progress`` advances by its share of the file's bytes per row."""
@@ -716,8 +806,11 @@ def open_parquet(path: Path, progress: Progress | None = None) -> Source:
         parquet = pq.ParquetFile(path)
         per_row = path.stat().st_size / max(parquet.metadata.num_rows, 1)
         for batch in parquet.iter_batches(batch_size=READ_BATCH):
-            for record in batch.to_pylist():
+            for record, problem in _parquet_records(batch):
                 number += 1
+                if problem is not None:
+                    rows.add(SourceRow("", None, None, position=f"row {number}", problem=problem))
+                    continue
                 rows.add(_file_row(record, f"row {number}", unmapped))
             if progress is not None:
                 progress.advance(per_row * batch.num_rows)
@@ -744,11 +837,13 @@ def open_parquet(path: Path, progress: Progress | None = None) -> Source:
 
 def open_file(path: Path, progress: Progress | None = None) -> Source:
     """A JSONL (``.jsonl``, ``.ndjson``, ``.json``) or Parquet (``.parquet``) file, read and
-    put in document order now (``progress``: of the file's bytes)."""
+    put in document order now (``progress``: of the file's bytes); named by its absolute path,
+    symbolic links resolved."""
     if path.is_dir():
         raise ConfigError(f"{path}: a folder; import reads one .jsonl or .parquet file.")
     if not path.is_file():
         raise ConfigError(f"{path}: no such file.")
+    path = path.resolve()  # the source's name, however the path was written (docs, --prune)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson", ".json"):
         return open_jsonl(path, progress)
