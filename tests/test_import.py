@@ -133,7 +133,9 @@ def test_a_table_of_another_database_imports_as_from_pgrags_own(
     s = summary(result)
     assert result.exit_code == 0, result.output
     assert (s["documents_new"], s["chunks_imported"], s["refused"]) == (3, 4, [])
-    app_name = psycopg.conninfo.conninfo_to_dict(empty_db)["dbname"]
+    with connect(empty_db) as app:  # host[:port]/dbname: apart from another server's "app"
+        port = "" if app.info.port == 5432 else f":{app.info.port}"
+        app_name = f"{app.info.host}{port}/{app.info.dbname}"
     assert s["source"] == f"table {app_name}.public.documents (documents)"
     rows = chunks(conn)
     assert [r[2] for r in rows if r[0] == "guide.md"] == TEXTS[:2]

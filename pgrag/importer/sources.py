@@ -28,7 +28,8 @@ then ``start_index`` / ``start_char_idx`` / ``chunk_index`` of their metadata, t
 The table is pgrag's own database's, or another database's (``--source-dsn``: the database of
 an existing application, which needs neither pgrag nor, for embeddings stored as arrays,
 pgvector); it is read in read-only transactions, and a document without a source is named
-after the table, prefixed with that other database's name.
+after the table, prefixed with that other database's server and name (``host[:port]/dbname.``:
+two applications' databases of one name, as every Supabase project's ``postgres``, stay apart).
 """
 
 from __future__ import annotations
@@ -254,6 +255,12 @@ class TableDatabase:
         return f"the source database {conn.info.dbname} ({redact(self.dsn)})"
 
 
+def database_name(conn: psycopg.Connection[Any]) -> str:
+    """Where ``conn`` is connected, as ``host[:port]/dbname`` (the port when not 5432)."""
+    port = "" if conn.info.port == 5432 else f":{conn.info.port}"
+    return f"{conn.info.host}{port}/{conn.info.dbname}"
+
+
 def _table_columns(
     conn: psycopg.Connection[Any], table: str, where: str
 ) -> tuple[str, str, dict[str, str]]:
@@ -334,7 +341,7 @@ def open_table(
     database = TableDatabase(dsn, own_database)
     with database.connect(autocommit=True) as conn:
         where = database.described(conn)
-        prefix = "" if database.own else f"{conn.info.dbname}."
+        prefix = "" if database.own else f"{database_name(conn)}."
         schema, name, types = _table_columns(conn, table, where)
         columns = set(types)
         shape = _shape_of(conn, schema, name, columns)
