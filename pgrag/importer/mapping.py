@@ -135,15 +135,17 @@ class LoneRowNames:
         self.prefix = prefix
         self.seen: dict[str, int] = {}
 
-    def name(self, row: SourceRow) -> str:
+    def name(self, row: SourceRow) -> tuple[str, bool]:
+        """The row's document name, and whether it is known (else the row is named after its
+        place, its content unread: it could belong to any document)."""
         if row.row_id:
-            return f"{self.prefix}#{row.row_id}"
-        if not isinstance(row.content, str):  # refused for its content: named where it is
-            return f"{self.prefix}#{row.position}"
+            return f"{self.prefix}#{row.row_id}", True
+        if not isinstance(row.content, str):
+            return f"{self.prefix}#{row.position}", False
         key = hashlib.sha256(row.content.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         self.seen[key] = self.seen.get(key, 0) + 1
         repeat = self.seen[key]
-        return f"{self.prefix}#sha256:{key}" + (f"-{repeat}" if repeat > 1 else "")
+        return f"{self.prefix}#sha256:{key}" + (f"-{repeat}" if repeat > 1 else ""), True
 
 
 def documents(
@@ -152,9 +154,8 @@ def documents(
     """The source's documents, in source order; ``tally`` counts the dimensions seen."""
     lone = LoneRowNames(source.uri_prefix)
     for key, rows in _groups(source.rows):
-        uri = key if key is not None else lone.name(rows[0])
-        doc = ImportDoc(uri, _title(rows[0], uri, key is not None), {})
-        doc.unknown = key is None and not rows[0].row_id and not isinstance(rows[0].content, str)
+        uri, known = (key, True) if key is not None else lone.name(rows[0])
+        doc = ImportDoc(uri, _title(rows[0], uri, key is not None), {}, unknown=not known)
         if len(uri) > MAX_URI_CHARS or len(uri.encode("utf-8", "replace")) > MAX_URI_CHARS:
             why = f"source longer than {MAX_URI_CHARS} characters or {MAX_URI_CHARS} bytes"
             doc.refused.append((rows[0].position, why))

@@ -217,9 +217,8 @@ class Importer:
     def run(self) -> ImportSummary:
         try:
             return self._run()
-        except (PgragError, psycopg.Error, OSError) as exc:
-            if not isinstance(exc, Interrupted):
-                self._searchable()  # what was committed stays keyword-searchable
+        except Exception:
+            self._searchable()  # whatever stopped the run, what it committed stays searchable
             raise
         except KeyboardInterrupt as exc:
             done = self.summary.documents_new + self.summary.documents_changed

@@ -57,11 +57,13 @@ from pgrag.errors import ConfigError, MissingExtra, NotInstalled
 from pgrag.importer.checks import (
     MAX_CHUNK_CHARS,
     MAX_PAGE,
+    as_float32,
     content_problem,
     kind_of,
     label_problem,
     metadata_problem,
     page_problem,
+    text_problem,
     whole_number,
 )
 from pgrag.progress import Progress
@@ -71,7 +73,6 @@ READ_BATCH = 2000
 RUN_BYTES = 32 * 2**20  # rows of a file held in memory at a time while it is put in order
 MERGE_RUNS = 64  # runs merged at once (open files); more are merged in several passes
 MAX_LINE_BYTES = 4 * 2**20  # a longer JSONL line is refused unread: a chunk is far smaller
-NUMBER_TYPES = {float, int}  # of a JSON reader's embedding values
 RUNS_PREFIX = "pgrag-import-"  # + "<pid>-": the folder of one import's sorted runs
 
 
@@ -326,11 +327,8 @@ def _check_metadata_type(schema: str, name: str, column: str, types: dict[str, s
 def _embedding_sql(kind: str | None) -> str:
     """SQL reading the embedding column as numbers: 8-byte floats as they are (a value beyond
     4-byte floats is then one row's refusal, not the statement's error), else as ``real[]``."""
-    return (
-        "r.embedding::float8[]"
-        if kind in ("double precision[]", "numeric[]")
-        else ("r.embedding::real[]")
-    )
+    wide = kind in ("double precision[]", "numeric[]")
+    return "r.embedding::float8[]" if wide else "r.embedding::real[]"
 
 
 def open_table(
@@ -396,7 +394,7 @@ def open_table(
                     yield SourceRow(
                         str(rid) if rid is not None else "",
                         content,
-                        None if problem else _float32(emb),
+                        None if problem else as_float32(emb),
                         metadata,
                         src,
                         title,
@@ -473,7 +471,7 @@ def _file_title(record: dict[str, Any], metadata: dict[str, Any]) -> tuple[str |
     """The row's title (its own, else its metadata's), and why its own is refused."""
     given = _given(record, "title")
     if given is not None:
-        problem = label_problem("title", given) if isinstance(given, str) else "title is not text"
+        problem = text_problem("title", given) if isinstance(given, str) else "title is not text"
         return (None, problem) if problem else (given, None)
     title = _given(metadata, "title")
     return (title if isinstance(title, str) else None), None
@@ -517,7 +515,7 @@ def _file_row(record: Any, position: str, unmapped: set[str]) -> SourceRow:
         # kept unless refused, or unless the row's document is unknown (its source or id is
         # refused): the text names a lone row's document, an unknown one is named by its place
         None if content_refused or source_refused or id_refused else content,
-        None if problem else _float32(record.get("embedding")),
+        None if problem else as_float32(record.get("embedding")),
         {} if problem else metadata,
         source,
         title,
@@ -527,16 +525,6 @@ def _file_row(record: Any, position: str, unmapped: set[str]) -> SourceRow:
         position,
     )
     return row
-
-
-def _float32(embedding: Any) -> Any:
-    """A list of numbers as float32 (what pgvector stores: a quarter of the memory of Python
-    floats) until the file is sorted; anything else as it is, refused when checked."""
-    # the types of its values, not isinstance per value: booleans (an int subclass) stay out
-    if isinstance(embedding, list) and embedding and set(map(type, embedding)) <= NUMBER_TYPES:
-        with np.errstate(over="ignore"):  # beyond float4: infinity, refused when checked
-            return np.asarray(embedding, dtype=np.float32)
-    return embedding
 
 
 def _order_key(r: SourceRow) -> tuple[bool, str, bool, int, bool, int]:
