@@ -419,12 +419,21 @@ def test_a_dry_run_reports_the_bulk_path_the_import_would_take(
     assert (dry["bulk_load"], real["bulk_load"]) == (True, True)
 
 
+def table_with(conn: psycopg.Connection[Any], vectors: list[np.ndarray], columns: str = "") -> None:
+    """Table kb (id, content, embedding float8[], ``columns``) of the four good rows."""
+    more = f", {columns}" if columns else ""
+    conn.execute(f"create table kb (id int primary key, content text, embedding float8[]{more})")
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        conn.execute(
+            "insert into kb (id, content, embedding) values (%s, %s, %s)",
+            (i, text, [float(x) for x in vec]),
+        )
+
+
 def test_table_rows_the_checks_refuse_are_refused_alone(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:
-    conn.execute("create table kb (id int primary key, content text, embedding real[])")
-    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
-        conn.execute("insert into kb values (%s, %s, %s)", (i, text, [float(x) for x in vec]))
+    table_with(conn, vectors)
     conn.execute("insert into kb values (10, 'zero', array_fill(0::real, array[384]))")
     conn.execute("insert into kb values (11, 'hole', array_fill(null::real, array[384]))")
     conn.execute("insert into kb values (12, repeat('w ', 60000), %s)", ([0.1] * 384,))
@@ -443,12 +452,7 @@ def test_table_rows_the_checks_refuse_are_refused_alone(
 def test_a_table_rows_metadata_nested_five_thousand_deep_refuses_its_row_alone(
     db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
 ) -> None:
-    conn.execute(
-        "create table kb (id int primary key, content text, embedding real[], metadata jsonb)"
-    )
-    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
-        emb = [float(x) for x in vec]
-        conn.execute("insert into kb values (%s, %s, %s, '{}')", (i, text, emb))
+    table_with(conn, vectors, "metadata jsonb")
     conn.execute(
         "insert into kb values (9, 'deep', %s, "
         "('{\"a\": ' || repeat('[', 5000) || repeat(']', 5000) || '}')::jsonb)",
@@ -494,7 +498,6 @@ def test_prune_with_a_collection_keeps_the_other_collections_documents(
 
 def test_a_file_named_another_way_is_the_same_source(
     db: str,
-    conn: psycopg.Connection[Any],
     vectors: list[np.ndarray],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -605,18 +608,6 @@ def test_parquet_metadata_holding_bytes_refuses_its_row_alone(
         "metadata holds a value JSON cannot store (Object of type bytes is not JSON serializable)"
     ]
     assert s["documents_new"] == 3
-
-
-def table_with(conn: psycopg.Connection[Any], vectors: list[np.ndarray], columns: str) -> None:
-    """Table kb (id, content, embedding float8[], ``columns``) of the four good rows."""
-    conn.execute(
-        f"create table kb (id int primary key, content text, embedding float8[], {columns})"
-    )
-    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
-        conn.execute(
-            "insert into kb (id, content, embedding) values (%s, %s, %s)",
-            (i, text, [float(x) for x in vec]),
-        )
 
 
 def test_a_table_rows_values_the_import_cannot_read_refuse_that_row_alone(
