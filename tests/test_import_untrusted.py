@@ -30,7 +30,7 @@ from test_import import (  # the same real database, embeddings and summary as t
 
 from pgrag.cli import main
 from pgrag.db import tenant_transaction
-from pgrag.importer import ImportOptions, import_source, sources
+from pgrag.importer import ImportOptions, import_source, mapping, sources
 from pgrag.importer import run as importer_run
 from pgrag.importer.sources import open_file
 from pgrag.ingest import load
@@ -225,6 +225,60 @@ def test_a_40_mb_line_is_refused_unread_in_bounded_memory(
     assert [r.problem for r in rows if r.problem] == ["line longer than 4 MiB: a chunk is smaller"]
     assert peak < 24 * 2**20  # a few reads of 4 MiB, never the 40 MB line
     assert refused_alone(db, path) == "line longer than 4 MiB: a chunk is smaller"
+
+
+def test_refused_rows_beyond_the_first_hundred_are_counted_not_listed(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"".join(good_lines(vectors)) + b"not json\n" * 150)
+
+    s = summary(run(db, str(path), *MODEL))
+    text = CliRunner().invoke(main, ["--dsn", db, "import", str(path), "--dry-run"])
+
+    assert (s["documents_new"], s["documents_refused"]) == (3, 150)
+    assert (len(s["refused"]), s["refusals_not_listed"]) == (100, 50)
+    assert [r["row"] for r in s["refused"]][-1] == "line 104"
+    assert text.exit_code == 1
+    assert text.stderr.count("refused: ") == 101
+    assert text.stderr.splitlines()[-1] == "refused: 50 more rows, not listed (the first 100 are)"
+
+
+def test_a_source_of_more_rows_than_a_document_may_hold_keeps_only_that_many(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mapping, "MAX_DOCUMENT_ROWS", 3)
+    rows = (sources.SourceRow(str(i), "text", [1.0], source="big.md") for i in range(10))
+
+    groups = [(key, len(kept), more) for key, kept, more in mapping._groups(rows)]
+
+    assert groups == [("big.md", 3, 7)]
+
+
+def test_a_source_of_more_rows_than_a_document_may_hold_is_refused_alone(
+    db: str,
+    conn: psycopg.Connection[Any],
+    vectors: list[np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mapping, "MAX_DOCUMENT_ROWS", 3)
+    record = {"content": "part", "embedding": [float(x) for x in vectors[0]], "source_uri": "big"}
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"".join(good_lines(vectors)) + (json.dumps(record).encode() + b"\n") * 5)
+
+    s = summary(run(db, str(path), *MODEL))
+
+    assert (s["documents_new"], s["chunks_imported"], s["rows_read"]) == (3, 4, 9)
+    assert s["refused"] == [
+        {
+            "row": "",
+            "document": "big",
+            "reason": "5 rows under one source, more than 3: a document is loaded whole, in one "
+            "transaction; give its parts sources of their own",
+        }
+    ]
+    assert "big" not in {r[0] for r in chunks(conn)}
 
 
 def test_a_folder_given_as_the_file_says_it_is_a_folder(db: str, tmp_path: Path) -> None:

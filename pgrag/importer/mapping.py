@@ -12,6 +12,10 @@ when it has none, after its text (``<source>#sha256:<first 16 hex digits>``, ``-
 for repeats), so that adding or removing other rows of a file leaves its name unchanged (a
 row refused for its content, which is then not read, after its place: ``<source>#line N``).
 
+A document is held whole until it is written (it is loaded in one transaction): one source of
+more than ``MAX_DOCUMENT_ROWS`` rows is refused, its rows counted but not kept, so that no
+source, however it is made, costs the import more memory than that.
+
 A document's ``content_sha256`` hashes its chunks in order (text, page, embedding and
 metadata), so a re-import skips it exactly when nothing of it changed, as ``pgrag ingest`` skips
 an unchanged file.
@@ -31,6 +35,9 @@ from pgrag.importer.checks import content_problem, embedding_vector, metadata_pr
 from pgrag.importer.sources import Source, SourceRow
 
 TITLE_CHARS = 120
+# Rows of one document at most (a 50 MB text file is about 25,000 chunks): a document's rows
+# are held until it is written, about 3.5 KB each with 384 dimensions.
+MAX_DOCUMENT_ROWS = 100_000
 MAX_URI_CHARS = 2048  # pgrag.documents.source_uri's bound (sql/idempotent/011-document-writes.sql)
 
 
@@ -56,6 +63,7 @@ class ImportDoc:
     chunks: list[ImportChunk] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)  # (row id, reason)
     unknown: bool = False  # a row read without telling its document (e.g. a line not JSON)
+    rows_read: int = 0  # its rows in the source, kept or not
 
     @property
     def content_sha256(self) -> str:
@@ -103,21 +111,26 @@ def _title(row: SourceRow, uri: str, grouped: bool) -> str:
     return line[:TITLE_CHARS] or uri[:TITLE_CHARS]
 
 
-def _groups(rows: Iterable[SourceRow]) -> Iterator[tuple[str | None, list[SourceRow]]]:
-    """Consecutive rows of one source together; a row without a source alone."""
+def _groups(rows: Iterable[SourceRow]) -> Iterator[tuple[str | None, list[SourceRow], int]]:
+    """Consecutive rows of one source together, a row without a source alone; with each group,
+    how many more of its rows followed its first ``MAX_DOCUMENT_ROWS`` (counted, not kept)."""
     current: list[SourceRow] = []
     key: str | None = None
+    more = 0
     for row in rows:
         if current and (row.source is None or row.source != key):
-            yield key, current
-            current = []
+            yield key, current, more
+            current, more = [], 0
         key = row.source
-        current.append(row)
+        if len(current) < MAX_DOCUMENT_ROWS:
+            current.append(row)
+        else:
+            more += 1
         if key is None:
-            yield None, current
+            yield None, current, 0
             current = []
     if current:
-        yield key, current
+        yield key, current, more
 
 
 @dataclass
@@ -153,12 +166,21 @@ def documents(
 ) -> Iterator[ImportDoc]:
     """The source's documents, in source order; ``tally`` counts the dimensions seen."""
     lone = LoneRowNames(source.uri_prefix)
-    for key, rows in _groups(source.rows):
+    for key, rows, more in _groups(source.rows):
         uri, known = (key, True) if key is not None else lone.name(rows[0])
         doc = ImportDoc(uri, _title(rows[0], uri, key is not None), {}, unknown=not known)
+        doc.rows_read = len(rows) + more
         if len(uri) > MAX_URI_CHARS or len(uri.encode("utf-8", "replace")) > MAX_URI_CHARS:
             why = f"source longer than {MAX_URI_CHARS} characters or {MAX_URI_CHARS} bytes"
             doc.refused.append((rows[0].position, why))
+        if more:
+            why = (
+                f"{doc.rows_read:,} rows under one source, more than {MAX_DOCUMENT_ROWS:,}: a "
+                "document is loaded whole, in one transaction; give its parts sources of their own"
+            )
+            doc.refused.append(("", why))
+            yield doc
+            continue
         for row in rows:
             chunk, reason, seen = check_row(row, dims)
             if seen == dims:

@@ -62,6 +62,9 @@ from pgrag.pipeline.embedders import (
 from pgrag.progress import Progress, ProgressMode
 
 BATCH_DOCUMENTS = 200
+# Refused rows listed one by one in the summary (and on stderr); the others are counted: a
+# source of millions of bad rows costs neither memory nor a screen per row.
+REFUSALS_LISTED = 100
 BATCH_CHUNKS = 2000
 SOURCE_TYPE = "text"
 TokenCounter = Callable[[Sequence[str]], list[int]]
@@ -103,6 +106,7 @@ class ImportSummary:
     chunks_imported: int = 0
     rows_read: int = 0
     refused: list[dict[str, str]] = field(default_factory=list)  # row, document, reason
+    refusals_not_listed: int = 0  # refused rows beyond the first REFUSALS_LISTED
     unmapped_columns: list[str] = field(default_factory=list)
     ignored_columns: dict[str, str] = field(default_factory=dict)
     token_counts: str = "tokenizer"
@@ -208,7 +212,8 @@ class Importer:
         self.stage: list[tuple[str, int]] = []
         self.model_recorded = False
         self.seen: set[str] = set()
-        self.unknown: list[str] = []  # rows refused before their document was known
+        self.unknown = 0  # rows refused before their document was known
+        self.unknown_first: list[str] = []  # the first three of them (where they are)
         self.bulk: bool | None = None  # decided before the first swap (pgrag.bulk_load_applies)
 
     def close(self) -> None:
@@ -253,7 +258,7 @@ class Importer:
         ) as progress:
             progress.expect_chunks(self.source.rows_total, self.source.rows_estimated)
             for doc in documents(self.source, self.dims, meta, tally):
-                self.summary.rows_read += len(doc.chunks) + len(doc.refused)
+                self.summary.rows_read += doc.rows_read
                 batch.append(doc)
                 if (
                     len(batch) >= BATCH_DOCUMENTS
@@ -288,9 +293,9 @@ class Importer:
         from pgrag.documents import delete_documents
 
         if self.unknown:  # a row of any document may be among them: removing none is safe
-            shown = ", ".join(self.unknown[:3]) + (", ..." if len(self.unknown) > 3 else "")
+            shown = ", ".join(self.unknown_first) + (", ..." if self.unknown > 3 else "")
             self.summary.prune_skipped = (
-                f"{len(self.unknown)} rows could not be read far enough to tell their document "
+                f"{self.unknown} rows could not be read far enough to tell their document "
                 f"({shown}): nothing removed; fix them and run again"
             )
             return
@@ -311,6 +316,11 @@ class Importer:
     # -- one batch of documents ---------------------------------------------------------------
 
     def _refuse(self, doc: ImportDoc, row: str, reason: str) -> None:
+        """Report a refused row (``row`` empty: the whole document): listed while fewer than
+        ``REFUSALS_LISTED`` are, counted after."""
+        if len(self.summary.refused) >= REFUSALS_LISTED:
+            self.summary.refusals_not_listed += 1
+            return
         name = doc.uri if len(doc.uri) <= 200 else f"{doc.uri[:200]}..."  # one line, not 8 KB
         self.summary.refused.append({"row": row, "document": name, "reason": reason})
 
@@ -334,7 +344,7 @@ class Importer:
             else:
                 self.summary.documents_new += 1
             self.summary.chunks_imported += len(doc.chunks)
-        progress.chunks_done(sum(len(d.chunks) + len(d.refused) for d in batch))
+        progress.chunks_done(sum(d.rows_read for d in batch))
         progress.advance(len(batch), batch[-1].uri[-60:])
 
     def _ready(self, batch: list[ImportDoc]) -> list[ImportDoc]:
@@ -349,8 +359,11 @@ class Importer:
                 for row, reason in doc.refused:
                     self._refuse(doc, row, reason)
                 self.summary.documents_refused += 1
-                if doc.unknown:
-                    self.unknown.append(doc.refused[0][0])
+                if doc.unknown:  # named after its place: no source to remember
+                    self.unknown += 1
+                    if len(self.unknown_first) < 3:
+                        self.unknown_first.append(doc.refused[0][0])
+                    continue
             else:
                 ready.append(doc)
             self.seen.add(doc.uri)
