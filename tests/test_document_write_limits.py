@@ -12,8 +12,11 @@ import psycopg
 import pytest
 from plugins.queue import drain
 from plugins.tenancy import claims_for, request
+from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
+from pgrag.importer.checks import MAX_METADATA_BYTES
+from pgrag.importer.mapping import MAX_URI_CHARS
 
 TENANT = "acme"
 
@@ -130,6 +133,31 @@ def test_submit_document_refuses_a_source_uri_over_2048_bytes(
     ):
         conn.execute("select public.submit_document(repeat('é', 1025), 'Some text.')")
     assert owner.execute("select count(*) from pgrag.documents").fetchone() == (0,)
+
+
+def test_the_bounds_pgrag_import_checks_first_are_the_databases(
+    db: str, owner: psycopg.Connection[Any]
+) -> None:
+    # pgrag import refuses such a row alone before writing (a batch the database refused would
+    # be written again a document at a time): the same bounds, or it refuses too much or late.
+    metadata = {"k": "m" * (MAX_METADATA_BYTES - len('{"k": ""}'))}
+    owner.execute("select pgrag.check_document_fields(null, %s)", (Jsonb(metadata),))
+    with request(db, "authenticated", claims_for(TENANT)) as conn:
+        conn.execute(
+            "insert into pgrag.documents (source_type, source_uri) values ('text', %s)",
+            ("u" * MAX_URI_CHARS,),
+        )
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"{MAX_METADATA_BYTES} bytes"):
+        metadata["k"] += "m"
+        owner.execute("select pgrag.check_document_fields(null, %s)", (Jsonb(metadata),))
+    with (
+        pytest.raises(psycopg.errors.InvalidParameterValue, match=f"{MAX_URI_CHARS} characters"),
+        request(db, "authenticated", claims_for(TENANT)) as conn,
+    ):
+        conn.execute(
+            "insert into pgrag.documents (source_type, source_uri) values ('text', %s)",
+            ("u" * (MAX_URI_CHARS + 1),),
+        )
 
 
 def test_a_direct_write_within_bounds_is_accepted(db: str, owner: psycopg.Connection[Any]) -> None:
