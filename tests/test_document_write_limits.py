@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 from plugins.queue import drain
@@ -15,8 +16,9 @@ from plugins.tenancy import claims_for, request
 from psycopg.types.json import Jsonb
 
 from pgrag.db import connect, set_request_tenant
-from pgrag.importer.checks import MAX_METADATA_BYTES
-from pgrag.importer.mapping import MAX_URI_CHARS
+from pgrag.importer.checks import MAX_METADATA_BYTES, metadata_problem
+from pgrag.importer.mapping import MAX_URI_CHARS, DimensionTally, documents
+from pgrag.importer.sources import Source, SourceRow
 
 TENANT = "acme"
 
@@ -135,29 +137,38 @@ def test_submit_document_refuses_a_source_uri_over_2048_bytes(
     assert owner.execute("select count(*) from pgrag.documents").fetchone() == (0,)
 
 
-def test_the_bounds_pgrag_import_checks_first_are_the_databases(
+def importer_refuses_source(uri: str) -> bool:
+    """Whether pgrag import's checks refuse a row of source ``uri``."""
+    row = SourceRow("1", "text", np.ones(4, np.float32), source=uri)
+    source = Source("test", "jsonl", "test", [], {}, [row])
+    (doc,) = documents(source, 4, {}, DimensionTally())
+    return bool(doc.refused)
+
+
+def test_pgrag_import_refuses_exactly_what_a_tenants_write_would(
     db: str, owner: psycopg.Connection[Any]
 ) -> None:
-    # pgrag import refuses such a row alone before writing (a batch the database refused would
-    # be written again a document at a time): the same bounds, or it refuses too much or late.
-    metadata = {"k": "m" * (MAX_METADATA_BYTES - len('{"k": ""}'))}
-    owner.execute("select pgrag.check_document_fields(null, %s)", (Jsonb(metadata),))
+    # pgrag import writes as the owner, whose writes skip the tenant-write checks: its own
+    # checks keep what it stores within what a tenant's write may store, and no further.
+    at_bound = {"k": "m" * (MAX_METADATA_BYTES - len('{"k": ""}'))}
+    past_bound = {"k": at_bound["k"] + "m"}
+    assert (metadata_problem(at_bound), metadata_problem(past_bound) is not None) == (None, True)
+    assert (
+        importer_refuses_source("u" * MAX_URI_CHARS),
+        importer_refuses_source("u" * (MAX_URI_CHARS + 1)),
+    ) == (False, True)
+
+    owner.execute("select pgrag.check_document_fields(null, %s)", (Jsonb(at_bound),))
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="metadata must have at most"):
+        owner.execute("select pgrag.check_document_fields(null, %s)", (Jsonb(past_bound),))
+    insert = "insert into pgrag.documents (source_type, source_uri) values ('text', %s)"
     with request(db, "authenticated", claims_for(TENANT)) as conn:
-        conn.execute(
-            "insert into pgrag.documents (source_type, source_uri) values ('text', %s)",
-            ("u" * MAX_URI_CHARS,),
-        )
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match=f"{MAX_METADATA_BYTES} bytes"):
-        metadata["k"] += "m"
-        owner.execute("select pgrag.check_document_fields(null, %s)", (Jsonb(metadata),))
+        conn.execute(insert, ("u" * MAX_URI_CHARS,))
     with (
-        pytest.raises(psycopg.errors.InvalidParameterValue, match=f"{MAX_URI_CHARS} characters"),
+        pytest.raises(psycopg.errors.InvalidParameterValue, match="source_uri must have at most"),
         request(db, "authenticated", claims_for(TENANT)) as conn,
     ):
-        conn.execute(
-            "insert into pgrag.documents (source_type, source_uri) values ('text', %s)",
-            ("u" * (MAX_URI_CHARS + 1),),
-        )
+        conn.execute(insert, ("u" * (MAX_URI_CHARS + 1),))
 
 
 def test_a_direct_write_within_bounds_is_accepted(db: str, owner: psycopg.Connection[Any]) -> None:
