@@ -3,6 +3,7 @@ reason (or the file in one line), in bounded memory, and the other documents are
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -241,18 +243,55 @@ def test_refused_rows_beyond_the_first_hundred_are_counted_not_listed(
     assert [r["row"] for r in s["refused"]][-1] == "line 104"
     assert text.exit_code == 1
     assert text.stderr.count("refused: ") == 101
-    assert text.stderr.splitlines()[-1] == "refused: 50 more rows, not listed (the first 100 are)"
+    assert text.stderr.splitlines()[-1] == (
+        "refused: 50 more, not listed (the first 100 refusals are)"
+    )
 
 
-def test_a_source_of_more_rows_than_a_document_may_hold_keeps_only_that_many(
+def rows_of(source: str, count: int, text: str = "part") -> Iterator[sources.SourceRow]:
+    """``count`` rows of ``source``, made one at a time (4-dimension embeddings)."""
+    for i in range(count):
+        yield sources.SourceRow(f"{source}-{i}", text, np.ones(4, np.float32), source=source)
+
+
+def read_documents(rows: Iterator[sources.SourceRow]) -> list[mapping.ImportDoc]:
+    source = sources.Source("test", "jsonl", "test", [], {}, rows)
+    return list(mapping.documents(source, 4, {}, mapping.DimensionTally()))
+
+
+def test_a_source_of_exactly_the_row_bound_is_one_document_and_one_row_more_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(mapping, "MAX_DOCUMENT_ROWS", 3)
-    rows = (sources.SourceRow(str(i), "text", [1.0], source="big.md") for i in range(10))
 
-    groups = [(key, len(kept), more) for key, kept, more in mapping._groups(rows)]
+    docs = read_documents(itertools.chain(rows_of("a.md", 3), rows_of("big.md", 10)))
 
-    assert groups == [("big.md", 3, 7)]
+    assert [(d.uri, len(d.chunks), d.rows_read) for d in docs] == [
+        ("a.md", 3, 3),
+        ("big.md", 0, 10),
+    ]
+    assert (docs[0].refused, len(docs[1].refused)) == ([], 1)
+    assert docs[1].refused[0][1].startswith("10 rows under one source, more than 3: ")
+
+
+def test_a_source_whose_chunks_outgrow_the_memory_bound_is_refused_in_bounded_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mapping, "MAX_DOCUMENT_BYTES", 2**20)
+
+    tracemalloc.start()
+    try:
+        docs = read_documents(rows_of("big.md", 20_000, "word " * 400))  # 40 MB of text
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    assert [(d.uri, d.chunks, d.rows_read) for d in docs] == [("big.md", [], 20_000)]
+    assert docs[0].refused[0][1] == (
+        "20,000 rows under one source, whose chunks hold more than about 1 MB: a document is "
+        "loaded whole, in one transaction; give its parts sources of their own"
+    )
+    assert peak < 4 * 2**20
 
 
 def test_a_source_of_more_rows_than_a_document_may_hold_is_refused_alone(
@@ -584,6 +623,20 @@ def test_prune_removes_nothing_when_a_line_could_not_be_tied_to_its_document(
         "fix them and run again"
     )
     assert len(chunks(conn)) == 4
+
+
+def test_a_line_named_like_an_earlier_rows_id_still_stops_prune_as_unreadable(
+    db: str, vectors: list[np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    named = {"id": "line 2", "content": TEXTS[0], "embedding": [float(x) for x in vectors[0]]}
+    path.write_bytes(json.dumps(named).encode() + b"\nnot json\n")  # line 2 is FILE#line 2 too
+
+    s = summary(run(db, str(path), *MODEL, "--prune"))
+
+    assert (s["documents_new"], [r["row"] for r in s["refused"]]) == (1, ["line 2"])
+    assert s["refused"][0]["reason"].startswith("not JSON")
+    assert s["prune_skipped"] is not None
 
 
 def test_parquet_metadata_dates_and_decimals_are_kept_as_text(

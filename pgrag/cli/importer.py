@@ -102,9 +102,9 @@ def import_command(
     Rows sharing a source (source_uri, metadata.source, LangChain's custom_id, LlamaIndex's
     doc_id) become one document with ordered chunks; others one document each. Unchanged
     documents are skipped on re-import, changed ones replaced in one transaction each.
-    A source of more than 100,000 rows is refused (a document is loaded whole). Exit status
-    1 when a row was refused (the other documents are imported; the first 100 refused rows
-    are listed, the others counted), 3 when the source has no rows.
+    A source of more than 100,000 rows (or 256 MB of chunks) is refused: a document is
+    loaded whole. Exit status 1 when a row was refused (the other documents are imported;
+    the first 100 refusals are listed, the others counted), 3 when the source has no rows.
     """
     from pgrag.importer import ImportOptions, import_source
     from pgrag.importer.sources import open_file, open_table
@@ -150,8 +150,8 @@ def import_command(
             click.echo(f"refused: {r['document']}{row}: {r['reason']}", err=True)
         if summary.refusals_not_listed:
             click.echo(
-                f"refused: {summary.refusals_not_listed:,} more rows, not listed (the first "
-                f"{len(summary.refused)} are)",
+                f"refused: {summary.refusals_not_listed:,} more, not listed (the first "
+                f"{len(summary.refused)} refusals are)",
                 err=True,
             )
         verb = "would import" if dry_run else "imported"

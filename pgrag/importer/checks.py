@@ -83,21 +83,27 @@ def _strings(value: Any) -> list[str]:
 
 def metadata_problem(metadata: dict[str, Any]) -> str | None:
     """Why ``metadata`` (an object) cannot be a chunk's metadata."""
+    return metadata_size_problem(metadata)[1]
+
+
+def metadata_size_problem(metadata: dict[str, Any]) -> tuple[int, str | None]:
+    """The size of ``metadata`` as JSON in bytes (0 when it cannot be written), and why it
+    cannot be a chunk's metadata."""
     for text in _strings(metadata):
         problem = text_problem("metadata", text)
         if problem is not None:
-            return problem
+            return 0, problem
     try:
         size = len(json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8"))
     except ValueError:  # NaN or infinity: JSON has neither, nor has jsonb
-        return "metadata holds NaN or infinity, which JSON cannot store"
+        return 0, "metadata holds NaN or infinity, which JSON cannot store"
     except RecursionError:
-        return "metadata is nested too deeply"
+        return 0, "metadata is nested too deeply"
     except TypeError as exc:  # e.g. bytes from a Parquet column
-        return f"metadata holds a value JSON cannot store ({exc})"
+        return 0, f"metadata holds a value JSON cannot store ({exc})"
     if size > MAX_METADATA_BYTES:
-        return f"metadata larger than {MAX_METADATA_BYTES:,} bytes as JSON ({size:,})"
-    return None
+        return size, f"metadata larger than {MAX_METADATA_BYTES:,} bytes as JSON ({size:,})"
+    return size, None
 
 
 def _number_problem(values: list[Any]) -> str | None:

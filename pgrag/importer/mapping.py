@@ -12,8 +12,9 @@ when it has none, after its text (``<source>#sha256:<first 16 hex digits>``, ``-
 for repeats), so that adding or removing other rows of a file leaves its name unchanged (a
 row refused for its content, which is then not read, after its place: ``<source>#line N``).
 
-A document is held whole until it is written (it is loaded in one transaction): one source of
-more than ``MAX_DOCUMENT_ROWS`` rows is refused, its rows counted but not kept, so that no
+A document is held whole until it is written (it is loaded in one transaction), its rows read
+one at a time: a source of more than ``MAX_DOCUMENT_ROWS`` rows, or whose chunks would hold
+more than about ``MAX_DOCUMENT_BYTES``, is refused, its rows counted but not kept, so that no
 source, however it is made, costs the import more memory than that.
 
 A document's ``content_sha256`` hashes its chunks in order (text, page, embedding and
@@ -24,6 +25,7 @@ an unchanged file.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,13 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from pgrag.importer.checks import content_problem, embedding_vector, metadata_problem
+from pgrag.importer.checks import content_problem, embedding_vector, metadata_size_problem
 from pgrag.importer.sources import Source, SourceRow
 
 TITLE_CHARS = 120
-# Rows of one document at most (a 50 MB text file is about 25,000 chunks): a document's rows
-# are held until it is written, about 3.5 KB each with 384 dimensions.
+# One document at most (a 50 MB text file is about 25,000 chunks, 90 MB as chunks): its chunks
+# are held until it is written, about 3.5 KB each with 384 dimensions and little metadata.
 MAX_DOCUMENT_ROWS = 100_000
+MAX_DOCUMENT_BYTES = 256 * 2**20  # what its chunks hold in memory, as ImportChunk.held counts
+METADATA_IN_MEMORY = 20  # a metadata object of small values takes some 20 times its JSON
 MAX_URI_CHARS = 2048  # pgrag.documents.source_uri's bound (sql/idempotent/011-document-writes.sql)
 
 
@@ -47,6 +51,7 @@ class ImportChunk:
     embedding: np.ndarray
     page: int | None
     metadata: dict[str, Any]
+    held: int = 0  # about the bytes it holds in memory
 
     @property
     def sha256(self) -> str:
@@ -78,7 +83,10 @@ class ImportDoc:
 
 def check_row(row: SourceRow, dims: int) -> tuple[ImportChunk | None, str | None, int | None]:
     """The row as a chunk, or why it is refused; and its embedding's dimension when it has one."""
-    problem = row.problem or content_problem(row.content) or metadata_problem(row.metadata)
+    problem = row.problem or content_problem(row.content)
+    if problem is not None:
+        return None, problem, None
+    metadata_bytes, problem = metadata_size_problem(row.metadata)
     if problem is not None:
         return None, problem, None
     vector, problem = embedding_vector(row.embedding)
@@ -90,7 +98,8 @@ def check_row(row: SourceRow, dims: int) -> tuple[ImportChunk | None, str | None
             f"embedding has {vector.size} dimensions, the installation holds {dims}",
             int(vector.size),
         )
-    return ImportChunk(row.content, vector, row.page, row.metadata), None, dims
+    held = 300 + len(row.content) + vector.nbytes + METADATA_IN_MEMORY * metadata_bytes
+    return ImportChunk(row.content, vector, row.page, row.metadata, held), None, dims
 
 
 def _common_metadata(chunks: list[ImportChunk]) -> dict[str, Any]:
@@ -111,26 +120,9 @@ def _title(row: SourceRow, uri: str, grouped: bool) -> str:
     return line[:TITLE_CHARS] or uri[:TITLE_CHARS]
 
 
-def _groups(rows: Iterable[SourceRow]) -> Iterator[tuple[str | None, list[SourceRow], int]]:
-    """Consecutive rows of one source together, a row without a source alone; with each group,
-    how many more of its rows followed its first ``MAX_DOCUMENT_ROWS`` (counted, not kept)."""
-    current: list[SourceRow] = []
-    key: str | None = None
-    more = 0
-    for row in rows:
-        if current and (row.source is None or row.source != key):
-            yield key, current, more
-            current, more = [], 0
-        key = row.source
-        if len(current) < MAX_DOCUMENT_ROWS:
-            current.append(row)
-        else:
-            more += 1
-        if key is None:
-            yield None, current, 0
-            current = []
-    if current:
-        yield key, current, more
+def _group_key(row: SourceRow) -> object:
+    """Consecutive rows of one source are one document; a row without a source is one alone."""
+    return row.source if row.source is not None else object()
 
 
 @dataclass
@@ -166,35 +158,65 @@ def documents(
 ) -> Iterator[ImportDoc]:
     """The source's documents, in source order; ``tally`` counts the dimensions seen."""
     lone = LoneRowNames(source.uri_prefix)
-    for key, rows, more in _groups(source.rows):
-        uri, known = (key, True) if key is not None else lone.name(rows[0])
-        doc = ImportDoc(uri, _title(rows[0], uri, key is not None), {}, unknown=not known)
-        doc.rows_read = len(rows) + more
-        if len(uri) > MAX_URI_CHARS or len(uri.encode("utf-8", "replace")) > MAX_URI_CHARS:
-            why = f"source longer than {MAX_URI_CHARS} characters or {MAX_URI_CHARS} bytes"
-            doc.refused.append((rows[0].position, why))
-        if more:
-            why = (
-                f"{doc.rows_read:,} rows under one source, more than {MAX_DOCUMENT_ROWS:,}: a "
-                "document is loaded whole, in one transaction; give its parts sources of their own"
-            )
-            doc.refused.append(("", why))
-            yield doc
+    for _, rows in itertools.groupby(source.rows, key=_group_key):
+        yield _document(rows, lone, dims, import_meta, tally)
+
+
+def _document(
+    rows: Iterator[SourceRow],
+    lone: LoneRowNames,
+    dims: int,
+    import_meta: dict[str, Any],
+    tally: DimensionTally,
+) -> ImportDoc:
+    """The document of ``rows`` (one source's, or one row without a source), read one at a
+    time."""
+    first = next(rows)
+    uri, known = (first.source, True) if first.source is not None else lone.name(first)
+    doc = ImportDoc(uri, _title(first, uri, first.source is not None), {}, unknown=not known)
+    if len(uri) > MAX_URI_CHARS or len(uri.encode("utf-8", "replace")) > MAX_URI_CHARS:
+        why = f"source longer than {MAX_URI_CHARS} characters or {MAX_URI_CHARS} bytes"
+        doc.refused.append((first.position, why))
+    _read_rows(doc, itertools.chain((first,), rows), dims, tally)
+    doc.metadata = {
+        k: v for k, v in _common_metadata(doc.chunks).items() if k not in ("source_id",)
+    }
+    doc.metadata["import"] = import_meta
+    return doc
+
+
+def _read_rows(doc: ImportDoc, rows: Iterable[SourceRow], dims: int, tally: DimensionTally) -> None:
+    """Check ``rows`` (all of one document) into ``doc``'s chunks or refusals; when they are
+    more than ``MAX_DOCUMENT_ROWS`` or their chunks hold more than ``MAX_DOCUMENT_BYTES``, the
+    document is refused for it and the rest are only counted."""
+    held, too_big = 0, ""
+    for row in rows:
+        doc.rows_read += 1
+        if too_big:  # refused for its size: counted, not kept
             continue
-        for row in rows:
-            chunk, reason, seen = check_row(row, dims)
-            if seen == dims:
-                tally.right += 1
-            elif seen is not None and reason is not None and "dimensions" in reason:
-                tally.wrong[seen] = tally.wrong.get(seen, 0) + 1
-            if chunk is None:
-                doc.refused.append((row.position, reason or "refused"))
-                continue
+        chunk, reason, seen = check_row(row, dims)
+        if seen == dims:
+            tally.right += 1
+        elif seen is not None and reason is not None and "dimensions" in reason:
+            tally.wrong[seen] = tally.wrong.get(seen, 0) + 1
+        if chunk is None:
+            doc.refused.append((row.position, reason or "refused"))
+        else:
             if row.row_id:
                 chunk.metadata = {**chunk.metadata, "source_id": row.row_id}
             doc.chunks.append(chunk)
-        doc.metadata = {
-            k: v for k, v in _common_metadata(doc.chunks).items() if k not in ("source_id",)
-        }
-        doc.metadata["import"] = import_meta
-        yield doc
+            held += chunk.held
+        if doc.rows_read > MAX_DOCUMENT_ROWS:
+            too_big = f"more than {MAX_DOCUMENT_ROWS:,}"
+        elif held > MAX_DOCUMENT_BYTES:
+            too_big = f"whose chunks hold more than about {MAX_DOCUMENT_BYTES / 2**20:g} MB"
+        if too_big:
+            doc.chunks, doc.refused = [], []
+    if too_big:
+        doc.refused = [
+            (
+                "",
+                f"{doc.rows_read:,} rows under one source, {too_big}: a document is loaded "
+                "whole, in one transaction; give its parts sources of their own",
+            )
+        ]

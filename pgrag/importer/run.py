@@ -62,8 +62,9 @@ from pgrag.pipeline.embedders import (
 from pgrag.progress import Progress, ProgressMode
 
 BATCH_DOCUMENTS = 200
-# Refused rows listed one by one in the summary (and on stderr); the others are counted: a
-# source of millions of bad rows costs neither memory nor a screen per row.
+# Refusals (of a row, or of a whole document) listed one by one in the summary and on stderr;
+# the others are counted: a source of millions of bad rows costs neither memory nor a screen
+# per row.
 REFUSALS_LISTED = 100
 BATCH_CHUNKS = 2000
 SOURCE_TYPE = "text"
@@ -106,7 +107,7 @@ class ImportSummary:
     chunks_imported: int = 0
     rows_read: int = 0
     refused: list[dict[str, str]] = field(default_factory=list)  # row, document, reason
-    refusals_not_listed: int = 0  # refused rows beyond the first REFUSALS_LISTED
+    refusals_not_listed: int = 0  # refusals beyond the first REFUSALS_LISTED
     unmapped_columns: list[str] = field(default_factory=list)
     ignored_columns: dict[str, str] = field(default_factory=dict)
     token_counts: str = "tokenizer"
@@ -260,10 +261,8 @@ class Importer:
             for doc in documents(self.source, self.dims, meta, tally):
                 self.summary.rows_read += doc.rows_read
                 batch.append(doc)
-                if (
-                    len(batch) >= BATCH_DOCUMENTS
-                    or sum(len(d.chunks) for d in batch) >= BATCH_CHUNKS
-                ):
+                # (rows read, not chunks: refused documents hold their reasons until reported)
+                if len(batch) >= BATCH_DOCUMENTS or sum(d.rows_read for d in batch) >= BATCH_CHUNKS:
                     self._batch(batch, progress)
                     batch = []
             if batch:
@@ -316,8 +315,8 @@ class Importer:
     # -- one batch of documents ---------------------------------------------------------------
 
     def _refuse(self, doc: ImportDoc, row: str, reason: str) -> None:
-        """Report a refused row (``row`` empty: the whole document): listed while fewer than
-        ``REFUSALS_LISTED`` are, counted after."""
+        """Report a refusal of a row (``row`` empty: of the whole document): listed while fewer
+        than ``REFUSALS_LISTED`` are, counted after."""
         if len(self.summary.refused) >= REFUSALS_LISTED:
             self.summary.refusals_not_listed += 1
             return
@@ -352,10 +351,7 @@ class Importer:
         reported as refused."""
         ready: list[ImportDoc] = []
         for doc in batch:
-            if doc.uri in self.seen:
-                self._refuse(doc, "", "its source is listed twice in this import")
-                self.summary.documents_refused += 1
-            elif doc.refused:
+            if doc.refused:
                 for row, reason in doc.refused:
                     self._refuse(doc, row, reason)
                 self.summary.documents_refused += 1
@@ -364,6 +360,9 @@ class Importer:
                     if len(self.unknown_first) < 3:
                         self.unknown_first.append(doc.refused[0][0])
                     continue
+            elif doc.uri in self.seen:
+                self._refuse(doc, "", "its source is listed twice in this import")
+                self.summary.documents_refused += 1
             else:
                 ready.append(doc)
             self.seen.add(doc.uri)

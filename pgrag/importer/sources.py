@@ -38,6 +38,7 @@ import contextlib
 import datetime
 import decimal
 import heapq
+import itertools
 import json
 import os
 import pickle
@@ -72,6 +73,7 @@ FILE_COLUMNS = ("id", "content", "embedding", "metadata", "source_uri", "title",
 READ_BATCH = 2000
 RUN_BYTES = 32 * 2**20  # rows of a file held in memory at a time while it is put in order
 MERGE_RUNS = 64  # runs merged at once (open files); more are merged in several passes
+UNMAPPED_LISTED = 100  # names of a file's keys pgrag does not map, reported (up to 100 characters)
 MAX_LINE_BYTES = 4 * 2**20  # a longer JSONL line is refused unread: a chunk is far smaller
 RUNS_PREFIX = "pgrag-import-"  # + "<pid>-": the folder of one import's sorted runs
 
@@ -493,7 +495,9 @@ def _file_row(record: Any, position: str, unmapped: set[str]) -> SourceRow:
     keeps its source, so that its document is refused with it."""
     if not isinstance(record, dict):
         return SourceRow("", None, None, position=position, problem="not a JSON object")
-    unmapped.update(str(k) for k in record if k not in FILE_COLUMNS)
+    if len(unmapped) < UNMAPPED_LISTED:  # a file's every line may bring new keys
+        extra = (str(k)[:100] for k in record if k not in FILE_COLUMNS)
+        unmapped.update(itertools.islice(extra, UNMAPPED_LISTED - len(unmapped)))
     metadata, metadata_refused = _metadata_of(record.get("metadata"))
     source, source_refused = _file_source(record, metadata)
     title, title_refused = _file_title(record, metadata)
