@@ -248,10 +248,14 @@ def test_refused_rows_beyond_the_first_hundred_are_counted_not_listed(
     )
 
 
-def rows_of(source: str, count: int, text: str = "part") -> Iterator[sources.SourceRow]:
-    """``count`` rows of ``source``, made one at a time (4-dimension embeddings)."""
+def rows_of(
+    source: str, count: int, text: str = "part", metadata: dict[str, Any] | None = None
+) -> Iterator[sources.SourceRow]:
+    """``count`` rows of ``source``, each of its own text (``text`` and its number), made one at
+    a time (4-dimension embeddings)."""
     for i in range(count):
-        yield sources.SourceRow(f"{source}-{i}", text, np.ones(4, np.float32), source=source)
+        vector = np.ones(4, np.float32)
+        yield sources.SourceRow("", f"{text}{i}", vector, dict(metadata or {}), source=source)
 
 
 def read_documents(rows: Iterator[sources.SourceRow]) -> list[mapping.ImportDoc]:
@@ -264,14 +268,12 @@ def test_a_source_of_exactly_the_row_bound_is_one_document_and_one_row_more_is_r
 ) -> None:
     monkeypatch.setattr(mapping, "MAX_DOCUMENT_ROWS", 3)
 
-    docs = read_documents(itertools.chain(rows_of("a.md", 3), rows_of("big.md", 10)))
+    docs = read_documents(itertools.chain(rows_of("a.md", 3), rows_of("big.md", 4)))
 
-    assert [(d.uri, len(d.chunks), d.rows_read) for d in docs] == [
-        ("a.md", 3, 3),
-        ("big.md", 0, 10),
-    ]
+    kept = [(d.uri, len(d.chunks), d.rows_read) for d in docs]
+    assert kept == [("a.md", 3, 3), ("big.md", 0, 4)]
     assert (docs[0].refused, len(docs[1].refused)) == ([], 1)
-    assert docs[1].refused[0][1].startswith("10 rows under one source, more than 3: ")
+    assert docs[1].refused[0][1].startswith("4 rows under one source, more than 3: ")
 
 
 def test_a_source_whose_chunks_outgrow_the_memory_bound_is_refused_in_bounded_memory(
@@ -281,17 +283,26 @@ def test_a_source_whose_chunks_outgrow_the_memory_bound_is_refused_in_bounded_me
 
     tracemalloc.start()
     try:
-        docs = read_documents(rows_of("big.md", 20_000, "word " * 400))  # 40 MB of text
+        docs = read_documents(rows_of("big.md", 400, "x" * 50_000))  # 20 MB of text
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
 
-    assert [(d.uri, d.chunks, d.rows_read) for d in docs] == [("big.md", [], 20_000)]
+    assert [(d.uri, d.chunks, d.rows_read) for d in docs] == [("big.md", [], 400)]
     assert docs[0].refused[0][1] == (
-        "20,000 rows under one source, whose chunks hold more than about 1 MB: a document is "
+        "400 rows under one source, whose chunks hold more than about 1 MB: a document is "
         "loaded whole, in one transaction; give its parts sources of their own"
     )
     assert peak < 4 * 2**20
+
+
+def test_shared_chunk_metadata_too_large_for_a_document_is_left_to_the_chunks() -> None:
+    shared = {"k": "m" * 9_980}  # within a chunk's 10,000 bytes, not with the import's key
+
+    (doc,) = read_documents(rows_of("a.md", 2, metadata=shared))
+
+    assert (doc.refused, doc.metadata) == ([], {"import": {}})
+    assert [c.metadata for c in doc.chunks] == [shared, shared]
 
 
 def test_a_source_of_more_rows_than_a_document_may_hold_is_refused_alone(

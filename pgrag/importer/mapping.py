@@ -15,7 +15,9 @@ row refused for its content, which is then not read, after its place: ``<source>
 A document is held whole until it is written (it is loaded in one transaction), its rows read
 one at a time: a source of more than ``MAX_DOCUMENT_ROWS`` rows, or whose chunks would hold
 more than about ``MAX_DOCUMENT_BYTES``, is refused, its rows counted but not kept, so that no
-source, however it is made, costs the import more memory than that.
+source, however it is made, costs the import more memory than that (and a batch of documents
+waiting to be written, ``run.BATCH_BYTES``). A document's metadata is the keys all its chunks
+share; when those outgrow a document's bound, it keeps only where it was imported from.
 
 A document's ``content_sha256`` hashes its chunks in order (text, page, embedding and
 metadata), so a re-import skips it exactly when nothing of it changed, as ``pgrag ingest`` skips
@@ -27,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +44,7 @@ TITLE_CHARS = 120
 # are held until it is written, about 3.5 KB each with 384 dimensions and little metadata.
 MAX_DOCUMENT_ROWS = 100_000
 MAX_DOCUMENT_BYTES = 256 * 2**20  # what its chunks hold in memory, as ImportChunk.held counts
-METADATA_IN_MEMORY = 20  # a metadata object of small values takes some 20 times its JSON
+METADATA_IN_MEMORY = 30  # a metadata object of small values takes 20 to 30 times its JSON
 MAX_URI_CHARS = 2048  # pgrag.documents.source_uri's bound (sql/idempotent/011-document-writes.sql)
 
 
@@ -98,7 +101,7 @@ def check_row(row: SourceRow, dims: int) -> tuple[ImportChunk | None, str | None
             f"embedding has {vector.size} dimensions, the installation holds {dims}",
             int(vector.size),
         )
-    held = 300 + len(row.content) + vector.nbytes + METADATA_IN_MEMORY * metadata_bytes
+    held = 200 + sys.getsizeof(row.content) + vector.nbytes + METADATA_IN_MEMORY * metadata_bytes
     return ImportChunk(row.content, vector, row.page, row.metadata, held), None, dims
 
 
@@ -178,10 +181,12 @@ def _document(
         why = f"source longer than {MAX_URI_CHARS} characters or {MAX_URI_CHARS} bytes"
         doc.refused.append((first.position, why))
     _read_rows(doc, itertools.chain((first,), rows), dims, tally)
-    doc.metadata = {
-        k: v for k, v in _common_metadata(doc.chunks).items() if k not in ("source_id",)
-    }
-    doc.metadata["import"] = import_meta
+    shared = {k: v for k, v in _common_metadata(doc.chunks).items() if k != "source_id"}
+    doc.metadata = {**shared, "import": import_meta}
+    # Shared keys within a chunk's bound may, with the import's, outgrow a document's: then
+    # the document keeps only the import's, and its chunks their own.
+    if metadata_size_problem(doc.metadata)[1] is not None:
+        doc.metadata = {"import": import_meta}
     return doc
 
 

@@ -40,7 +40,7 @@ import psycopg
 
 from pgrag.db import connect, tenant_transaction
 from pgrag.errors import ConfigError, EmbeddingConfigError, Interrupted, NothingToDo, PgragError
-from pgrag.importer.mapping import DimensionTally, ImportDoc, documents
+from pgrag.importer.mapping import MAX_URI_CHARS, DimensionTally, ImportDoc, documents
 from pgrag.importer.sources import Source
 from pgrag.ingest.lifecycle import IngestLifecycle, SwapRow, call, record_embedding_model
 from pgrag.ingest.load import (
@@ -67,6 +67,7 @@ BATCH_DOCUMENTS = 200
 # per row.
 REFUSALS_LISTED = 100
 BATCH_CHUNKS = 2000
+BATCH_BYTES = 64 * 2**20  # what a batch's chunks hold in memory at most, about (ImportChunk.held)
 SOURCE_TYPE = "text"
 TokenCounter = Callable[[Sequence[str]], list[int]]
 # SQLSTATE classes of a statement refused for the values it wrote: data exception, integrity
@@ -254,6 +255,7 @@ class Importer:
         tally = DimensionTally()
         meta = {"from": self.source.label}
         batch: list[ImportDoc] = []
+        rows = held = 0  # of the batch
         with Progress(
             "import", None, self.options.progress, chunks_done_as="rows read", writes_trail=False
         ) as progress:
@@ -261,10 +263,12 @@ class Importer:
             for doc in documents(self.source, self.dims, meta, tally):
                 self.summary.rows_read += doc.rows_read
                 batch.append(doc)
-                # (rows read, not chunks: refused documents hold their reasons until reported)
-                if len(batch) >= BATCH_DOCUMENTS or sum(d.rows_read for d in batch) >= BATCH_CHUNKS:
+                # rows read, not chunks: refused documents hold their reasons until reported
+                rows += doc.rows_read
+                held += sum(c.held for c in doc.chunks)
+                if len(batch) >= BATCH_DOCUMENTS or rows >= BATCH_CHUNKS or held >= BATCH_BYTES:
                     self._batch(batch, progress)
-                    batch = []
+                    batch, rows, held = [], 0, 0
             if batch:
                 self._batch(batch, progress)
         if not tally.right and tally.wrong:  # then nothing was written: every row refused
@@ -365,7 +369,8 @@ class Importer:
                 self.summary.documents_refused += 1
             else:
                 ready.append(doc)
-            self.seen.add(doc.uri)
+            if len(doc.uri) <= MAX_URI_CHARS:  # a longer name is in no database: nothing to prune
+                self.seen.add(doc.uri)
         return ready
 
     def _plan(
