@@ -40,8 +40,8 @@ from pgrag.importer.checks import content_problem, embedding_vector, metadata_si
 from pgrag.importer.sources import Source, SourceRow
 
 TITLE_CHARS = 120
-# One document at most (a 50 MB text file is about 25,000 chunks, 90 MB as chunks): its chunks
-# are held until it is written, about 3.5 KB each with 384 dimensions and little metadata.
+# One document at most: its chunks are held until it is written, about 3.5 KB each with 384
+# dimensions and little metadata.
 MAX_DOCUMENT_ROWS = 100_000
 MAX_DOCUMENT_BYTES = 256 * 2**20  # what its chunks hold in memory, as ImportChunk.held counts
 METADATA_IN_MEMORY = 30  # a metadata object of small values takes 20 to 30 times its JSON
@@ -123,6 +123,11 @@ def _title(row: SourceRow, uri: str, grouped: bool) -> str:
     return line[:TITLE_CHARS] or uri[:TITLE_CHARS]
 
 
+def storable_source(uri: str) -> bool:
+    """Whether ``uri`` fits pgrag.documents.source_uri (``MAX_URI_CHARS`` characters and bytes)."""
+    return len(uri) <= MAX_URI_CHARS and len(uri.encode("utf-8", "replace")) <= MAX_URI_CHARS
+
+
 def _group_key(row: SourceRow) -> object:
     """Consecutive rows of one source are one document; a row without a source is one alone."""
     return row.source if row.source is not None else object()
@@ -177,7 +182,7 @@ def _document(
     first = next(rows)
     uri, known = (first.source, True) if first.source is not None else lone.name(first)
     doc = ImportDoc(uri, _title(first, uri, first.source is not None), {}, unknown=not known)
-    if len(uri) > MAX_URI_CHARS or len(uri.encode("utf-8", "replace")) > MAX_URI_CHARS:
+    if not storable_source(uri):
         why = f"source longer than {MAX_URI_CHARS} characters or {MAX_URI_CHARS} bytes"
         doc.refused.append((first.position, why))
     _read_rows(doc, itertools.chain((first,), rows), dims, tally)

@@ -40,7 +40,7 @@ import psycopg
 
 from pgrag.db import connect, tenant_transaction
 from pgrag.errors import ConfigError, EmbeddingConfigError, Interrupted, NothingToDo, PgragError
-from pgrag.importer.mapping import MAX_URI_CHARS, DimensionTally, ImportDoc, documents
+from pgrag.importer.mapping import DimensionTally, ImportDoc, documents, storable_source
 from pgrag.importer.sources import Source
 from pgrag.ingest.lifecycle import IngestLifecycle, SwapRow, call, record_embedding_model
 from pgrag.ingest.load import (
@@ -369,7 +369,7 @@ class Importer:
                 self.summary.documents_refused += 1
             else:
                 ready.append(doc)
-            if len(doc.uri) <= MAX_URI_CHARS:  # a longer name is in no database: nothing to prune
+            if storable_source(doc.uri):  # another is in no database: nothing to prune
                 self.seen.add(doc.uri)
         return ready
 
