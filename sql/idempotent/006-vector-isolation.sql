@@ -1,9 +1,10 @@
 -- Tenant isolation in the vector index: a tenant's own HNSW graph.
 -- Contract. Provides: pgrag.tenant_index_name (the name of a tenant's partial HNSW index, read by
 --   the vector arm), pgrag.own_graph_walk_name, pgrag.own_graph_keyed, pgrag.make_own_graph_walk
---   (the function walking a tenant's own graph, run by the vector arm), pgrag.isolate_tenant,
---   pgrag.share_tenant and pgrag.isolate_tenants (the owner of pgrag.chunks runs them: pgrag
---   ingest, or an operator). Relies on: pgrag.chunks, pgrag.documents and pgrag.corpus_stats (for
+--   (the function walking a tenant's own graph, run by the vector arm), pgrag.graph_memory_needed
+--   and pgrag.graph_build_memory (the memory a graph build needs, and the one it is given),
+--   pgrag.isolate_tenant, pgrag.share_tenant and pgrag.isolate_tenants (the owner of
+--   pgrag.chunks runs them: pgrag ingest, or an operator). Relies on: pgrag.chunks, pgrag.documents and pgrag.corpus_stats (for
 --   tenant sizes); when run, pgrag.own_graph_walk_sql and pgrag.make_vector_walk
 --   (021-vector-walks.sql, which also makes every isolated tenant's walk function again on each
 --   migrate). The tenant's key, pg_catalog.hashtextextended(tenant_id, 0), is written the same way
@@ -118,6 +119,50 @@ $$;
 comment on function pgrag.make_own_graph_walk(text) is
 'Creates (or replaces) the function holding the walk of the tenant''s own HNSW graph, pgrag.own_graph_walk_name(tenant) (pgrag.make_vector_walk): the vector arm calls it so that the walk is planned once per session rather than at every call. Its body names the tenant by its key (by its id too for a graph an earlier version made). Not on Citus. Run by pgrag.isolate_tenant and on every migrate for the tenants that have a graph (021-vector-walks.sql).';
 
+create or replace function pgrag.graph_memory_needed(row_count bigint)
+returns bigint
+language sql
+stable
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count rows of
+    -- the installed dimension in memory: per row twice its vector's size and 2 kB, an upper
+    -- bound (an element takes about 2.7 kB at 384 dimensions in a build on one process,
+    -- allocator rounding included, and 2.2 kB in a parallel one: 1 GB held 482,235 rows,
+    -- benchmarks/graph_memory.py). A build on one process allocates as it goes; a parallel one
+    -- reserves the whole setting in shared memory up front. Past it, pgvector goes on building
+    -- on disk, several times slower (its notice: "hnsw graph no longer fits into
+    -- maintenance_work_mem").
+    select greatest(row_count, 0) operator(pg_catalog.*) (e.dims operator(pg_catalog.*) 8 operator(pg_catalog.+) 2048)
+    from pgrag.embedding_config as e
+$$;
+comment on function pgrag.graph_memory_needed(bigint) is
+'Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count chunks of the installed dimension in memory (per row twice its vector''s size and 2 kB); beyond it the build goes on on disk, several times slower. pgrag.graph_build_memory gives a build at most 1 GB of it on its own: a larger graph builds in memory only when the session gives more (docs/ingest.md, "Large first loads").';
+
+create or replace function pgrag.graph_build_memory(row_count bigint)
+returns text
+language sql
+stable
+parallel safe
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+    -- The maintenance_work_mem a graph build of row_count rows runs with (a setting, in kB):
+    -- what the graph needs (pgrag.graph_memory_needed), at most 1 GB, but never below the
+    -- session's own: an operator who gives builds more (a role's or the server's setting,
+    -- PGOPTIONS) gets it, and no server is given more than 1 GB unasked. With PostgreSQL's
+    -- default 64 MB a graph of 100k chunks of 384 dimensions stops fitting after about 28,000
+    -- rows, and its build takes 3 times as long (48.5 s against 16.0 s here).
+    select (greatest(
+                pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
+                least(pgrag.graph_memory_needed(row_count), 1073741824))
+            operator(pg_catalog./) 1024)::text operator(pg_catalog.||) 'kB'
+$$;
+comment on function pgrag.graph_build_memory(bigint) is
+'The maintenance_work_mem (a setting, in kB) pgrag.isolate_tenant builds a graph of row_count chunks with: pgrag.graph_memory_needed(row_count), at most 1 GB, and never below the session''s own setting, so an operator who gives index builds more (ALTER ROLE ... SET maintenance_work_mem, PGOPTIONS) builds a larger graph in memory.';
+
 create or replace function pgrag.isolate_tenant(tenant text)
 returns regclass
 language plpgsql
@@ -145,16 +190,10 @@ begin
         v_build := case when v_keyed is null then v_name else v_name operator(pg_catalog.||) '_keyed' end;
         v_options := (select c.reloptions from pg_catalog.pg_class as c
                       where c.oid = pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', v_name)));
-        -- A limit high enough for pgvector to build the whole graph in memory: never below the
-        -- session's, at most 1 GB; per row twice its vector's size and 2 kB (an element takes
-        -- about 2.7 kB at 384 dimensions, allocator rounding included; the limit is not
-        -- allocated up front). With PostgreSQL's default 64 MB a graph of 100k such chunks
-        -- stops fitting after about 28,000 rows, and its build takes 3 times as long (48.5 s
-        -- against 16.0 s here).
-        perform pg_catalog.set_config('maintenance_work_mem', (least(greatest(
-            pg_catalog.pg_size_bytes(v_old_mem),
-            pgrag.tenant_chunk_count(tenant) * ((select e.dims from pgrag.embedding_config as e) * 8 + 2048)),
-            1073741824) / 1024)::text || 'kB', true);
+        -- Memory for pgvector to build the whole graph in memory (pgrag.graph_build_memory):
+        -- raised up to 1 GB on its own, never below what the session gives.
+        perform pg_catalog.set_config('maintenance_work_mem',
+            pgrag.graph_build_memory(pgrag.tenant_chunk_count(tenant)), true);
         -- The tenant's key as a constant in the predicate (the catalog shows it to every role,
         -- the id it must not): a query stating the same constant (the walks of the vector arm)
         -- is proven to match this index by the planner.
@@ -183,7 +222,7 @@ begin
 end
 $$;
 comment on function pgrag.isolate_tenant(text) is
-'Gives a tenant an HNSW graph of its own chunks (a partial index on pgrag.chunks whose predicate names the tenant by its key, pg_catalog.hashtextextended(tenant_id, 0), and the function walking it, pgrag.make_own_graph_walk; no-op when they exist; built with maintenance_work_mem raised for the graph to fit, at most 1 GB) and returns it: its vector searches no longer walk the graph shared with other tenants, so other tenants'' rows can change neither their results nor their speed. A graph made by an earlier version (its predicate names the tenant id) is built again by key and replaces it. Run by the owner of pgrag.chunks; blocks writes to pgrag.chunks while the index builds.';
+'Gives a tenant an HNSW graph of its own chunks (a partial index on pgrag.chunks whose predicate names the tenant by its key, pg_catalog.hashtextextended(tenant_id, 0), and the function walking it, pgrag.make_own_graph_walk; no-op when they exist; built with pgrag.graph_build_memory: maintenance_work_mem raised for the graph to fit, up to 1 GB unless the session gives more) and returns it: its vector searches no longer walk the graph shared with other tenants, so other tenants'' rows can change neither their results nor their speed. A graph made by an earlier version (its predicate names the tenant id) is built again by key and replaces it. Run by the owner of pgrag.chunks; blocks writes to pgrag.chunks while the index builds.';
 
 create or replace function pgrag.share_tenant(tenant text)
 returns boolean
