@@ -4,6 +4,8 @@ pgvector builds a graph several times slower once it outgrows ``maintenance_work
 ``pgrag.isolate_tenant`` (the end of every bulk load) therefore raises the setting to what the
 graph needs (``pgrag.graph_memory_needed``), by itself up to 1 GB, and never lowers what the
 session gives: an operator who gives index builds more builds a larger graph in memory.
+When a graph will not fit, ``pgrag ingest`` and ``pgrag import`` say so before the build, with
+the memory to give it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+
+from pgrag.ingest.load import graph_memory_advice
 
 ONE_GB_KB = 1024 * 1024
 
@@ -105,3 +109,28 @@ def test_isolate_tenant_builds_with_a_sessions_larger_memory(
     conn.execute("select pgrag.isolate_tenant('t')")
     assert conn.execute("select setting from public.build_memory").fetchall() == [("2GB",)]
     assert conn.execute("show maintenance_work_mem").fetchone() == ("2GB",)
+
+
+def test_a_graph_that_fits_its_memory_gets_no_advice(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("set maintenance_work_mem = '64MB'")
+    assert graph_memory_advice(conn, 100000) is None
+
+
+def test_a_graph_beyond_one_gigabyte_is_announced_with_the_memory_to_give(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("set maintenance_work_mem = '64MB'")
+    needed = setting_kb(conn, "pgrag.graph_memory_needed(1000000)::text") * 1024
+    advice = graph_memory_advice(conn, 1000000)
+    assert advice is not None
+    assert "graph of 1,000,000 chunks" in advice
+    assert f"needs about {needed / 2**30:.1f} GB" in advice
+    assert "is given 1.0 GB" in advice
+    assert f"maintenance_work_mem={-(-needed // 2**30)}GB" in advice
+
+
+def test_a_session_that_gives_the_graph_enough_gets_no_advice(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("set maintenance_work_mem = '6GB'")
+    assert graph_memory_advice(conn, 1000000) is None

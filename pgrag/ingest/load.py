@@ -40,7 +40,7 @@ from pgrag.ingest.lifecycle import (
 )
 from pgrag.ingest.plan import Doc
 from pgrag.ingest.workers import Worker
-from pgrag.usage import Operation, Usage, record_usage
+from pgrag.usage import Operation, Usage, record_usage, warn
 
 
 def create_stage_table(conn: psycopg.Connection[Any]) -> list[tuple[str, int]]:
@@ -302,6 +302,27 @@ def bulk_backlog(dsn: str, tenant: str) -> int | None:
     return int(row[0]) if row else None
 
 
+def graph_memory_advice(conn: psycopg.Connection[Any], rows: int) -> str | None:
+    """One line for the operator when an HNSW graph of ``rows`` chunks outgrows the memory its
+    build is given (``pgrag.graph_build_memory``: what it needs, up to 1 GB unless the session
+    gives more): pgvector then finishes it on disk, several times slower. None when it fits."""
+    got = conn.execute(
+        "select pgrag.graph_memory_needed(%s), "
+        "pg_catalog.pg_size_bytes(pgrag.graph_build_memory(%s))",
+        (rows, rows),
+    ).fetchone()
+    if got is None or got[0] <= got[1]:
+        return None
+    needed, given = int(got[0]), int(got[1])
+    return (
+        f"its graph of {rows:,} chunks needs about {needed / 2**30:.1f} GB to build in memory "
+        f"and is given {given / 2**30:.1f} GB, so pgvector finishes it on disk, several times "
+        "slower; give index builds more when the server has the memory, e.g. "
+        f"PGOPTIONS='-c maintenance_work_mem={-(-needed // 2**30)}GB' for the command "
+        '(docs/ingest.md, "Graphs larger than 1 GB")'
+    )
+
+
 def isolate_large_tenant(dsn: str, tenant: str) -> bool:
     """Give ``tenant`` its own HNSW graph once it outgrows the exact path; True if done now.
 
@@ -323,6 +344,13 @@ def isolate_large_tenant(dsn: str, tenant: str) -> bool:
         # The keyword index first, in its own transactions: an interrupted graph build keeps it.
         index_bulk_backlog(dsn, tenant)
         with end_of_load_lock(dsn, tenant):
+            rows = conn.execute(
+                "select pgrag.tenant_chunk_count(%s) where pgrag.own_graph_keyed(%s) is null",
+                (tenant, tenant),
+            ).fetchone()
+            advice = graph_memory_advice(conn, rows[0]) if rows else None
+            if advice:  # before the build, which may then take many minutes
+                warn(f"tenant {tenant!r}: {advice}")
             built = conn.execute("select pgrag.finish_bulk_load(%s)", (tenant,)).fetchone()
             if built and built[0] is not None:
                 return True
