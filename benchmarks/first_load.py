@@ -263,6 +263,22 @@ def bare_parse_floor(admin: str, texts: list[str], sample: int = 5000) -> dict[s
     return out
 
 
+def bare_vector_table(conn: psycopg.Connection[Any], name: str, vectors: np.ndarray) -> None:
+    """An unlogged table ``public.<name>`` of ``vectors`` alone (one column, ``embedding``),
+    loaded by binary COPY."""
+    table = psycopg.sql.Identifier("public", name)
+    conn.execute(
+        psycopg.sql.SQL("create unlogged table {} (embedding vector({}))").format(
+            table, psycopg.sql.Literal(int(vectors.shape[1]))
+        )
+    )
+    copy_sql = psycopg.sql.SQL("copy {} (embedding) from stdin (format binary)").format(table)
+    with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+        copy.set_types(["vector"])
+        for v in vectors:
+            copy.write_row((v,))
+
+
 def bare_graph_floor(admin: str, vectors: np.ndarray) -> float:
     """Seconds pgvector takes to build an HNSW graph over a bare table of ``vectors`` alone
     (loaded by COPY into a database of its own, dropped after), as :func:`graph_floor` but
@@ -270,16 +286,7 @@ def bare_graph_floor(admin: str, vectors: np.ndarray) -> float:
     dsn = fresh_database(admin, "first_load_graph_floor")
     try:
         with connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                f"create unlogged table public.graph_floor (embedding vector({vectors.shape[1]}))"
-            )
-            with (
-                conn.cursor() as cur,
-                cur.copy("copy public.graph_floor (embedding) from stdin (format binary)") as copy,
-            ):
-                copy.set_types(["vector"])
-                for v in vectors:
-                    copy.write_row((v,))
+            bare_vector_table(conn, "graph_floor", vectors)
             conn.execute("set maintenance_work_mem = '1GB'")
             conn.execute("set max_parallel_maintenance_workers = 2")
             t = time.perf_counter()
