@@ -4,11 +4,12 @@
 --   (the function walking a tenant's own graph, run by the vector arm), pgrag.graph_memory_needed
 --   and pgrag.graph_build_memory (the memory a graph build needs, and the one it is given),
 --   pgrag.isolate_tenant, pgrag.share_tenant and pgrag.isolate_tenants (the owner of
---   pgrag.chunks runs them: pgrag ingest, or an operator). Relies on: pgrag.chunks, pgrag.documents and pgrag.corpus_stats (for
---   tenant sizes); when run, pgrag.own_graph_walk_sql and pgrag.make_vector_walk
---   (021-vector-walks.sql, which also makes every isolated tenant's walk function again on each
---   migrate). The tenant's key, pg_catalog.hashtextextended(tenant_id, 0), is written the same way
---   in the walks of 021-vector-walks.sql.
+--   pgrag.chunks runs them: pgrag ingest, or an operator). Relies on: pgrag.chunks,
+--   pgrag.documents and pgrag.corpus_stats (for tenant sizes); when run, pgrag.own_graph_walk_sql
+--   and pgrag.make_vector_walk (021-vector-walks.sql, which also makes every isolated tenant's
+--   walk function again on each migrate). The tenant's key,
+--   pg_catalog.hashtextextended(tenant_id, 0), is written the same way in the walks of
+--   021-vector-walks.sql.
 --
 -- Tenant isolation in the vector index (docs/security.md): a tenant above
 -- pgrag.exact_search_max_rows searches the HNSW graph of every chunk unless it has a graph of
@@ -139,7 +140,7 @@ as $$
     from pgrag.embedding_config as e
 $$;
 comment on function pgrag.graph_memory_needed(bigint) is
-'Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count chunks of the installed dimension in memory (per row twice its vector''s size and 2 kB); beyond it the build goes on on disk, several times slower. pgrag.graph_build_memory gives a build at most 1 GB of it on its own: a larger graph builds in memory only when the session gives more (docs/ingest.md, "Large first loads").';
+'Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count chunks of the installed dimension in memory (per row twice its vector''s size and 2 kB); beyond it the build goes on on disk, several times slower. pgrag.graph_build_memory gives a build at most 1 GB of it on its own: a larger graph builds in memory only when the session gives more (docs/ingest.md, "Graphs larger than 1 GB").';
 
 create or replace function pgrag.graph_build_memory(row_count bigint)
 returns text
