@@ -1,9 +1,10 @@
-"""The memory a tenant's HNSW graph is built with (``pgrag.graph_build_memory``).
+"""The memory an HNSW graph is built with (``pgrag.graph_build_memory``).
 
 pgvector builds a graph several times slower once it outgrows ``maintenance_work_mem``.
 ``pgrag.isolate_tenant`` (the end of every bulk load) therefore raises the setting to what the
 graph needs (``pgrag.graph_memory_needed``), by itself up to 1 GB, and never lowers what the
 session gives: an operator who gives index builds more builds a larger graph in memory.
+A model switch (``pgrag.reembed_switch``) builds each graph of the new model the same way.
 When a graph will not fit, ``pgrag ingest`` and ``pgrag import`` say so before the build, with
 the memory to give it.
 """
@@ -33,6 +34,9 @@ def test_graph_memory_needed_grows_with_rows_and_dimension(conn: psycopg.Connect
         "select pgrag.graph_memory_needed(0), pgrag.graph_memory_needed(1000)"
     ).fetchone()
     assert row == (0, 1000 * (dims[0] * 8 + 2048))
+    assert conn.execute("select pgrag.graph_memory_needed(1000, 768)").fetchone() == (
+        1000 * (768 * 8 + 2048),
+    )
 
 
 def test_a_small_graph_is_given_what_it_needs(conn: psycopg.Connection[Any]) -> None:
@@ -57,11 +61,12 @@ def test_a_session_that_gives_builds_more_is_never_lowered(conn: psycopg.Connect
 
 def builds_record_their_memory(conn: psycopg.Connection[Any]) -> None:
     """Every CREATE INDEX from now on records the maintenance_work_mem it ran with."""
-    conn.execute("create table public.build_memory (setting text)")
+    conn.execute("create table public.build_memory (setting text, index text)")
     conn.execute(
         "create function public.record_build_memory() returns event_trigger language plpgsql "
-        "as $$ begin insert into public.build_memory "
-        "values (current_setting('maintenance_work_mem')); end $$"
+        "as $$ begin insert into public.build_memory select "
+        "current_setting('maintenance_work_mem'), c.object_identity "
+        "from pg_event_trigger_ddl_commands() as c; end $$"
     )
     conn.execute(
         "create event trigger record_build_memory on ddl_command_end "
@@ -134,3 +139,42 @@ def test_a_session_that_gives_the_graph_enough_gets_no_advice(
 ) -> None:
     conn.execute("set maintenance_work_mem = '6GB'")
     assert graph_memory_advice(conn, 1000000) is None
+
+
+def switch_to_a_model_of(conn: psycopg.Connection[Any], dims: int) -> None:
+    """Start a re-embed to a model of ``dims`` dimensions and store every chunk's new vector."""
+    conn.execute("select * from pgrag.reembed_start('next-model', 'openai', %s)", (dims,))
+    conn.execute(
+        "select pgrag.reembed_store('next-model', array_agg(c.tenant_id), array_agg(c.chunk_id), "
+        "array_agg(c.content_sha256), array_agg(array_fill(c.chunk_id::real, array[%s])::vector)) "
+        "from pgrag.reembed_claim(10000) as c",
+        (dims,),
+    )
+
+
+def test_a_model_switch_builds_each_graph_with_what_its_rows_need(
+    conn: psycopg.Connection[Any],
+) -> None:
+    add_chunks(conn, "big", 1000)
+    add_chunks(conn, "small", 10)
+    conn.execute("select pgrag.isolate_tenant('big')")
+    switch_to_a_model_of(conn, 768)
+    builds_record_their_memory(conn)
+    conn.execute("set maintenance_work_mem = '1MB'")
+    own = conn.execute("select pgrag.tenant_index_name('big')").fetchone()
+    assert own is not None
+    shared_kb = setting_kb(conn, "pgrag.graph_build_memory(1010, 768)")
+    own_kb = setting_kb(conn, "pgrag.graph_build_memory(1000, 768)")
+    expected = {
+        "chunks_embedding_hnsw_next": f"{shared_kb}kB",
+        "chunks_public_embedding_hnsw_next": "1MB",  # no public row: the session's own
+        f"{own[0]}_next": f"{own_kb}kB",
+    }
+    assert setting_kb(conn, "pgrag.graph_build_memory(1000, 768)") > 1024
+    assert conn.execute("select switched from pgrag.reembed_switch()").fetchone() == (True,)
+    built = {
+        index.removeprefix("pgrag."): setting
+        for setting, index in conn.execute("select setting, index from public.build_memory")
+    }
+    assert built == expected
+    assert conn.execute("show maintenance_work_mem").fetchone() == ("1MB",)

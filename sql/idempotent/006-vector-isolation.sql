@@ -120,7 +120,11 @@ $$;
 comment on function pgrag.make_own_graph_walk(text) is
 'Creates (or replaces) the function holding the walk of the tenant''s own HNSW graph, pgrag.own_graph_walk_name(tenant) (pgrag.make_vector_walk): the vector arm calls it so that the walk is planned once per session rather than at every call. Its body names the tenant by its key (by its id too for a graph an earlier version made). Not on Citus. Run by pgrag.isolate_tenant and on every migrate for the tenants that have a graph (021-vector-walks.sql).';
 
-create or replace function pgrag.graph_memory_needed(row_count bigint)
+-- (the forms before their dimension argument)
+drop function if exists pgrag.graph_memory_needed(bigint);
+drop function if exists pgrag.graph_build_memory(bigint);
+
+create or replace function pgrag.graph_memory_needed(row_count bigint, dimensions integer default null)
 returns bigint
 language sql
 stable
@@ -129,20 +133,21 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
     -- Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count rows of
-    -- the installed dimension in memory: per row twice its vector's size and 2 kB, an upper
-    -- bound (an element takes about 2.7 kB at 384 dimensions in a build on one process,
-    -- allocator rounding included, and 2.2 kB in a parallel one: 1 GB held 482,235 rows,
-    -- benchmarks/graph_memory.py). A build on one process allocates as it goes; a parallel one
-    -- reserves the whole setting in shared memory up front. Past it, pgvector goes on building
-    -- on disk, several times slower (its notice: "hnsw graph no longer fits into
+    -- the given dimension (null: the installed one) in memory: per row twice its vector's size
+    -- and 2 kB, an upper bound (an element takes about 2.7 kB at 384 dimensions in a build on
+    -- one process, allocator rounding included, and 2.2 kB in a parallel one: 1 GB held
+    -- 482,235 rows, benchmarks/graph_memory.py). A build on one process allocates as it goes; a
+    -- parallel one reserves the whole setting in shared memory up front. Past it, pgvector goes
+    -- on building on disk, several times slower (its notice: "hnsw graph no longer fits into
     -- maintenance_work_mem").
-    select greatest(row_count, 0) operator(pg_catalog.*) (e.dims operator(pg_catalog.*) 8 operator(pg_catalog.+) 2048)
+    select greatest(row_count, 0) operator(pg_catalog.*)
+           (coalesce(dimensions, e.dims) operator(pg_catalog.*) 8 operator(pg_catalog.+) 2048)
     from pgrag.embedding_config as e
 $$;
-comment on function pgrag.graph_memory_needed(bigint) is
-'Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count chunks of the installed dimension in memory (per row twice its vector''s size and 2 kB); beyond it the build goes on on disk, several times slower. pgrag.graph_build_memory gives a build at most 1 GB of it on its own: a larger graph builds in memory only when the session gives more (docs/ingest.md, "Graphs larger than 1 GB").';
+comment on function pgrag.graph_memory_needed(bigint, integer) is
+'Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count chunks of the given dimension (null, the default: the installed one) in memory (per row twice its vector''s size and 2 kB); beyond it the build goes on on disk, several times slower. pgrag.graph_build_memory gives a build at most 1 GB of it on its own: a larger graph builds in memory only when the session gives more (docs/ingest.md, "Graphs larger than 1 GB").';
 
-create or replace function pgrag.graph_build_memory(row_count bigint)
+create or replace function pgrag.graph_build_memory(row_count bigint, dimensions integer default null)
 returns text
 language sql
 stable
@@ -158,11 +163,11 @@ as $$
     -- rows, and its build takes 3 times as long (48.5 s against 16.0 s here).
     select (greatest(
                 pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
-                least(pgrag.graph_memory_needed(row_count), 1073741824))
+                least(pgrag.graph_memory_needed(row_count, dimensions), 1073741824))
             operator(pg_catalog./) 1024)::text operator(pg_catalog.||) 'kB'
 $$;
-comment on function pgrag.graph_build_memory(bigint) is
-'The maintenance_work_mem (a setting, in kB) pgrag.isolate_tenant builds a graph of row_count chunks with: pgrag.graph_memory_needed(row_count), at most 1 GB, and never below the session''s own setting, so an operator who gives index builds more (ALTER ROLE ... SET maintenance_work_mem, PGOPTIONS) builds a larger graph in memory.';
+comment on function pgrag.graph_build_memory(bigint, integer) is
+'The maintenance_work_mem (a setting, in kB) a graph of row_count chunks of the given dimension (null, the default: the installed one) is built with, by pgrag.isolate_tenant and pgrag.reembed_switch: pgrag.graph_memory_needed, at most 1 GB, and never below the session''s own setting, so an operator who gives index builds more (ALTER ROLE ... SET maintenance_work_mem, PGOPTIONS) builds a larger graph in memory.';
 
 create or replace function pgrag.isolate_tenant(tenant text)
 returns regclass

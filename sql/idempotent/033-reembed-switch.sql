@@ -1,9 +1,74 @@
 -- Switching the embedding model without downtime: the switch itself, cancelling, the status.
--- Contract. Provides: pgrag.reembed_switch, reembed_cancel, reembed_status (the owner's: pgrag
---   reembed), and the deferred check that no transaction stores embeddings of a model the
---   database no longer records (trigger documents_embedding_model, PR201). Relies on: the
---   re-embed's start, claims and stored vectors (030-reembed.sql, whose header says how a switch
---   stays online), pgrag.lock_chunks_exclusively, pgrag.tenant_index_name.
+-- Contract. Provides: pgrag.reembed_switch (with pgrag.reembed_build_graphs, the graphs of the
+--   new column), reembed_cancel, reembed_status (the owner's: pgrag reembed), and the deferred
+--   check that no transaction stores embeddings of a model the database no longer records
+--   (trigger documents_embedding_model, PR201). Relies on: the re-embed's start, claims and
+--   stored vectors (030-reembed.sql, whose header says how a switch stays online),
+--   pgrag.lock_chunks_exclusively, pgrag.tenant_index_name, pgrag.tenant_chunk_count and
+--   pgrag.graph_build_memory (006-vector-isolation.sql).
+
+create or replace function pgrag.reembed_build_graphs(dims integer)
+returns text[]
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_index record;
+    v_built text[] := '{}';
+    v_session_memory text := pg_catalog.current_setting('maintenance_work_mem');
+    v_shared_rows bigint;
+    v_public_rows bigint;
+begin
+    -- The rows of the two graphs every tenant shares, for the memory their builds get.
+    select pg_catalog.count(*) filter (where c.in_shared_graph), pg_catalog.count(*) filter (where c.is_public)
+      into v_shared_rows, v_public_rows
+      from pgrag.chunks as c
+     where c.embedding_next is not null;
+    -- The shared graph, anon's public-only one and each isolated tenant's own
+    -- (pgrag.isolate_tenant), with their storage parameters, each built with the memory its
+    -- rows need (pgrag.graph_build_memory), then the session's own again.
+    for v_index in
+        select i.name, i.predicate, i.row_count, o.reloptions
+        from (
+            -- (the shared graph holds the rows in it: incremental/012-bulk-loading.sql)
+            select 'chunks_embedding_hnsw' as name, 'embedding_next is not null and in_shared_graph' as predicate,
+                   v_shared_rows as row_count
+            union all
+            select 'chunks_public_embedding_hnsw', 'is_public and embedding_next is not null', v_public_rows
+            union all
+            select pgrag.tenant_index_name(t.tenant_id),
+                   pg_catalog.format('pg_catalog.hashtextextended(tenant_id, 0) operator(pg_catalog.=) %L::pg_catalog.int8 and embedding_next is not null',
+                                     pg_catalog.hashtextextended(t.tenant_id, 0)),
+                   pgrag.tenant_chunk_count(t.tenant_id)
+            from (select s.tenant_id from pgrag.corpus_stats as s
+                  union
+                  select d.tenant_id from pgrag.documents as d) as t
+        ) as i
+        join pg_catalog.pg_class as o
+          on o.oid = pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', i.name))
+        order by i.name
+    loop
+        perform pg_catalog.set_config('maintenance_work_mem',
+            pgrag.graph_build_memory(v_index.row_count, reembed_build_graphs.dims), true);
+        execute pg_catalog.format(
+            'create index %I on pgrag.chunks using hnsw (%s)%s where %s',
+            v_index.name operator(pg_catalog.||) '_next',
+            -- (halfvec copies above 2,000 dimensions: 021-vector-walks.sql)
+            pgrag.hnsw_key_sql('embedding_next', reembed_build_graphs.dims),
+            case when v_index.reloptions is null then ''
+                 else ' with (' operator(pg_catalog.||) pg_catalog.array_to_string(v_index.reloptions, ', ')
+                      operator(pg_catalog.||) ')' end,
+            v_index.predicate);
+        perform pg_catalog.set_config('maintenance_work_mem', v_session_memory, true);
+        v_built := v_built operator(pg_catalog.||) v_index.name::text;
+    end loop;
+    return v_built;
+end
+$$;
+comment on function pgrag.reembed_build_graphs(integer) is
+'Part of pgrag.reembed_switch: builds on pgrag.chunks.embedding_next (vectors of dims dimensions) a graph named <name>_next for each HNSW graph the old column has (the shared one, anon''s public-only one, each isolated tenant''s own), with the same storage parameters and each with the memory its rows need (pgrag.graph_build_memory: up to 1 GB unless the session gives more); returns the names of the old graphs, in the order built. For the owner of pgrag.chunks, inside the switch''s transaction.';
 
 create or replace function pgrag.reembed_switch()
 returns table (switched boolean, waiting bigint, chunk_count bigint, model text, provider text, dims integer)
@@ -51,40 +116,12 @@ begin
     get diagnostics v_count = row_count;
     delete from pgrag.chunk_embeddings_next;
 
-    -- The graphs of the new column, as the old column has them: the shared one, anon's
-    -- public-only one, and each isolated tenant's own (pgrag.isolate_tenant), with their
-    -- storage parameters and comments.
-    for v_index in
-        select i.name, i.predicate, o.oid, o.reloptions
-        from (
-            -- (the shared graph holds the rows in it: incremental/012-bulk-loading.sql)
-            select 'chunks_embedding_hnsw' as name, 'embedding_next is not null and in_shared_graph' as predicate
-            union all
-            select 'chunks_public_embedding_hnsw', 'is_public and embedding_next is not null'
-            union all
-            select pgrag.tenant_index_name(t.tenant_id),
-                   pg_catalog.format('pg_catalog.hashtextextended(tenant_id, 0) operator(pg_catalog.=) %L::pg_catalog.int8 and embedding_next is not null',
-                                     pg_catalog.hashtextextended(t.tenant_id, 0))
-            from (select s.tenant_id from pgrag.corpus_stats as s
-                  union
-                  select d.tenant_id from pgrag.documents as d) as t
-        ) as i
-        join pg_catalog.pg_class as o
-          on o.oid = pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', i.name))
-        order by i.name
-    loop
-        execute pg_catalog.format(
-            'create index %I on pgrag.chunks using hnsw (%s)%s where %s',
-            v_index.name operator(pg_catalog.||) '_next',
-            -- (halfvec copies above 2,000 dimensions: 021-vector-walks.sql)
-            pgrag.hnsw_key_sql('embedding_next', v_job.dims),
-            case when v_index.reloptions is null then ''
-                 else ' with (' operator(pg_catalog.||) pg_catalog.array_to_string(v_index.reloptions, ', ')
-                      operator(pg_catalog.||) ')' end,
-            v_index.predicate);
-        v_built := v_built operator(pg_catalog.||) v_index.name::text;
-        v_comments := v_comments operator(pg_catalog.||) pg_catalog.obj_description(v_index.oid, 'pg_class');
-    end loop;
+    -- The graphs of the new column, as the old column has them.
+    v_built := pgrag.reembed_build_graphs(v_job.dims);
+    v_comments := array(select pg_catalog.obj_description(
+                                   pg_catalog.format('pgrag.%I', b.name)::pg_catalog.regclass, 'pg_class')
+                        from pg_catalog.unnest(v_built) with ordinality as b(name, n)
+                        order by b.n);
     -- Any other index on the old column goes with it.
     for v_index in
         select o.relname::text as name
