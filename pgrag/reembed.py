@@ -21,6 +21,7 @@ import psycopg
 
 from pgrag.db import connect, one_line
 from pgrag.errors import EmbeddingConfigError, ModelSwitchError, from_database_error
+from pgrag.ingest.load import graph_memory_advice
 from pgrag.pipeline.embedders import Embedder
 from pgrag.progress import Progress, ProgressMode
 from pgrag.usage import Usage, record_usage, warn
@@ -130,6 +131,7 @@ class Reembedder:
         self.batch_size = batch_size
         self.poll_seconds = poll_seconds
         self.conn = connect(dsn, autocommit=True)
+        self.advised = False
 
     def close(self) -> None:
         self.conn.close()
@@ -206,8 +208,23 @@ class Reembedder:
         summary.tokens += tokens
         return len(rows)
 
+    def largest_graph(self) -> int:
+        """Chunks of the largest HNSW graph the switch builds: the shared one, or a tenant's own."""
+        row = self.conn.execute(
+            "select greatest((select count(*) from pgrag.chunks where in_shared_graph), "
+            "(select coalesce(max(pgrag.tenant_chunk_count(s.tenant_id)), 0) "
+            "from (select distinct tenant_id from pgrag.corpus_stats) as s))"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     def switch(self) -> tuple[bool, int, int | None]:
-        """``pgrag.reembed_switch()``: (switched, chunks still waiting, chunks switched)."""
+        """``pgrag.reembed_switch()``: (switched, chunks still waiting, chunks switched). Says
+        first (once) when the largest graph it builds will not fit its build's memory."""
+        if not self.advised:
+            self.advised = True
+            advice = graph_memory_advice(self.conn, self.largest_graph(), self.embedder.dims)
+            if advice:  # before the switch, which may then take many minutes
+                warn(f"the switch to {self.embedder.model_name}: {advice}")
         with self.conn.transaction():
             row = self.conn.execute(
                 "select switched, waiting, chunk_count from pgrag.reembed_switch()"

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from pgrag.ingest.load import graph_memory_advice
+from pgrag.reembed import Reembedder
 
 ONE_GB_KB = 1024 * 1024
 
@@ -178,3 +179,27 @@ def test_a_model_switch_builds_each_graph_with_what_its_rows_need(
     }
     assert built == expected
     assert conn.execute("show maintenance_work_mem").fetchone() == ("1MB",)
+
+
+def test_advice_counts_the_dimension_it_is_given(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("set maintenance_work_mem = '64MB'")
+    assert graph_memory_advice(conn, 100000) is None
+    advice = graph_memory_advice(conn, 100000, 3072)
+    assert advice is not None
+    assert f"needs about {100000 * (3072 * 8 + 2048) / 2**30:.1f} GB" in advice
+
+
+def test_a_switch_sizes_its_advice_by_its_largest_graph(
+    conn: psycopg.Connection[Any], db: str, local_embedder: Any
+) -> None:
+    conn.execute("set pgrag.bulk_load_tenant = 'big'")  # its rows stay out of the shared graph
+    add_chunks(conn, "big", 1000)
+    conn.execute("reset pgrag.bulk_load_tenant")
+    conn.execute("select pgrag.index_bulk_load_backlog('big'), pgrag.isolate_tenant('big')")
+    add_chunks(conn, "small", 10)
+    conn.commit()
+    worker = Reembedder(db, local_embedder)
+    try:
+        assert worker.largest_graph() == 1000
+    finally:
+        worker.close()

@@ -302,14 +302,17 @@ def bulk_backlog(dsn: str, tenant: str) -> int | None:
     return int(row[0]) if row else None
 
 
-def graph_memory_advice(conn: psycopg.Connection[Any], rows: int) -> str | None:
-    """One line for the operator when an HNSW graph of ``rows`` chunks outgrows the memory its
-    build is given (``pgrag.graph_build_memory``: what it needs, up to 1 GB unless the session
-    gives more): pgvector then finishes it on disk, several times slower. None when it fits."""
+def graph_memory_advice(
+    conn: psycopg.Connection[Any], rows: int, dims: int | None = None
+) -> str | None:
+    """One line for the operator when an HNSW graph of ``rows`` chunks (of ``dims`` dimensions;
+    None: the installed ones) outgrows the memory its build is given (``pgrag.graph_build_memory``:
+    what it needs, up to 1 GB unless the session gives more): pgvector then finishes it on disk,
+    several times slower. None when it fits."""
     got = conn.execute(
-        "select pgrag.graph_memory_needed(%s), "
-        "pg_catalog.pg_size_bytes(pgrag.graph_build_memory(%s))",
-        (rows, rows),
+        "select pgrag.graph_memory_needed(%s, %s), "
+        "pg_catalog.pg_size_bytes(pgrag.graph_build_memory(%s, %s))",
+        (rows, dims, rows, dims),
     ).fetchone()
     if got is None or got[0] <= got[1]:
         return None
