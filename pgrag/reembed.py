@@ -24,7 +24,7 @@ from pgrag.errors import EmbeddingConfigError, ModelSwitchError, from_database_e
 from pgrag.ingest.load import graph_memory_advice
 from pgrag.pipeline.embedders import Embedder
 from pgrag.progress import Progress, ProgressMode
-from pgrag.usage import Usage, record_usage, warn
+from pgrag.usage import Usage, record_usage, relay_server_warnings, warn
 
 DEFAULT_BATCH = 64
 POLL_SECONDS = 1.0  # wait between looks at a queue whose last chunks other processes hold
@@ -131,6 +131,7 @@ class Reembedder:
         self.batch_size = batch_size
         self.poll_seconds = poll_seconds
         self.conn = connect(dsn, autocommit=True)
+        relay_server_warnings(self.conn)  # e.g. a graph built on one process (pgrag.build_graph)
         self.advised = False
 
     def close(self) -> None:

@@ -82,6 +82,20 @@ def warn(message: str) -> None:
     print(f"pgrag: warning: {message}", file=sys.stderr, flush=True)
 
 
+def relay_server_warnings(conn: psycopg.Connection[Any]) -> None:
+    """From now on, print pgrag's own warnings the server sends on ``conn`` (``raise warning
+    'pgrag: ...'``, e.g. a graph built on one process) as :func:`warn` lines, with their hint:
+    psycopg drops notices unless a handler takes them."""
+
+    def relay(diagnostic: psycopg.errors.Diagnostic) -> None:
+        message = diagnostic.message_primary or ""
+        if diagnostic.severity_nonlocalized == "WARNING" and message.startswith("pgrag: "):
+            hint = f"; {diagnostic.message_hint}" if diagnostic.message_hint else ""
+            warn(message.removeprefix("pgrag: ") + hint)
+
+    conn.add_notice_handler(relay)
+
+
 def record_usage_quietly(dsn: str | psycopg.Connection[Any], tenant: str, usage: Usage) -> bool:
     """:func:`record_usage` on ``dsn`` (a connection string, or an open connection), never
     raising: a search must not fail because its usage could not be written (e.g. the primary

@@ -40,7 +40,7 @@ from pgrag.ingest.lifecycle import (
 )
 from pgrag.ingest.plan import Doc
 from pgrag.ingest.workers import Worker
-from pgrag.usage import Operation, Usage, record_usage, warn
+from pgrag.usage import Operation, Usage, record_usage, relay_server_warnings, warn
 
 
 def create_stage_table(conn: psycopg.Connection[Any]) -> list[tuple[str, int]]:
@@ -344,6 +344,7 @@ def isolate_large_tenant(dsn: str, tenant: str) -> bool:
         ).fetchone()
         if not (owner and owner[0]):
             return False
+        relay_server_warnings(conn)  # e.g. a graph built on one process (pgrag.build_graph)
         # The keyword index first, in its own transactions: an interrupted graph build keeps it.
         index_bulk_backlog(dsn, tenant)
         with end_of_load_lock(dsn, tenant):

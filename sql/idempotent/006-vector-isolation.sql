@@ -3,6 +3,7 @@
 --   the vector arm), pgrag.own_graph_walk_name, pgrag.own_graph_keyed, pgrag.make_own_graph_walk
 --   (the function walking a tenant's own graph, run by the vector arm), pgrag.graph_memory_needed
 --   and pgrag.graph_build_memory (the memory a graph build needs, and the one it is given),
+--   pgrag.build_graph (a graph's CREATE INDEX run with that memory),
 --   pgrag.isolate_tenant, pgrag.share_tenant and pgrag.isolate_tenants (the owner of
 --   pgrag.chunks runs them: pgrag ingest, or an operator). Relies on: pgrag.chunks,
 --   pgrag.documents and pgrag.corpus_stats (for tenant sizes); when run, pgrag.own_graph_walk_sql
@@ -169,6 +170,44 @@ $$;
 comment on function pgrag.graph_build_memory(bigint, integer) is
 'The maintenance_work_mem (a setting, in kB) a graph of row_count chunks of the given dimension (null, the default: the installed one) is built with, by pgrag.isolate_tenant and pgrag.reembed_switch: pgrag.graph_memory_needed, at most 1 GB, and never below the session''s own setting, so an operator who gives index builds more (ALTER ROLE ... SET maintenance_work_mem, PGOPTIONS) builds a larger graph in memory.';
 
+create or replace function pgrag.build_graph(statement text, row_count bigint, dimensions integer default null)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_session_memory text := pg_catalog.current_setting('maintenance_work_mem');
+    v_session_workers text := pg_catalog.current_setting('max_parallel_maintenance_workers');
+begin
+    -- statement: one CREATE INDEX of an HNSW graph over row_count rows of the given dimension,
+    -- run with the memory they need (pgrag.graph_build_memory), then the session's own again.
+    perform pg_catalog.set_config('maintenance_work_mem',
+        pgrag.graph_build_memory(row_count, dimensions), true);
+    begin
+        execute statement;
+    exception when disk_full or out_of_memory then
+        -- A parallel build reserves the whole setting in the server's shared memory (/dev/shm)
+        -- when it starts: a container's is often smaller (Docker's default is 64 MB), and the
+        -- build fails at once ("could not resize shared memory segment"). On one process it
+        -- allocates as it goes, in the backend's own memory: build it so.
+        if v_session_workers operator(pg_catalog.=) '0' then
+            raise;
+        end if;
+        raise warning 'pgrag: a parallel graph build could not reserve % of shared memory (%); building it on one process instead, more slowly',
+            pg_catalog.current_setting('maintenance_work_mem'), sqlerrm
+            using hint = 'give the server''s /dev/shm more than maintenance_work_mem: docker run --shm-size, docs/ingest.md "Graphs larger than 1 GB"';
+        perform pg_catalog.set_config('max_parallel_maintenance_workers', '0', true);
+        execute statement;
+    end;
+    perform pg_catalog.set_config('maintenance_work_mem', v_session_memory, true);
+    perform pg_catalog.set_config('max_parallel_maintenance_workers', v_session_workers, true);
+end
+$$;
+comment on function pgrag.build_graph(text, bigint, integer) is
+'Runs statement, one CREATE INDEX of an HNSW graph over row_count rows of the given dimension (null: the installed one), with maintenance_work_mem at pgrag.graph_build_memory (what the graph needs, up to 1 GB unless the session gives more), then the session''s setting again. When a parallel build cannot reserve that memory in the server''s shared memory (disk_full or out_of_memory, e.g. a container''s small /dev/shm), warns and builds it on one process instead (a failure there is raised). Used by pgrag.isolate_tenant and pgrag.reembed_switch; the owner''s.';
+
 create or replace function pgrag.isolate_tenant(tenant text)
 returns regclass
 language plpgsql
@@ -181,7 +220,6 @@ declare
     v_keyed boolean;
     v_build text;
     v_options text[];
-    v_old_mem text := pg_catalog.current_setting('maintenance_work_mem');
 begin
     if tenant is null or pg_catalog.btrim(tenant) = '' then
         raise exception 'tenant must be a non-blank tenant id'
@@ -196,15 +234,12 @@ begin
         v_build := case when v_keyed is null then v_name else v_name operator(pg_catalog.||) '_keyed' end;
         v_options := (select c.reloptions from pg_catalog.pg_class as c
                       where c.oid = pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', v_name)));
-        -- Memory for pgvector to build the whole graph in memory (pgrag.graph_build_memory):
-        -- raised up to 1 GB on its own, never below what the session gives.
-        perform pg_catalog.set_config('maintenance_work_mem',
-            pgrag.graph_build_memory(pgrag.tenant_chunk_count(tenant)), true);
+        -- Built with the memory the whole graph needs (pgrag.build_graph).
         -- The tenant's key as a constant in the predicate (the catalog shows it to every role,
         -- the id it must not): a query stating the same constant (the walks of the vector arm)
         -- is proven to match this index by the planner.
         -- (keyed as the installed dimension's graphs are: halfvec above 2,000, 021-vector-walks.sql)
-        execute pg_catalog.format(
+        perform pgrag.build_graph(pg_catalog.format(
             'create index %I on pgrag.chunks using hnsw '
             '(%s)%s '
             'where pg_catalog.hashtextextended(tenant_id, 0) operator(pg_catalog.=) %L::pg_catalog.int8 '
@@ -214,21 +249,20 @@ begin
             case when v_options is null then ''
                  else ' with (' operator(pg_catalog.||) pg_catalog.array_to_string(v_options, ', ')
                       operator(pg_catalog.||) ')' end,
-            pg_catalog.hashtextextended(tenant, 0));
+            pg_catalog.hashtextextended(tenant, 0)), pgrag.tenant_chunk_count(tenant));
         if v_keyed is not null then
             execute pg_catalog.format('drop index pgrag.%I', v_name);
             execute pg_catalog.format('alter index pgrag.%I rename to %I', v_build, v_name);
         end if;
         execute pg_catalog.format('comment on index pgrag.%I is %L', v_name,
             'HNSW graph of the chunks of one tenant alone (pgrag.isolate_tenant).');
-        perform pg_catalog.set_config('maintenance_work_mem', v_old_mem, true);
     end if;
     perform pgrag.make_own_graph_walk(tenant);
     return pg_catalog.format('pgrag.%I', v_name)::regclass;
 end
 $$;
 comment on function pgrag.isolate_tenant(text) is
-'Gives a tenant an HNSW graph of its own chunks (a partial index on pgrag.chunks whose predicate names the tenant by its key, pg_catalog.hashtextextended(tenant_id, 0), and the function walking it, pgrag.make_own_graph_walk; no-op when they exist; built with pgrag.graph_build_memory: maintenance_work_mem raised for the graph to fit, up to 1 GB unless the session gives more) and returns it: its vector searches no longer walk the graph shared with other tenants, so other tenants'' rows can change neither their results nor their speed. A graph made by an earlier version (its predicate names the tenant id) is built again by key and replaces it. Run by the owner of pgrag.chunks; blocks writes to pgrag.chunks while the index builds.';
+'Gives a tenant an HNSW graph of its own chunks (a partial index on pgrag.chunks whose predicate names the tenant by its key, pg_catalog.hashtextextended(tenant_id, 0), and the function walking it, pgrag.make_own_graph_walk; no-op when they exist; built by pgrag.build_graph: maintenance_work_mem raised for the graph to fit, up to 1 GB unless the session gives more, and on one process when a parallel build cannot get that much shared memory) and returns it: its vector searches no longer walk the graph shared with other tenants, so other tenants'' rows can change neither their results nor their speed. A graph made by an earlier version (its predicate names the tenant id) is built again by key and replaces it. Run by the owner of pgrag.chunks; blocks writes to pgrag.chunks while the index builds.';
 
 create or replace function pgrag.share_tenant(tenant text)
 returns boolean

