@@ -5,7 +5,8 @@ unit 384-dimension vectors: the import never embeds, so real embeddings would ch
 are written into the Supabase guide's ``documents`` table (and a copy of it in another
 database, an application's, read with ``--source-dsn``), LangChain's
 ``langchain_pg_embedding`` (+ ``langchain_pg_collection``), a LlamaIndex ``data_kb`` table, a
-JSONL and a Parquet file; each is then imported with :func:`pgrag.importer.import_source` into
+pgai vectorizer's store ``kb_contents_store`` (+ its source table ``kb``), a JSONL and a Parquet
+file; each is then imported with :func:`pgrag.importer.import_source` into
 its own tenant: a tenant's first import, which takes the bulk path (``pgrag.bulk_load_applies``;
 ``pgrag.finish_bulk_load`` at the end), and with ``--row-by-row`` the same source again into
 another tenant through the ordinary path (``pgrag.replace_document_chunks`` per batch, the BM25
@@ -103,6 +104,17 @@ def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
             "create table data_kb (id bigserial primary key, text varchar, metadata_ json, "
             "node_id varchar, embedding vector(384))"
         )
+        cur.execute("create table kb (id int primary key, title text)")
+        cur.execute(
+            "create table kb_contents_store (embedding_uuid uuid not null primary key "
+            "default gen_random_uuid(), id int not null references kb (id), chunk_seq int "
+            "not null, chunk text not null, embedding vector(384) not null, "
+            "unique (id, chunk_seq))"
+        )
+        cur.execute(
+            "insert into kb select d, 'document ' || d from generate_series(0, %s) as d",
+            ((size - 1) // per_doc,),
+        )
         for i in range(size):
             v, src = vector_literal(vecs[i]), f"doc{i // per_doc}"
             meta = json.dumps({"source": src, "start_index": i})
@@ -117,6 +129,11 @@ def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
             cur.execute(
                 "insert into data_kb (text, metadata_, node_id, embedding) values (%s, %s, %s, %s)",
                 (texts[i], json.dumps({"doc_id": src}), f"n{i}", v),
+            )
+            cur.execute(
+                "insert into kb_contents_store (id, chunk_seq, chunk, embedding) "
+                "values (%s, %s, %s, %s)",
+                (i // per_doc, i % per_doc, texts[i], v),
             )
     records = [
         {"content": texts[i], "embedding": vecs[i].tolist(), "source_uri": f"doc{i // per_doc}"}
@@ -174,6 +191,7 @@ def main() -> None:
             "documents-other-database": lambda: open_table(app, "documents", own_database=False),
             "langchain": lambda: open_table(dsn, "langchain_pg_embedding"),
             "llamaindex": lambda: open_table(dsn, "data_kb"),
+            "pgai": lambda: open_table(dsn, "kb_contents_store"),
             "jsonl": lambda: open_file(folder / "rows.jsonl"),
         }
         if (folder / "rows.parquet").exists():

@@ -1388,6 +1388,7 @@ def import_shapes() -> str:
         "documents-other-database": "the same table in another database (`--source-dsn`)",
         "langchain": "LangChain's `langchain_pg_embedding`",
         "llamaindex": "a LlamaIndex `data_*` table",
+        "pgai": "a pgai vectorizer's `*_store` table",
         "jsonl": "a JSONL file",
         "parquet": "a Parquet file",
     }

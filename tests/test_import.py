@@ -500,6 +500,80 @@ def test_a_llamaindex_data_table_imports_grouped_by_its_doc_id(
     assert titles[:2] == [("manual.txt",), ("faq.txt",)]
 
 
+def make_pgai_store(conn: psycopg.Connection[Any], vectors: list[np.ndarray]) -> None:
+    """A source table and the store and view a pgai vectorizer makes for it (its
+    ``_vectorizer_create_target_table``: the source's key, chunk_seq, chunk, embedding)."""
+    conn.execute("create table blog (id int primary key, title text, contents text)")
+    conn.execute(
+        "create table blog_contents_embeddings_store ("
+        "embedding_uuid uuid not null primary key default gen_random_uuid(), "
+        "id int not null, chunk_seq int not null, chunk text not null, "
+        "embedding vector(384) not null, unique (id, chunk_seq), "
+        "foreign key (id) references blog (id) on delete cascade)"
+    )
+    conn.execute(
+        "create view blog_contents_embeddings as select t.embedding_uuid, t.chunk_seq, "
+        "t.chunk, t.embedding, s.* from blog as s join blog_contents_embeddings_store as t "
+        "on t.id = s.id"
+    )
+    conn.execute(
+        "insert into blog values (1, 'Accounts', %s), (2, 'Backups', %s)",
+        (" ".join(TEXTS[:2]), " ".join(TEXTS[2:])),
+    )
+    for i, (text, vec) in enumerate(zip(TEXTS, vectors, strict=True)):
+        conn.execute(  # stored out of order: chunk_seq orders them
+            "insert into blog_contents_embeddings_store (id, chunk_seq, chunk, embedding) "
+            "values (%s, %s, %s, %s)",
+            (1 + i // 2, 1 - i % 2, text, vector_literal(vec)),
+        )
+    conn.commit()
+
+
+def test_a_pgai_store_imports_one_document_per_source_row_in_chunk_order(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_pgai_store(conn, vectors)
+
+    result = run(db, "--table", "blog_contents_embeddings_store", "--model", LOCAL_MODEL_NAME)
+
+    assert result.exit_code == 0, result.output
+    assert summary(result)["unmapped_columns"] == []
+    got = chunks(conn)
+    store = "public.blog_contents_embeddings_store"
+    assert [(r[0], r[1], r[2]) for r in got] == [
+        (f"{store}#id=1", 0, TEXTS[1]),
+        (f"{store}#id=1", 1, TEXTS[0]),
+        (f"{store}#id=2", 0, TEXTS[3]),
+        (f"{store}#id=2", 1, TEXTS[2]),
+    ]
+    uuids = dict(
+        conn.execute("select chunk, embedding_uuid::text from blog_contents_embeddings_store")
+    )
+    assert got[0][3] == {"id": 1, "source_id": uuids[TEXTS[1]]}
+    same = conn.execute(  # every chunk holds its store row's embedding
+        "select min(1 - (c.embedding <=> t.embedding)) from pgrag.chunks as c "
+        "join blog_contents_embeddings_store as t on t.chunk = c.content"
+    ).fetchone()
+    assert same is not None and same[0] > 0.99999
+    titles = conn.execute("select title from pgrag.documents order by source_uri").fetchall()
+    assert titles == [("Accounts",), ("Backups",)]
+
+
+def test_a_pgai_view_is_one_line_naming_its_store_table(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    make_pgai_store(conn, vectors)
+
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", "--table", "blog_contents_embeddings"]
+    )
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "import the store table itself" in lines[0], result.output
+    assert conn.execute("select count(*) from pgrag.chunks").fetchone() == (0,)
+
+
 def test_embeddings_of_another_dimension_are_refused_in_one_line(
     db: str, conn: psycopg.Connection[Any]
 ) -> None:

@@ -26,7 +26,8 @@ from pgrag.progress import Progress, ProgressMode, progress_mode
     "--table",
     metavar="[SCHEMA.]NAME",
     help="Read this table of the same database instead of a file: the Supabase guide's "
-    "documents, LangChain's langchain_pg_embedding or a LlamaIndex data_<name> table.",
+    "documents, LangChain's langchain_pg_embedding, a LlamaIndex data_<name> table or a pgai "
+    "vectorizer's <name>_store table.",
 )
 @click.option(
     "--collection",
@@ -100,8 +101,9 @@ def import_command(
 
     \b
     Rows sharing a source (source_uri, metadata.source, LangChain's custom_id, LlamaIndex's
-    doc_id) become one document with ordered chunks; others one document each. Unchanged
-    documents are skipped on re-import, changed ones replaced in one transaction each.
+    doc_id, the source row of a pgai store) become one document with ordered chunks; others
+    one document each. Unchanged documents are skipped on re-import, changed ones replaced in
+    one transaction each.
     A source of more than 100,000 rows (or 256 MB of chunks) is refused: a document is
     loaded whole. Exit status 1 when a row was refused (the other documents are imported;
     the first 100 refusals are listed, the others counted), 3 when the source has no rows.

@@ -20,7 +20,10 @@ embeddings"), with the rule that groups rows into documents:
   ``custom_id``, ``collection_id``; the collection's name from ``langchain_pg_collection``):
   ``cmetadata.source``, else ``custom_id``;
 * ``llamaindex`` (PGVectorStore's ``data_<name>``: ``text``, ``metadata_``, ``node_id``,
-  ``embedding``): ``metadata_.doc_id``, else ``ref_doc_id``, else ``document_id``.
+  ``embedding``): ``metadata_.doc_id``, else ``ref_doc_id``, else ``document_id``;
+* ``pgai`` (a pgai vectorizer's ``<name>_store``: ``embedding_uuid``, the source table's key,
+  ``chunk_seq``, ``chunk``, ``embedding``): the source row, by the store's unique key, in
+  ``chunk_seq`` order; its metadata is that key, its title the source table's ``title``.
 
 Rows without any of these are one document each. Within a document rows are ordered by page,
 then ``start_index`` / ``start_char_idx`` / ``chunk_index`` of their metadata, then id.
@@ -102,7 +105,7 @@ class Source:
     """A source opened for reading: what it is, what it maps and what it leaves out."""
 
     label: str  # e.g. "table public.documents (documents)", "file corpus.jsonl"
-    shape: str  # documents, langchain, llamaindex, jsonl, parquet
+    shape: str  # documents, langchain, llamaindex, pgai, jsonl, parquet
     uri_prefix: str  # a document without a source is "<prefix>#<row id>"
     unmapped: list[str]
     ignored: dict[str, str]  # column -> why it is not needed
@@ -232,6 +235,92 @@ def _llamaindex_shape() -> TableShape:
     )
 
 
+PGAI_COLUMNS = ("embedding_uuid", "chunk_seq", "chunk", "embedding")
+
+
+@dataclass(frozen=True)
+class PgaiStore:
+    """What the catalog says of a pgai vectorizer's store table: the source row's key columns
+    (its unique key but ``chunk_seq``) and, when a foreign key names the source table and that
+    table has a ``title`` column, the join that reads it."""
+
+    keys: tuple[str, ...]
+    title_join: str | None = None
+
+
+def _pgai_store(conn: psycopg.Connection[Any], schema: str, name: str) -> PgaiStore:
+    """The key of a pgai store table (``unique (<source key>, chunk_seq)``, as pgai makes it),
+    and the join to its source table's title; ConfigError for a relation without that key
+    (pgai's view, which joins the store with the whole source row)."""
+    table = sql.Identifier(schema, name).as_string(conn)
+    row = conn.execute(
+        "select (select pg_catalog.array_agg(a.attname::text order by k.n) "
+        "        from pg_catalog.unnest(i.indkey) with ordinality as k(attnum, n) "
+        "        join pg_catalog.pg_attribute as a on a.attrelid = i.indrelid "
+        "         and a.attnum = k.attnum where a.attname <> 'chunk_seq') "
+        "from pg_catalog.pg_index as i join pg_catalog.pg_attribute as s "
+        "  on s.attrelid = i.indrelid and s.attname = 'chunk_seq' "
+        "where i.indrelid = %s::regclass and i.indisunique and s.attnum = any (i.indkey) "
+        "  and pg_catalog.cardinality(i.indkey::int2[]) > 1 "
+        "order by i.indexrelid limit 1",
+        (table,),
+    ).fetchone()
+    if row is None or not row[0]:
+        raise ConfigError(
+            f"{schema}.{name} has pgai's columns ({', '.join(PGAI_COLUMNS)}) but not the unique "
+            "key (<source key>, chunk_seq) of pgai's store table: import the store table itself "
+            "(<name>_store, which pgai's view joins with the source rows)."
+        )
+    keys = tuple(str(k) for k in row[0])
+    found = conn.execute(
+        "select pg_catalog.format('left join %%I.%%I as src on %%s', "
+        "  (select n.nspname from pg_catalog.pg_class as c join pg_catalog.pg_namespace as n "
+        "   on n.oid = c.relnamespace where c.oid = f.confrelid), "
+        "  (select c.relname from pg_catalog.pg_class as c where c.oid = f.confrelid), "
+        "  (select pg_catalog.string_agg(pg_catalog.format('src.%%I = r.%%I', pa.attname, "
+        "   ca.attname), ' and ') "
+        "   from rows from (pg_catalog.unnest(f.conkey), pg_catalog.unnest(f.confkey)) as k(c, p) "
+        "   join pg_catalog.pg_attribute as ca on ca.attrelid = f.conrelid and ca.attnum = k.c "
+        "   join pg_catalog.pg_attribute as pa on pa.attrelid = f.confrelid and pa.attnum = k.p)) "
+        "from pg_catalog.pg_constraint as f "
+        "where f.conrelid = %s::regclass and f.contype = 'f' and exists ("
+        "  select 1 from pg_catalog.pg_attribute as t where t.attrelid = f.confrelid "
+        "  and t.attname = 'title' and not t.attisdropped) "
+        "order by f.oid limit 1",
+        (table,),
+    ).fetchone()
+    return PgaiStore(keys, str(found[0]) if found and found[0] else None)
+
+
+def _pgai_shape(store: PgaiStore, label: str) -> TableShape:
+    """pgai's vectorizer store (``embedding_uuid``, the source row's key, ``chunk_seq``,
+    ``chunk``, ``embedding``): one document per source row, named ``<label>#<key>=<value>``."""
+    keys = [sql.Identifier(k).as_string(None) for k in store.keys]
+    named = " || '&' || ".join(
+        f"{sql.Literal(k + '=').as_string(None)} || r.{q}::text"
+        for k, q in zip(store.keys, keys, strict=True)
+    )
+    pairs = ", ".join(
+        f"{sql.Literal(k).as_string(None)}, r.{q}" for k, q in zip(store.keys, keys, strict=True)
+    )
+    return TableShape(
+        name="pgai",
+        needs=PGAI_COLUMNS,
+        row_id="r.embedding_uuid::text",
+        content="r.chunk",
+        # the source row's key, to find it again
+        metadata=f"jsonb_build_object({pairs})",
+        source=f"{sql.Literal(label + '#').as_string(None)} || {named}",
+        title="src.title" if store.title_join else "null::text",
+        page="null::bigint",
+        start="r.chunk_seq",
+        order="r.embedding_uuid::text",
+        used=(*PGAI_COLUMNS, *store.keys),
+        ignored={},
+        join=store.title_join or "",
+    )
+
+
 SOURCE_DSN_SOURCES = "--source-dsn / PGRAG_IMPORT_SOURCE_DSN"
 SOURCE_DSN_HINT = "Check --source-dsn / PGRAG_IMPORT_SOURCE_DSN: the database holding the table."
 
@@ -288,8 +377,10 @@ def _table_columns(
 
 
 def _shape_of(
-    conn: psycopg.Connection[Any], schema: str, name: str, columns: set[str]
+    conn: psycopg.Connection[Any], schema: str, name: str, columns: set[str], label: str
 ) -> TableShape:
+    if set(PGAI_COLUMNS) <= columns:
+        return _pgai_shape(_pgai_store(conn, schema, name), label)
     if {"document", "cmetadata", "embedding"} <= columns:
         found = conn.execute(
             "select pg_catalog.to_regclass(%s) is not null",
@@ -308,8 +399,9 @@ def _shape_of(
     raise ConfigError(
         f"table {schema}.{name} has none of the known shapes (its columns: "
         f"{', '.join(sorted(columns))}): it needs content (or body) and embedding (the Supabase "
-        "guides' documents), document/cmetadata/embedding (LangChain) or text/metadata_/node_id/"
-        "embedding (LlamaIndex); import a view that gives its columns those names "
+        "guides' documents), document/cmetadata/embedding (LangChain), text/metadata_/node_id/"
+        "embedding (LlamaIndex) or embedding_uuid/chunk_seq/chunk/embedding (pgai); import a "
+        "view that gives its columns those names "
         "(create view ... as select text_column as content, vector_column as embedding ...), "
         "or export it to JSONL."
     )
@@ -344,7 +436,7 @@ def open_table(
         prefix = "" if database.own else f"{database_name(conn)}."
         schema, name, types = _table_columns(conn, table, where)
         columns = set(types)
-        shape = _shape_of(conn, schema, name, columns)
+        shape = _shape_of(conn, schema, name, columns, f"{prefix}{schema}.{name}")
         _check_metadata_type(schema, name, shape.metadata_column, types)
         if collection is not None and shape.name != "langchain":
             raise ConfigError("--collection applies to LangChain's langchain_pg_embedding only.")
