@@ -1854,8 +1854,9 @@ def graph_memory() -> str:
 ## A graph larger than its build's memory
 
 The HNSW build at the end of a bulk load (`pgrag.isolate_tenant`) runs with
-`pgrag.graph_build_memory`: what the graph needs (`pgrag.graph_memory_needed`, per chunk twice
-its vector's size and 2 kB: {d["needed"]} for {d["size"]:,} chunks of {d["dims"]} dimensions),
+`pgrag.graph_build_memory`: what the graph needs (`pgrag.graph_memory_needed`, per chunk its key
+and 768 bytes, a tenth more, [what an element takes](#what-a-graph-element-takes):
+{d["needed"]} for {d["size"]:,} chunks of {d["dims"]} dimensions),
 raised by pgrag up to 1 GB and never below the session's own setting. The same graph of
 {d["size"]:,} embeddings (`first_load.py`'s corpus) built both ways over a bare table, 2 parallel
 workers (`benchmarks/graph_memory.py`):
@@ -1868,6 +1869,39 @@ on building on disk. pgrag does not give a server more than 1 GB unasked; `pgrag
 session's setting ([ingest.md](ingest.md#graphs-larger-than-1-gb)).
 
 {provenance(d)} {source("graph_memory.json")}
+"""
+
+
+def graph_element() -> str:
+    d = load("graph_element.json")
+    rows = [
+        [
+            f"{c['dims']:,}" + (" (halfvec)" if c["dims"] > 2000 else ""),
+            str(c["m"]),
+            "parallel, 2 workers" if c["workers"] else "one process",
+            f"{c['fitted_rows']:,}",
+            f"{c['bytes_per_element']:,}",
+            f"{c['bytes_per_element'] - c['key_bytes']:,}",
+        ]
+        for c in d["cases"]
+    ]
+    return f"""\
+## What a graph element takes
+
+What one row takes in `maintenance_work_mem` while pgvector {d.get("pgvector") or ""} builds an
+HNSW graph in memory: each build over a bare table of random vectors, with
+`maintenance_work_mem` = {d["memory_mb"]} MB, stops fitting after the rows pgvector's notice names
+("hnsw graph no longer fits into maintenance_work_mem after N tuples"); the setting over them is
+an element (`benchmarks/graph_element.py`). Above 2,000 dimensions the key is the halfvec copy
+pgrag keys such graphs by.
+
+{table(["dimensions", "m", "build", "rows that fit", "bytes an element", "beyond its key"], rows)}
+
+An element is its key and about 32 bytes per unit of `m` plus 200, the same on one process as in
+a parallel build. `pgrag.graph_memory_needed` counts its key and 768 bytes, a tenth more: 10 to
+13 % above what it took at the default `m` = 16 ([ingest.md](ingest.md#graphs-larger-than-1-gb)).
+
+{provenance(d)} {source("graph_element.json")}
 """
 
 
@@ -2433,6 +2467,7 @@ SECTIONS: list[Callable[[], str]] = [
     first_load,
     bulk_path,
     graph_memory,
+    graph_element,
     swap_costs,
     postings_layout,
     postings_order,

@@ -28,21 +28,36 @@ def setting_kb(conn: psycopg.Connection[Any], expression: str, *args: object) ->
     return int(row[0])
 
 
+def needed_kb(conn: psycopg.Connection[Any], rows: int) -> int:
+    """What a graph of ``rows`` chunks needs (``pgrag.graph_memory_needed``), in whole kB,
+    rounded up as a setting that holds it must be."""
+    row = conn.execute("select pgrag.graph_memory_needed(%s)", (rows,)).fetchone()
+    assert row is not None
+    return -(-int(row[0]) // 1024)
+
+
 def test_graph_memory_needed_grows_with_rows_and_dimension(conn: psycopg.Connection[Any]) -> None:
     dims = conn.execute("select dims from pgrag.embedding_config").fetchone()
     assert dims is not None
     row = conn.execute(
         "select pgrag.graph_memory_needed(0), pgrag.graph_memory_needed(1000)"
     ).fetchone()
-    assert row == (0, 1000 * (dims[0] * 8 + 2048))
+    assert row == (0, 1000 * ((dims[0] * 4 + 768) * 11 // 10))
     assert conn.execute("select pgrag.graph_memory_needed(1000, 768)").fetchone() == (
-        1000 * (768 * 8 + 2048),
+        1000 * ((768 * 4 + 768) * 11 // 10),
     )
+
+
+def test_a_graph_above_2000_dimensions_is_sized_by_its_halfvec_key(
+    conn: psycopg.Connection[Any],
+) -> None:
+    row = conn.execute("select pgrag.graph_memory_needed(1000, 3072)").fetchone()
+    assert row == (1000 * ((3072 * 2 + 768) * 11 // 10),)
 
 
 def test_a_small_graph_is_given_what_it_needs(conn: psycopg.Connection[Any]) -> None:
     conn.execute("set maintenance_work_mem = '1MB'")
-    needed = setting_kb(conn, "pgrag.graph_memory_needed(100000)::text")
+    needed = needed_kb(conn, 100000)
     given = setting_kb(conn, "pgrag.graph_build_memory(100000)")
     assert given == needed
     assert given < ONE_GB_KB
@@ -98,7 +113,7 @@ def test_isolate_tenant_builds_with_what_the_graph_needs(conn: psycopg.Connectio
     add_chunks(conn, "t", 1000)
     builds_record_their_memory(conn)
     conn.execute("set maintenance_work_mem = '1MB'")
-    needed = setting_kb(conn, "pgrag.graph_memory_needed(1000)::text")
+    needed = needed_kb(conn, 1000)
     assert needed > 1024
     conn.execute("select pgrag.isolate_tenant('t')")
     built = conn.execute("select setting from public.build_memory").fetchall()
@@ -184,9 +199,9 @@ def test_a_model_switch_builds_each_graph_with_what_its_rows_need(
 def test_advice_counts_the_dimension_it_is_given(conn: psycopg.Connection[Any]) -> None:
     conn.execute("set maintenance_work_mem = '64MB'")
     assert graph_memory_advice(conn, 100000) is None
-    advice = graph_memory_advice(conn, 100000, 3072)
+    advice = graph_memory_advice(conn, 200000, 3072)
     assert advice is not None
-    assert f"needs about {100000 * (3072 * 8 + 2048) / 2**30:.1f} GB" in advice
+    assert f"needs about {200000 * ((3072 * 2 + 768) * 11 // 10) / 2**30:.1f} GB" in advice
 
 
 def test_a_switch_sizes_its_advice_by_its_largest_graph(

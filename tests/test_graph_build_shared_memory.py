@@ -19,7 +19,7 @@ from pgrag.db import connect
 from pgrag.ingest.load import isolate_large_tenant
 from pgrag.install.migrator import Migrator
 
-CHUNKS = 30000  # a graph of about 150 MB by pgrag.graph_memory_needed: more than /dev/shm holds
+CHUNKS = 40000  # a graph of about 97 MB by pgrag.graph_memory_needed: more than /dev/shm holds
 
 
 def load_chunks_in_bulk(conn: psycopg.Connection[Any], tenant: str, n: int) -> None:
