@@ -1707,8 +1707,8 @@ def million_note(runs: list[Json]) -> str:
     c = d["costs"]
     return (
         f" At {d['size']:,} chunks the run gave index builds `maintenance_work_mem` = "
-        f"`{memory}`, what `pgrag.graph_memory_needed` says the graph needs, so that the graph "
-        "builds in memory, as the machine allows ([A graph larger than its build's "
+        f"`{memory}`, at least what `pgrag.graph_memory_needed` says the graph needs, so that "
+        "the graph builds in memory, as the machine allows ([A graph larger than its build's "
         "memory](#a-graph-larger-than-its-builds-memory)); the load's own build stands for the "
         f"bare one. Beyond the ceiling's {num(c['ceiling_s'])} s, the swaps' work past the "
         f"parse took {num(c['swaps_beyond_parse_s'])} s and the postings "
@@ -1855,7 +1855,7 @@ def graph_memory() -> str:
 
 The HNSW build at the end of a bulk load (`pgrag.isolate_tenant`) runs with
 `pgrag.graph_build_memory`: what the graph needs (`pgrag.graph_memory_needed`, per chunk its key
-and 768 bytes, a tenth more, [what an element takes](#what-a-graph-element-takes):
+and 768 bytes, a tenth more, and 1 MB, [what an element takes](#what-a-graph-element-takes):
 {d["needed"]} for {d["size"]:,} chunks of {d["dims"]} dimensions),
 raised by pgrag up to 1 GB and never below the session's own setting. The same graph of
 {d["size"]:,} embeddings (`first_load.py`'s corpus) built both ways over a bare table, 2 parallel
@@ -1900,6 +1900,9 @@ pgrag keys such graphs by.
 An element is its key and about 32 bytes per unit of `m` plus 200, the same on one process as in
 a parallel build. `pgrag.graph_memory_needed` counts its key and 768 bytes, a tenth more: 10 to
 13 % above what it took at the default `m` = 16 ([ingest.md](ingest.md#graphs-larger-than-1-gb)).
+It adds 1 MB, which a parallel build keeps spare, and `pgrag.graph_build_memory` rounds up to
+whole MB: a build on one process counts its memory in 1 MB blocks and holds only its setting's
+whole MB (given 4,950kB, a graph of 384 dimensions held 1,863 rows, as many as in 4 MB).
 
 {provenance(d)} {source("graph_element.json")}
 """

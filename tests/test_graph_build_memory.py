@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 
 from pgrag.ingest.load import graph_memory_advice
 from pgrag.reembed import Reembedder
@@ -28,12 +29,21 @@ def setting_kb(conn: psycopg.Connection[Any], expression: str, *args: object) ->
     return int(row[0])
 
 
+ONE_MB = 1024 * 1024
+
+
 def needed_kb(conn: psycopg.Connection[Any], rows: int) -> int:
-    """What a graph of ``rows`` chunks needs (``pgrag.graph_memory_needed``), in whole kB,
-    rounded up as a setting that holds it must be."""
+    """What a graph of ``rows`` chunks needs (``pgrag.graph_memory_needed``) rounded up to
+    whole MB, as pgvector counts a build on one process, in kB."""
     row = conn.execute("select pgrag.graph_memory_needed(%s)", (rows,)).fetchone()
     assert row is not None
-    return -(-int(row[0]) // 1024)
+    return -(-int(row[0]) // ONE_MB) * 1024
+
+
+def element_bytes(dims: int) -> int:
+    """What pgrag counts for one element of a graph: its key and 768 bytes, a tenth more."""
+    key = dims * 4 if dims <= 2000 else dims * 2
+    return (key + 768) * 11 // 10
 
 
 def test_graph_memory_needed_grows_with_rows_and_dimension(conn: psycopg.Connection[Any]) -> None:
@@ -42,9 +52,9 @@ def test_graph_memory_needed_grows_with_rows_and_dimension(conn: psycopg.Connect
     row = conn.execute(
         "select pgrag.graph_memory_needed(0), pgrag.graph_memory_needed(1000)"
     ).fetchone()
-    assert row == (0, 1000 * ((dims[0] * 4 + 768) * 11 // 10))
+    assert row == (ONE_MB, ONE_MB + 1000 * element_bytes(dims[0]))
     assert conn.execute("select pgrag.graph_memory_needed(1000, 768)").fetchone() == (
-        1000 * ((768 * 4 + 768) * 11 // 10),
+        ONE_MB + 1000 * element_bytes(768),
     )
 
 
@@ -52,7 +62,8 @@ def test_a_graph_above_2000_dimensions_is_sized_by_its_halfvec_key(
     conn: psycopg.Connection[Any],
 ) -> None:
     row = conn.execute("select pgrag.graph_memory_needed(1000, 3072)").fetchone()
-    assert row == (1000 * ((3072 * 2 + 768) * 11 // 10),)
+    assert row == (ONE_MB + 1000 * element_bytes(3072),)
+    assert element_bytes(3072) == (3072 * 2 + 768) * 11 // 10
 
 
 def test_a_small_graph_is_given_what_it_needs(conn: psycopg.Connection[Any]) -> None:
@@ -76,12 +87,12 @@ def test_a_session_that_gives_builds_more_is_never_lowered(conn: psycopg.Connect
 
 
 def builds_record_their_memory(conn: psycopg.Connection[Any]) -> None:
-    """Every CREATE INDEX from now on records the maintenance_work_mem it ran with."""
-    conn.execute("create table public.build_memory (setting text, index text)")
+    """Every CREATE INDEX from now on records the maintenance_work_mem it ran with, in kB."""
+    conn.execute("create table public.build_memory (setting_kb bigint, index text)")
     conn.execute(
         "create function public.record_build_memory() returns event_trigger language plpgsql "
         "as $$ begin insert into public.build_memory select "
-        "current_setting('maintenance_work_mem'), c.object_identity "
+        "pg_size_bytes(current_setting('maintenance_work_mem')) / 1024, c.object_identity "
         "from pg_event_trigger_ddl_commands() as c; end $$"
     )
     conn.execute(
@@ -116,9 +127,23 @@ def test_isolate_tenant_builds_with_what_the_graph_needs(conn: psycopg.Connectio
     needed = needed_kb(conn, 1000)
     assert needed > 1024
     conn.execute("select pgrag.isolate_tenant('t')")
-    built = conn.execute("select setting from public.build_memory").fetchall()
-    assert built == [(f"{needed}kB",)]
+    built = conn.execute("select setting_kb from public.build_memory").fetchall()
+    assert built == [(needed,)]
     assert conn.execute("show maintenance_work_mem").fetchone() == ("1MB",)
+
+
+@pytest.mark.parametrize("rows", [400, 2000, 5000])
+def test_a_graph_given_what_it_needs_builds_in_memory_on_one_process(
+    conn: psycopg.Connection[Any], rows: int
+) -> None:
+    # pgvector's build on one process holds only the whole MB of its setting
+    add_chunks(conn, "t", rows)
+    conn.execute("set maintenance_work_mem = '1MB'")
+    conn.execute("set max_parallel_maintenance_workers = 0")
+    notices: list[str] = []
+    conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    conn.execute("select pgrag.isolate_tenant('t')")
+    assert not [n for n in notices if "maintenance_work_mem" in n]
 
 
 def test_isolate_tenant_builds_with_a_sessions_larger_memory(
@@ -128,7 +153,8 @@ def test_isolate_tenant_builds_with_a_sessions_larger_memory(
     builds_record_their_memory(conn)
     conn.execute("set maintenance_work_mem = '2GB'")
     conn.execute("select pgrag.isolate_tenant('t')")
-    assert conn.execute("select setting from public.build_memory").fetchall() == [("2GB",)]
+    built = conn.execute("select setting_kb from public.build_memory").fetchall()
+    assert built == [(2 * ONE_GB_KB,)]
     assert conn.execute("show maintenance_work_mem").fetchone() == ("2GB",)
 
 
@@ -182,15 +208,15 @@ def test_a_model_switch_builds_each_graph_with_what_its_rows_need(
     shared_kb = setting_kb(conn, "pgrag.graph_build_memory(1010, 768)")
     own_kb = setting_kb(conn, "pgrag.graph_build_memory(1000, 768)")
     expected = {
-        "chunks_embedding_hnsw_next": f"{shared_kb}kB",
-        "chunks_public_embedding_hnsw_next": "1MB",  # no public row: the session's own
-        f"{own[0]}_next": f"{own_kb}kB",
+        "chunks_embedding_hnsw_next": shared_kb,
+        "chunks_public_embedding_hnsw_next": 1024,  # no public row: the session's own
+        f"{own[0]}_next": own_kb,
     }
     assert setting_kb(conn, "pgrag.graph_build_memory(1000, 768)") > 1024
     assert conn.execute("select switched from pgrag.reembed_switch()").fetchone() == (True,)
     built = {
         index.removeprefix("pgrag."): setting
-        for setting, index in conn.execute("select setting, index from public.build_memory")
+        for setting, index in conn.execute("select setting_kb, index from public.build_memory")
     }
     assert built == expected
     assert conn.execute("show maintenance_work_mem").fetchone() == ("1MB",)
@@ -201,7 +227,7 @@ def test_advice_counts_the_dimension_it_is_given(conn: psycopg.Connection[Any]) 
     assert graph_memory_advice(conn, 100000) is None
     advice = graph_memory_advice(conn, 200000, 3072)
     assert advice is not None
-    assert f"needs about {200000 * ((3072 * 2 + 768) * 11 // 10) / 2**30:.1f} GB" in advice
+    assert f"needs about {(ONE_MB + 200000 * element_bytes(3072)) / 2**30:.1f} GB" in advice
 
 
 def test_a_switch_sizes_its_advice_by_its_largest_graph(

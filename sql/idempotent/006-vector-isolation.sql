@@ -136,22 +136,24 @@ as $$
     -- Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count rows of
     -- the given dimension (null: the installed one) in memory: per row its key (4 bytes a
     -- dimension, 2 above 2,000 dimensions, where pgrag keys graphs by a halfvec copy) and 768
-    -- bytes, and a tenth more. An element takes its key and 717 to 740 bytes at pgvector's
+    -- bytes, a tenth more, and 1 MB. An element takes its key and 717 to 740 bytes at pgvector's
     -- default m = 16, in a build on one process as in a parallel one, at 384 to 3,072
-    -- dimensions (benchmarks/graph_element.py; 1 GB held 482,219 rows of 384 in a parallel
+    -- dimensions (benchmarks/graph_element.py; 1 GB held 482,211 rows of 384 in a parallel
     -- build of 1M, benchmarks/graph_memory.py); a larger m takes more (1,227 at m = 32). A
     -- build on one process allocates as it goes; a parallel one reserves the whole setting in
     -- shared memory up front. Past it, pgvector goes on building on disk, several times slower
-    -- (its notice: "hnsw graph no longer fits into maintenance_work_mem").
-    select greatest(row_count, 0) operator(pg_catalog.*)
+    -- (its notice: "hnsw graph no longer fits into maintenance_work_mem"). The 1 MB: a parallel
+    -- build keeps 1 MB of its setting spare (and one on one process holds only the setting's
+    -- whole MB, so pgrag.graph_build_memory rounds up to them).
+    select 1048576 operator(pg_catalog.+) (greatest(row_count, 0) operator(pg_catalog.*)
            ((case when coalesce(dimensions, e.dims) operator(pg_catalog.<=) 2000
                   then coalesce(dimensions, e.dims) operator(pg_catalog.*) 4
                   else coalesce(dimensions, e.dims) operator(pg_catalog.*) 2 end
-             operator(pg_catalog.+) 768) operator(pg_catalog.*) 11 operator(pg_catalog./) 10)
+             operator(pg_catalog.+) 768) operator(pg_catalog.*) 11 operator(pg_catalog./) 10))
     from pgrag.embedding_config as e
 $$;
 comment on function pgrag.graph_memory_needed(bigint, integer) is
-'Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count chunks of the given dimension (null, the default: the installed one) in memory (per row its key, a vector or above 2,000 dimensions a halfvec, and 768 bytes, a tenth more: what an element takes at pgvector''s default m = 16, with a margin); beyond it the build goes on on disk, several times slower. pgrag.graph_build_memory gives a build at most 1 GB of it on its own: a larger graph builds in memory only when the session gives more (docs/ingest.md, "Graphs larger than 1 GB").';
+'Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count chunks of the given dimension (null, the default: the installed one) in memory (per row its key, a vector or above 2,000 dimensions a halfvec, and 768 bytes, a tenth more: what an element takes at pgvector''s default m = 16, with a margin; and the 1 MB a parallel build keeps spare); beyond it the build goes on on disk, several times slower. pgrag.graph_build_memory gives a build at most 1 GB of it on its own: a larger graph builds in memory only when the session gives more (docs/ingest.md, "Graphs larger than 1 GB").';
 
 create or replace function pgrag.graph_build_memory(row_count bigint, dimensions integer default null)
 returns text
@@ -167,14 +169,16 @@ as $$
     -- PGOPTIONS) gets it, and no server is given more than 1 GB unasked. With PostgreSQL's
     -- default 64 MB a graph of 100k chunks of 384 dimensions stops fitting after about 28,000
     -- rows, and its build takes 3 times as long (48.5 s against 16.0 s here).
-    -- (in whole kB, rounded up: never below what the graph needs)
+    -- (rounded up to whole MB, written in kB: a build on one process counts its memory in
+    -- 1 MB blocks and holds only the setting's whole MB, 4 MB of 4,950kB)
     select ((greatest(
                 pg_catalog.pg_size_bytes(pg_catalog.current_setting('maintenance_work_mem')),
                 least(pgrag.graph_memory_needed(row_count, dimensions), 1073741824))
-            operator(pg_catalog.+) 1023) operator(pg_catalog./) 1024)::text operator(pg_catalog.||) 'kB'
+            operator(pg_catalog.+) 1048575) operator(pg_catalog./) 1048576
+            operator(pg_catalog.*) 1024)::text operator(pg_catalog.||) 'kB'
 $$;
 comment on function pgrag.graph_build_memory(bigint, integer) is
-'The maintenance_work_mem (a setting, in kB) a graph of row_count chunks of the given dimension (null, the default: the installed one) is built with, by pgrag.isolate_tenant and pgrag.reembed_switch: pgrag.graph_memory_needed, at most 1 GB, and never below the session''s own setting, so an operator who gives index builds more (ALTER ROLE ... SET maintenance_work_mem, PGOPTIONS) builds a larger graph in memory.';
+'The maintenance_work_mem (a setting, in kB) a graph of row_count chunks of the given dimension (null, the default: the installed one) is built with, by pgrag.isolate_tenant and pgrag.reembed_switch: pgrag.graph_memory_needed rounded up to whole MB (a build on one process holds only the setting''s whole MB), at most 1 GB, and never below the session''s own setting, so an operator who gives index builds more (ALTER ROLE ... SET maintenance_work_mem, PGOPTIONS) builds a larger graph in memory.';
 
 create or replace function pgrag.build_graph(statement text, row_count bigint, dimensions integer default null)
 returns void
