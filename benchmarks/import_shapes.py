@@ -5,10 +5,12 @@ unit 384-dimension vectors: the import never embeds, so real embeddings would ch
 are written into the Supabase guide's ``documents`` table (and a copy of it in another
 database, an application's, read with ``--source-dsn``), LangChain's
 ``langchain_pg_embedding`` (+ ``langchain_pg_collection``), a LlamaIndex ``data_kb`` table, a
-pgai vectorizer's store ``kb_contents_store`` (+ its source table ``kb``), a JSONL and a Parquet
-file; each is then imported with :func:`pgrag.importer.import_source` into
-its own tenant: a tenant's first import, which takes the bulk path (``pgrag.bulk_load_applies``;
-``pgrag.finish_bulk_load`` at the end), and with ``--row-by-row`` the same source again into
+pgai vectorizer's store ``kb_contents_store`` (+ its source table ``kb``), a pg_vectorize job's
+``vectorize._embeddings_kb_search`` (+ its ``vectorize.job`` row and source table ``kb_rows``:
+one embedding a source row, so one document a chunk), a JSONL and a Parquet file; each is then
+imported with :func:`pgrag.importer.import_source` into its own tenant: a tenant's first
+import, which takes the bulk path (``pgrag.bulk_load_applies``; ``pgrag.finish_bulk_load`` at
+the end), and with ``--row-by-row`` the same source again into
 another tenant through the ordinary path (``pgrag.replace_document_chunks`` per batch, the BM25
 triggers), for comparison. The rate counts the whole import: reading, mapping, token counts,
 COPY, swaps and the end of the load (BM25 postings, the tenant's graph). The shapes run in the
@@ -84,6 +86,29 @@ def copy_documents_table(dsn: str, app: str) -> None:
                 into.write(data)
 
 
+def make_pg_vectorize_job(cur: psycopg.Cursor[Any]) -> None:
+    """What a pg_vectorize job (``table_method`` join) over ``kb_rows(id, body)`` makes: its
+    ``vectorize.job`` row and its embeddings table."""
+    cur.execute("create table kb_rows (id int primary key, body text)")
+    cur.execute("create schema vectorize")
+    cur.execute(
+        "create table vectorize.job (job_id bigserial, name text not null unique, "
+        "index_dist_type text not null default 'pgv_hsnw_cosine', transformer text not null, "
+        "params jsonb not null)"
+    )
+    params = {"schema": "public", "relation": "kb_rows", "columns": ["body"], "primary_key": "id"}
+    cur.execute(
+        "insert into vectorize.job (name, transformer, params) values ('kb_search', "
+        "'sentence-transformers/all-MiniLM-L6-v2', %s)",
+        (json.dumps(params),),
+    )
+    cur.execute(
+        "create table vectorize._embeddings_kb_search (id int unique not null references "
+        "kb_rows (id), embeddings vector(384) not null, "
+        "updated_at timestamptz default now() not null)"
+    )
+
+
 def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
     rng = np.random.default_rng(42)
     vecs = rng.standard_normal((size, 384)).astype(np.float32)
@@ -115,6 +140,7 @@ def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
             "insert into kb select d, 'document ' || d from generate_series(0, %s) as d",
             ((size - 1) // per_doc,),
         )
+        make_pg_vectorize_job(cur)
         for i in range(size):
             v, src = vector_literal(vecs[i]), f"doc{i // per_doc}"
             meta = json.dumps({"source": src, "start_index": i})
@@ -134,6 +160,11 @@ def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
                 "insert into kb_contents_store (id, chunk_seq, chunk, embedding) "
                 "values (%s, %s, %s, %s)",
                 (i // per_doc, i % per_doc, texts[i], v),
+            )
+            cur.execute("insert into kb_rows values (%s, %s)", (i, texts[i]))
+            cur.execute(
+                "insert into vectorize._embeddings_kb_search (id, embeddings) values (%s, %s)",
+                (i, v),
             )
     records = [
         {"content": texts[i], "embedding": vecs[i].tolist(), "source_uri": f"doc{i // per_doc}"}
@@ -192,6 +223,7 @@ def main() -> None:
             "langchain": lambda: open_table(dsn, "langchain_pg_embedding"),
             "llamaindex": lambda: open_table(dsn, "data_kb"),
             "pgai": lambda: open_table(dsn, "kb_contents_store"),
+            "pg_vectorize": lambda: open_table(dsn, "vectorize._embeddings_kb_search"),
             "jsonl": lambda: open_file(folder / "rows.jsonl"),
         }
         if (folder / "rows.parquet").exists():

@@ -1389,6 +1389,7 @@ def import_shapes() -> str:
         "langchain": "LangChain's `langchain_pg_embedding`",
         "llamaindex": "a LlamaIndex `data_*` table",
         "pgai": "a pgai vectorizer's `*_store` table",
+        "pg_vectorize": "a pg_vectorize job's `vectorize._embeddings_*` (one chunk a document)",
         "jsonl": "a JSONL file",
         "parquet": "a Parquet file",
     }
@@ -1408,8 +1409,8 @@ def import_shapes() -> str:
 ## Importing existing embeddings (`benchmarks/import_shapes.py`)
 
 `pgrag import` from each source shape ([ingest.md](ingest.md#importing-existing-embeddings)):
-{d["size"]:,} rows with 384-dimension embeddings, {d["per_doc"]} per source document, into a fresh
-tenant per shape: a first import, which takes the bulk path (ending with `finish_bulk_load`),
+{d["size"]:,} rows with 384-dimension embeddings, {d["per_doc"]} per source document (one for a
+pg_vectorize job: it embeds each source row whole), into a fresh tenant per shape: a first import, which takes the bulk path (ending with `finish_bulk_load`),
 and the same rows through the row-by-row path into another tenant (nothing embedded; token
 counts by the model's tokenizer). Small runs on a shared machine: a rate, not a ceiling.
 

@@ -22,7 +22,7 @@ from pgrag.db import connect, tenant_transaction
 from pgrag.errors import Interrupted
 from pgrag.importer import ImportOptions, import_source
 from pgrag.importer import run as importer_run
-from pgrag.importer.sources import open_file
+from pgrag.importer.sources import open_file, pg_vectorize_model
 from pgrag.pipeline.embedders import LOCAL_MODEL_NAME, vector_literal
 
 TEXTS = [
@@ -572,6 +572,107 @@ def test_a_pgai_view_is_one_line_naming_its_store_table(
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "import the store table itself" in lines[0], result.output
     assert conn.execute("select count(*) from pgrag.chunks").fetchone() == (0,)
+
+
+PRODUCTS = [
+    ("Password reset", "Reset a forgotten password from the login page."),
+    ("Invoices", "Invoices are sent on the first business day of every month."),
+    ("Backups", "The backup job copies the database to cold storage every night."),
+]
+
+
+def make_pg_vectorize_job(
+    conn: psycopg.Connection[Any], local_embedder: Any, transformer: str
+) -> list[str]:
+    """A source table and what a pg_vectorize job (``table_method`` join) makes for it: its
+    ``vectorize.job`` row and ``vectorize._embeddings_<job>``, each row embedded from the
+    job's columns joined with ', ', as pg_vectorize does. Returns the texts embedded."""
+    conn.execute("create table products (product_id int primary key, name text, about text)")
+    conn.execute("create schema vectorize")
+    conn.execute(
+        "create table vectorize.job (job_id bigserial, name text not null unique, "
+        "index_dist_type text not null default 'pgv_hsnw_cosine', transformer text not null, "
+        "params jsonb not null)"
+    )
+    conn.execute(
+        "create table vectorize._embeddings_product_search (product_id int unique not null, "
+        "embeddings vector(384) not null, "
+        "updated_at timestamp with time zone default now() not null, "
+        "foreign key (product_id) references products (product_id) on delete cascade)"
+    )
+    params = {
+        "schema": "public",
+        "relation": "products",
+        "columns": ["name", "about"],
+        "primary_key": "product_id",
+        "pkey_type": "integer",
+        "table_method": "join",
+        "schedule": "realtime",
+    }
+    conn.execute(
+        "insert into vectorize.job (name, transformer, params) values ('product_search', %s, %s)",
+        (transformer, json.dumps(params)),
+    )
+    texts = [f"{name}, {about}" for name, about in PRODUCTS]
+    for i, ((name, about), vec) in enumerate(
+        zip(PRODUCTS, local_embedder.embed(texts), strict=True), start=1
+    ):
+        conn.execute("insert into products values (%s, %s, %s)", (i, name, about))
+        conn.execute(
+            "insert into vectorize._embeddings_product_search (product_id, embeddings) "
+            "values (%s, %s)",
+            (i, vector_literal(np.asarray(vec, dtype=np.float32))),
+        )
+    conn.commit()
+    return texts
+
+
+def test_a_pg_vectorize_job_imports_each_source_row_with_the_model_it_names(
+    db: str, conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    texts = make_pg_vectorize_job(conn, local_embedder, "sentence-transformers/all-MiniLM-L6-v2")
+
+    result = run(db, "--table", "vectorize._embeddings_product_search")  # no --model
+
+    assert result.exit_code == 0, result.output
+    assert summary(result)["model"] == LOCAL_MODEL_NAME
+    assert summary(result)["unmapped_columns"] == []
+    got = chunks(conn)
+    table = "vectorize._embeddings_product_search"
+    assert [(r[0], r[1], r[2]) for r in got] == [
+        (f"{table}#product_id={i}", 0, text) for i, text in enumerate(texts, start=1)
+    ]
+    assert got[0][3]["product_id"] == 1
+    same = conn.execute(  # every chunk holds its row's embedding
+        "select min(1 - (c.embedding <=> e.embeddings)) from pgrag.chunks as c "
+        "join pgrag.documents as d on d.id = c.document_id "
+        "join vectorize._embeddings_product_search as e "
+        "on d.source_uri like '%%=' || e.product_id"
+    ).fetchone()
+    assert same is not None and same[0] > 0.99999
+
+
+def test_a_pg_vectorize_table_without_its_job_is_one_line_naming_the_job(
+    db: str, conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    make_pg_vectorize_job(conn, local_embedder, "sentence-transformers/all-MiniLM-L6-v2")
+    conn.execute("delete from vectorize.job")
+    conn.commit()
+
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", "--table", "vectorize._embeddings_product_search"]
+    )
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "records no such job" in lines[0], result.output
+    assert conn.execute("select count(*) from pgrag.chunks").fetchone() == (0,)
+
+
+def test_pg_vectorize_transformers_name_the_models_pgrag_embeds_queries_with() -> None:
+    assert pg_vectorize_model("sentence-transformers/all-MiniLM-L6-v2") == "all-MiniLM-L6-v2"
+    assert pg_vectorize_model("openai/text-embedding-3-small") == "text-embedding-3-small"
+    assert pg_vectorize_model("ollama/wizardlm2:7b") is None
 
 
 def test_embeddings_of_another_dimension_are_refused_in_one_line(

@@ -26,8 +26,8 @@ from pgrag.progress import Progress, ProgressMode, progress_mode
     "--table",
     metavar="[SCHEMA.]NAME",
     help="Read this table of the same database instead of a file: the Supabase guide's "
-    "documents, LangChain's langchain_pg_embedding, a LlamaIndex data_<name> table or a pgai "
-    "vectorizer's <name>_store table.",
+    "documents, LangChain's langchain_pg_embedding, a LlamaIndex data_<name> table, a pgai "
+    "vectorizer's <name>_store table or a pg_vectorize job's vectorize._embeddings_<job>.",
 )
 @click.option(
     "--collection",
@@ -52,7 +52,8 @@ from pgrag.progress import Progress, ProgressMode, progress_mode
     "--model",
     default=None,
     help="The model that made the embeddings; required when the installation has none "
-    "recorded yet, else it must be the recorded one. Default: the recorded model.",
+    "recorded yet, else it must be the recorded one. Default: the model a pg_vectorize job "
+    "names, else the recorded model.",
 )
 @click.option(
     "--embedder",
@@ -101,9 +102,9 @@ def import_command(
 
     \b
     Rows sharing a source (source_uri, metadata.source, LangChain's custom_id, LlamaIndex's
-    doc_id, the source row of a pgai store) become one document with ordered chunks; others
-    one document each. Unchanged documents are skipped on re-import, changed ones replaced in
-    one transaction each.
+    doc_id, the source row of a pgai store or a pg_vectorize job) become one document with
+    ordered chunks; others one document each. Unchanged documents are skipped on re-import,
+    changed ones replaced in one transaction each.
     A source of more than 100,000 rows (or 256 MB of chunks) is refused: a document is
     loaded whole. Exit status 1 when a row was refused (the other documents are imported;
     the first 100 refusals are listed, the others counted), 3 when the source has no rows.

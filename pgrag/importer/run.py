@@ -190,7 +190,7 @@ class Importer:
         self.source = source
         self.conn = connect(dsn, autocommit=True)
         self.dims, recorded, recorded_provider = read_embedding_config(self.conn)
-        model = options.model or recorded
+        model = options.model or source.model or recorded
         if model is None:
             raise ConfigError(missing_model(self.dims))
         self.model = LOCAL_MODEL_NAME if model in LOCAL_MODEL_ALIASES else model

@@ -23,7 +23,11 @@ embeddings"), with the rule that groups rows into documents:
   ``embedding``): ``metadata_.doc_id``, else ``ref_doc_id``, else ``document_id``;
 * ``pgai`` (a pgai vectorizer's ``<name>_store``: ``embedding_uuid``, the source table's key,
   ``chunk_seq``, ``chunk``, ``embedding``): the source row, by the store's unique key, in
-  ``chunk_seq`` order; its metadata is that key, its title the source table's ``title``.
+  ``chunk_seq`` order; its metadata is that key, its title the source table's ``title``;
+* ``pg_vectorize`` (a pg_vectorize job's ``vectorize._embeddings_<job>``: the source table's
+  key, ``embeddings``, ``updated_at``; the job's row in ``vectorize.job`` names the source table
+  and the columns it embedded): one document per source row, its text those columns joined as
+  pg_vectorize joined them, its metadata the key, its title the source table's ``title``.
 
 Rows without any of these are one document each. Within a document rows are ordered by page,
 then ``start_index`` / ``start_char_idx`` / ``chunk_index`` of their metadata, then id.
@@ -105,13 +109,14 @@ class Source:
     """A source opened for reading: what it is, what it maps and what it leaves out."""
 
     label: str  # e.g. "table public.documents (documents)", "file corpus.jsonl"
-    shape: str  # documents, langchain, llamaindex, pgai, jsonl, parquet
+    shape: str  # documents, langchain, llamaindex, pgai, pg_vectorize, jsonl, parquet
     uri_prefix: str  # a document without a source is "<prefix>#<row id>"
     unmapped: list[str]
     ignored: dict[str, str]  # column -> why it is not needed
     rows: Iterable[SourceRow]
     rows_total: int | None = None  # when known before reading (a file: counted as sorted)
     rows_estimated: bool = False  # rows_total is the catalog's estimate (a table)
+    model: str | None = None  # the model the source says made its embeddings, when it says
 
     discard: Callable[[], None] | None = None  # removes what reading left (a file's runs)
 
@@ -156,6 +161,8 @@ class TableShape:
     ignored: dict[str, str]
     join: str = ""
     metadata_column: str = "metadata"  # read as JSON: it must be json or jsonb
+    embedding_column: str = "embedding"
+    model: str | None = None  # the model that made the embeddings, when the source records it
 
 
 def _documents_shape(columns: set[str]) -> TableShape:
@@ -321,6 +328,127 @@ def _pgai_shape(store: PgaiStore, label: str) -> TableShape:
     )
 
 
+PG_VECTORIZE_COLUMNS = ("embeddings", "updated_at")
+PG_VECTORIZE_PREFIX = "_embeddings_"  # + the job's name
+
+
+@dataclass(frozen=True)
+class PgVectorizeJob:
+    """A pg_vectorize job as its ``vectorize.job`` row names it (``params``: ``schema``,
+    ``relation`` (``table`` before 0.22), ``columns``, ``primary_key``; ``transformer``)."""
+
+    name: str
+    source: str  # the source table, quoted: "schema"."relation"
+    columns: tuple[str, ...]
+    key: str
+    transformer: str
+    has_title: bool
+
+
+PG_VECTORIZE_WAY_IN = (
+    "import a view that names its columns as the documents shape does "
+    "(select r.<key> as id, <text> as content, r.embeddings as embedding ...)."
+)
+
+
+def _pg_vectorize_params(
+    conn: psycopg.Connection[Any], schema: str, name: str, job: str
+) -> tuple[Any, ...]:
+    """The job's row of ``<schema>.job``: source schema, relation, columns, primary key and
+    transformer; ConfigError when that table or row is missing."""
+    found = conn.execute(
+        "select pg_catalog.to_regclass(%s) is not null",
+        (sql.Identifier(schema, "job").as_string(conn),),
+    ).fetchone()
+    row = None
+    if found and found[0]:
+        row = conn.execute(
+            sql.SQL(
+                "select j.params ->> 'schema', coalesce(j.params ->> 'relation', "
+                "j.params ->> 'table'), j.params -> 'columns', j.params ->> 'primary_key', "
+                "j.transformer::text from {} as j where j.name = %s"
+            ).format(sql.Identifier(schema, "job")),
+            (job,),
+        ).fetchone()
+    if row is None:
+        raise ConfigError(
+            f"{schema}.{name} looks like pg_vectorize's embeddings of job {job!r}, but "
+            f"{schema}.job records no such job (it names the source table and its columns): "
+            + PG_VECTORIZE_WAY_IN
+        )
+    return tuple(row)
+
+
+def _pg_vectorize_job(
+    conn: psycopg.Connection[Any], schema: str, name: str, table_columns: set[str]
+) -> PgVectorizeJob:
+    """The job whose embeddings table ``schema.name`` (of ``table_columns``) is; ConfigError
+    when its params are not pg_vectorize's or its key is not a column of the table."""
+    job = name.removeprefix(PG_VECTORIZE_PREFIX)
+    src_schema, relation, columns, key, transformer = _pg_vectorize_params(conn, schema, name, job)
+    if not (
+        isinstance(src_schema, str)
+        and isinstance(relation, str)
+        and isinstance(key, str)
+        and key in table_columns
+        and isinstance(columns, list)
+        and columns
+        and all(isinstance(c, str) for c in columns)
+    ):
+        raise ConfigError(
+            f"pg_vectorize job {job!r} in {schema}.job has no source table, key and columns "
+            f"pgrag can read (params schema, relation, primary_key, columns, the key a column "
+            f"of {schema}.{name}): " + PG_VECTORIZE_WAY_IN
+        )
+    source = sql.Identifier(src_schema, relation).as_string(conn)
+    title = conn.execute(
+        "select exists (select 1 from pg_catalog.pg_attribute where attrelid = "
+        "pg_catalog.to_regclass(%s) and attname = 'title' and attnum > 0 and not attisdropped)",
+        (source,),
+    ).fetchone()
+    return PgVectorizeJob(
+        job, source, tuple(columns), key, str(transformer or ""), bool(title and title[0])
+    )
+
+
+def pg_vectorize_model(transformer: str) -> str | None:
+    """pgrag's name of the model a pg_vectorize ``transformer`` names, when pgrag embeds
+    queries with it: ``sentence-transformers/all-MiniLM-L6-v2`` is the bundled model,
+    ``openai/<model>`` OpenAI's; any other is named by ``--model``."""
+    provider, _, model = transformer.partition("/")
+    if provider == "openai" and model:
+        return model
+    if provider == "sentence-transformers" and model.lower() == "all-minilm-l6-v2":
+        return model
+    return None
+
+
+def _pg_vectorize_shape(job: PgVectorizeJob, label: str) -> TableShape:
+    """A pg_vectorize job's embeddings table: one row, one document, named
+    ``<label>#<key>=<value>``, its text the job's columns as pg_vectorize joined them."""
+    key = sql.Identifier(job.key).as_string(None)
+    text = ", ".join(f"src.{sql.Identifier(c).as_string(None)}::text" for c in job.columns)
+    return TableShape(
+        name="pg_vectorize",
+        needs=(job.key, *PG_VECTORIZE_COLUMNS),
+        row_id=f"r.{key}::text",
+        # pg_vectorize embeds the columns joined with ', ' (concat_ws: a null column is skipped)
+        content=f"concat_ws(', ', {text})",
+        metadata=f"jsonb_build_object({sql.Literal(job.key).as_string(None)}, r.{key})",
+        source=f"{sql.Literal(label + '#' + job.key + '=').as_string(None)} || r.{key}::text",
+        title="src.title::text" if job.has_title else "null::text",
+        page="null::bigint",
+        start="null::bigint",
+        order=f"r.{key}",
+        used=(job.key, "embeddings"),
+        ignored={"updated_at": "when pg_vectorize embedded the row"},
+        # a row whose source row is gone has no text: refused as such
+        join=f"left join {job.source} as src on src.{key} = r.{key}",
+        embedding_column="embeddings",
+        model=pg_vectorize_model(job.transformer),
+    )
+
+
 SOURCE_DSN_SOURCES = "--source-dsn / PGRAG_IMPORT_SOURCE_DSN"
 SOURCE_DSN_HINT = "Check --source-dsn / PGRAG_IMPORT_SOURCE_DSN: the database holding the table."
 
@@ -381,6 +509,8 @@ def _shape_of(
 ) -> TableShape:
     if set(PGAI_COLUMNS) <= columns:
         return _pgai_shape(_pgai_store(conn, schema, name), label)
+    if set(PG_VECTORIZE_COLUMNS) <= columns and name.startswith(PG_VECTORIZE_PREFIX):
+        return _pg_vectorize_shape(_pg_vectorize_job(conn, schema, name, columns), label)
     if {"document", "cmetadata", "embedding"} <= columns:
         found = conn.execute(
             "select pg_catalog.to_regclass(%s) is not null",
@@ -400,7 +530,8 @@ def _shape_of(
         f"table {schema}.{name} has none of the known shapes (its columns: "
         f"{', '.join(sorted(columns))}): it needs content (or body) and embedding (the Supabase "
         "guides' documents), document/cmetadata/embedding (LangChain), text/metadata_/node_id/"
-        "embedding (LlamaIndex) or embedding_uuid/chunk_seq/chunk/embedding (pgai); import a "
+        "embedding (LlamaIndex), embedding_uuid/chunk_seq/chunk/embedding (pgai) or "
+        "<key>/embeddings/updated_at named _embeddings_<job> (pg_vectorize); import a "
         "view that gives its columns those names "
         "(create view ... as select text_column as content, vector_column as embedding ...), "
         "or export it to JSONL."
@@ -418,11 +549,11 @@ def _check_metadata_type(schema: str, name: str, column: str, types: dict[str, s
         )
 
 
-def _embedding_sql(kind: str | None) -> str:
+def _embedding_sql(column: str, kind: str | None) -> str:
     """SQL reading the embedding column as numbers: 8-byte floats as they are (a value beyond
     4-byte floats is then one row's refusal, not the statement's error), else as ``real[]``."""
     wide = kind in ("double precision[]", "numeric[]")
-    return "r.embedding::float8[]" if wide else "r.embedding::real[]"
+    return f"r.{sql.Identifier(column).as_string(None)}::{'float8' if wide else 'real'}[]"
 
 
 def open_table(
@@ -460,7 +591,9 @@ def open_table(
         content=sql.SQL(shape.content),
         # one character more than a chunk may hold: refused as too long, never read whole
         longest=sql.Literal(MAX_CHUNK_CHARS + 1),
-        embedding=sql.SQL(_embedding_sql(types.get("embedding"))),
+        embedding=sql.SQL(
+            _embedding_sql(shape.embedding_column, types.get(shape.embedding_column))
+        ),
         metadata=sql.SQL(shape.metadata),
         source=sql.SQL(shape.source),
         title=sql.SQL(shape.title),
@@ -498,7 +631,9 @@ def open_table(
                         str(rid) if rid is not None else f"row {number}",
                     )
             except psycopg.errors.UndefinedObject as exc:  # no pgvector type: not embeddings
-                raise NotInstalled(f"{schema}.{name}.embedding is not a vector: {exc}") from exc
+                raise NotInstalled(
+                    f"{schema}.{name}.{shape.embedding_column} is not a vector: {exc}"
+                ) from exc
             except (psycopg.DataError, psycopg.errors.CannotCoerce) as exc:
                 # e.g. embeddings kept as text: the table's own values cannot be read as numbers
                 reason = " ".join((exc.diag.message_primary or str(exc)).split())
@@ -520,6 +655,7 @@ def open_table(
         rows=rows(),
         rows_total=estimate,
         rows_estimated=True,
+        model=shape.model,
     )
 
 
