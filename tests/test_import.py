@@ -669,6 +669,24 @@ def test_a_pg_vectorize_table_without_its_job_is_one_line_naming_the_job(
     assert conn.execute("select count(*) from pgrag.chunks").fetchone() == (0,)
 
 
+def test_a_pg_vectorize_job_naming_a_column_its_source_lacks_is_one_line(
+    db: str, conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    make_pg_vectorize_job(conn, local_embedder, "sentence-transformers/all-MiniLM-L6-v2")
+    conn.execute("alter table products drop column about")
+    conn.commit()
+
+    result = CliRunner().invoke(
+        main, ["--dsn", db, "import", "--table", "vectorize._embeddings_product_search"]
+    )
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert "'product_search'" in lines[0] and "does not have (about)" in lines[0]
+    assert conn.execute("select count(*) from pgrag.chunks").fetchone() == (0,)
+
+
 def test_pg_vectorize_transformers_name_the_models_pgrag_embeds_queries_with() -> None:
     assert pg_vectorize_model("sentence-transformers/all-MiniLM-L6-v2") == "all-MiniLM-L6-v2"
     assert pg_vectorize_model("openai/text-embedding-3-small") == "text-embedding-3-small"

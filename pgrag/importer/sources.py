@@ -401,13 +401,16 @@ def _pg_vectorize_job(
             f"of {schema}.{name}): " + PG_VECTORIZE_WAY_IN
         )
     source = sql.Identifier(src_schema, relation).as_string(conn)
-    title = conn.execute(
-        "select exists (select 1 from pg_catalog.pg_attribute where attrelid = "
-        "pg_catalog.to_regclass(%s) and attname = 'title' and attnum > 0 and not attisdropped)",
-        (source,),
-    ).fetchone()
+    where = f"this database (pg_vectorize job {job!r} names it as its source in {schema}.job)"
+    _, _, source_types = _table_columns(conn, source, where)
+    missing = [c for c in (key, *columns) if c not in source_types]
+    if missing:
+        raise ConfigError(
+            f"pg_vectorize job {job!r} in {schema}.job names columns its source table {source} "
+            f"does not have ({', '.join(missing)}): " + PG_VECTORIZE_WAY_IN
+        )
     return PgVectorizeJob(
-        job, source, tuple(columns), key, str(transformer or ""), bool(title and title[0])
+        job, source, tuple(columns), key, str(transformer or ""), "title" in source_types
     )
 
 
