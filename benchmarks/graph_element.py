@@ -6,7 +6,8 @@ pgvector builds the graph in memory until it has used ``maintenance_work_mem``, 
 case here builds an index over a bare table of random vectors with a small setting
 (``--memory-mb``) and a table large enough to pass it, and reads N from that notice: the setting
 over N is what an element takes (its vector or, above 2,000 dimensions, its halfvec copy, as
-pgrag keys such graphs, and its neighbour lists). Results:
+pgrag keys such graphs, and its neighbour lists). Then the same build on one process with
+settings that are not whole megabytes (``PART_MB_SETTINGS``): what such a build holds. Results:
 ``benchmarks/results/graph_element.json``, quoted in docs/benchmarks.md.
 
     .venv/bin/python benchmarks/graph_element.py [--memory-mb 16]
@@ -33,6 +34,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "graph_element.json"
 # (dimensions, m): pgrag's dimensions (384 local, 768, 1536 OpenAI, 3072 as halfvec) at
 # pgvector's default m = 16, and m = 8 and 32 at 384
 CASES = ((384, 16), (768, 16), (1536, 16), (3072, 16), (384, 8), (384, 32))
+# settings in kB: a whole 4 MB, most of a fifth MB, a whole 5 MB (384 dimensions, one process)
+PART_MB_SETTINGS = (4096, 4950, 5120)
 FITS = re.compile(r"after (\d+) tuples")
 
 
@@ -41,10 +44,10 @@ def key_bytes(dims: int) -> int:
     return dims * 4 if dims <= 2000 else dims * 2
 
 
-def element_bytes(dsn: str, dims: int, m: int, workers: int, memory_mb: int) -> dict[str, Any]:
+def element_bytes(dsn: str, dims: int, m: int, workers: int, memory_kb: int) -> dict[str, Any]:
     """One build; bytes per element from where pgvector said the graph stopped fitting."""
     # rows enough to pass the setting (an element takes more than its key), a third more
-    rows = memory_mb * 2**20 * 4 // 3 // key_bytes(dims)
+    rows = memory_kb * 1024 * 4 // 3 // key_bytes(dims)
     key = "v vector_cosine_ops" if dims <= 2000 else f"(v::halfvec({dims})) halfvec_cosine_ops"
     notices: list[str] = []
     with connect(dsn, autocommit=True) as conn:
@@ -56,7 +59,7 @@ def element_bytes(dsn: str, dims: int, m: int, workers: int, memory_mb: int) -> 
             f"where i >= 0) as v from generate_series(1, {rows}) as i"
         )
         conn.execute("vacuum analyze public.elements")
-        conn.execute(f"set maintenance_work_mem = '{memory_mb}MB'")
+        conn.execute(f"set maintenance_work_mem = '{memory_kb}kB'")
         conn.execute(f"set max_parallel_maintenance_workers = {workers}")
         conn.execute(
             f"create index elements_hnsw on public.elements using hnsw ({key}) with (m = {m})"
@@ -68,8 +71,9 @@ def element_bytes(dsn: str, dims: int, m: int, workers: int, memory_mb: int) -> 
         "m": m,
         "workers": workers,
         "rows": rows,
+        "memory_kb": memory_kb,
         "fitted_rows": fitted,
-        "bytes_per_element": round(memory_mb * 2**20 / fitted) if fitted else None,
+        "bytes_per_element": round(memory_kb * 1024 / fitted) if fitted else None,
         "key_bytes": key_bytes(dims),
     }
 
@@ -90,6 +94,7 @@ def main() -> None:
         "measured_at": time.strftime("%Y-%m-%dT%H:%M", time.gmtime()),
         "memory_mb": args.memory_mb,
         "cases": [],
+        "part_mb_settings": [],
     }
     with server(args.admin_dsn, "pgrag-graph-element-") as admin:
         dsn = create_database(admin)
@@ -102,9 +107,13 @@ def main() -> None:
                 result["pgvector"] = row[0] if row else None
             for dims, m in CASES:
                 for workers in (0, 2):
-                    case = element_bytes(dsn, dims, m, workers, args.memory_mb)
+                    case = element_bytes(dsn, dims, m, workers, args.memory_mb * 1024)
                     print(case, flush=True)
                     result["cases"].append(case)
+            for memory_kb in PART_MB_SETTINGS:
+                case = element_bytes(dsn, 384, 16, 0, memory_kb)
+                print(case, flush=True)
+                result["part_mb_settings"].append(case)
         finally:
             drop_database(admin, dsn)
     result["machine"]["load_avg_at_end"] = list(os.getloadavg())

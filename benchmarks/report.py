@@ -1873,6 +1873,12 @@ session's setting ([ingest.md](ingest.md#graphs-larger-than-1-gb)).
 """
 
 
+def part_mb(d: Json) -> str:
+    """What a build on one process held given settings that are not whole megabytes."""
+    held = [f"`{c['memory_kb']}kB` held {c['fitted_rows']:,}" for c in d["part_mb_settings"]]
+    return "rows of 384 dimensions on one process: " + ", ".join(held)
+
+
 def graph_element() -> str:
     d = load("graph_element.json")
     rows = [
@@ -1903,7 +1909,7 @@ a parallel build. `pgrag.graph_memory_needed` counts its key and 768 bytes, a te
 13 % above what it took at the default `m` = 16 ([ingest.md](ingest.md#graphs-larger-than-1-gb)).
 It adds 1 MB, which a parallel build keeps spare, and `pgrag.graph_build_memory` rounds up to
 whole MB: a build on one process counts its memory in 1 MB blocks and holds only its setting's
-whole MB (given 4,950kB, a graph of 384 dimensions held 1,863 rows, as many as in 4 MB).
+whole MB ({part_mb(d)}).
 
 {provenance(d)} {source("graph_element.json")}
 """

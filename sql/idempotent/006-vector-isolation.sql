@@ -136,10 +136,10 @@ as $$
     -- Bytes of maintenance_work_mem pgvector needs to build an HNSW graph of row_count rows of
     -- the given dimension (null: the installed one) in memory: per row its key (4 bytes a
     -- dimension, 2 above 2,000 dimensions, where pgrag keys graphs by a halfvec copy) and 768
-    -- bytes, a tenth more, and 1 MB. An element takes its key and 717 to 740 bytes at pgvector's
+    -- bytes, a tenth more, and 1 MB. An element takes its key and 716 to 738 bytes at pgvector's
     -- default m = 16, in a build on one process as in a parallel one, at 384 to 3,072
     -- dimensions (benchmarks/graph_element.py; 1 GB held 482,211 rows of 384 in a parallel
-    -- build of 1M, benchmarks/graph_memory.py); a larger m takes more (1,227 at m = 32). A
+    -- build of 1M, benchmarks/graph_memory.py); a larger m takes more (1,226 at m = 32). A
     -- build on one process allocates as it goes; a parallel one reserves the whole setting in
     -- shared memory up front. Past it, pgvector goes on building on disk, several times slower
     -- (its notice: "hnsw graph no longer fits into maintenance_work_mem"). The 1 MB: a parallel
