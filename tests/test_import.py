@@ -500,6 +500,129 @@ def test_a_llamaindex_data_table_imports_grouped_by_its_doc_id(
     assert titles[:2] == [("manual.txt",), ("faq.txt",)]
 
 
+def test_a_haystack_table_imports_grouped_by_file_in_split_order(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    # PgvectorDocumentStore's table, as pgvector-haystack creates it
+    conn.execute(
+        "create table haystack_documents (id varchar(128) primary key, embedding vector(384), "
+        "content text, blob_data bytea, blob_meta json, blob_mime_type varchar(255), meta json)"
+    )
+    metas = [
+        {"file_path": "manual.pdf", "source_id": "p1", "page_number": 2, "split_id": 0},
+        {"file_path": "manual.pdf", "source_id": "p1", "page_number": 1, "split_id": 1},
+        {"source_id": "p2", "split_id": 1, "split_idx_start": 70},
+        {"source_id": "p2", "split_id": 0, "split_idx_start": 0},
+    ]
+    for i, (text, vec, meta) in enumerate(zip(TEXTS, vectors, metas, strict=True)):
+        conn.execute(
+            "insert into haystack_documents (id, embedding, content, meta) values (%s, %s, %s, %s)",
+            (f"h{i}", vector_literal(vec), text, json.dumps(meta)),
+        )
+    conn.commit()
+
+    s = summary(run(db, "--table", "haystack_documents", "--model", LOCAL_MODEL_NAME))
+
+    assert (s["chunks_imported"], s["unmapped_columns"]) == (4, [])
+    got = chunks(conn)
+    assert [(r[0], r[1], r[2]) for r in got] == [
+        ("manual.pdf", 0, TEXTS[1]),  # page 1 first
+        ("manual.pdf", 1, TEXTS[0]),
+        ("p2", 0, TEXTS[3]),  # the split that starts first
+        ("p2", 1, TEXTS[2]),
+    ]
+    # the row's id is the chunk's source_id; Haystack's (the split's parent) its parent_id
+    assert got[0][3] == {
+        "file_path": "manual.pdf",
+        "page_number": 1,
+        "split_id": 1,
+        "parent_id": "p1",
+        "source_id": "h1",
+    }
+    pages = conn.execute("select page from pgrag.chunks order by page nulls last").fetchall()
+    assert pages == [(1,), (2,), (None,), (None,)]
+
+
+def test_a_langchain4j_table_imports_grouped_by_file_in_segment_order(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    # PgVectorEmbeddingStore's table, its metadata stored as one JSON value (the default)
+    conn.execute(
+        "create table embeddings (embedding_id uuid primary key, embedding vector(384), "
+        "text text null, metadata json null)"
+    )
+    metas = [
+        {"absolute_directory_path": "/srv/docs", "file_name": "faq.txt", "index": "1"},
+        {"absolute_directory_path": "/srv/docs", "file_name": "faq.txt", "index": "0"},
+        {"url": "https://example.com/billing", "index": "0"},
+        {},
+    ]
+    for i, (text, vec, meta) in enumerate(zip(TEXTS, vectors, metas, strict=True)):
+        conn.execute(
+            "insert into embeddings values (%s, %s, %s, %s)",
+            (
+                f"00000000-0000-0000-0000-00000000000{i}",
+                vector_literal(vec),
+                text,
+                json.dumps(meta),
+            ),
+        )
+    conn.commit()
+
+    s = summary(run(db, "--table", "embeddings", "--model", LOCAL_MODEL_NAME))
+
+    assert (s["chunks_imported"], s["unmapped_columns"]) == (4, [])
+    got = chunks(conn)
+    assert [(r[0], r[1], r[2]) for r in got] == [
+        ("/srv/docs/faq.txt", 0, TEXTS[1]),  # segment 0 first
+        ("/srv/docs/faq.txt", 1, TEXTS[0]),
+        ("https://example.com/billing", 0, TEXTS[2]),
+        ("public.embeddings#00000000-0000-0000-0000-000000000003", 0, TEXTS[3]),
+    ]
+    titles = conn.execute("select title from pgrag.documents order by source_uri").fetchall()
+    assert titles[0] == ("faq.txt",)
+
+
+def test_a_spring_ai_vector_store_imports_grouped_by_file_name_in_page_order(
+    db: str, conn: psycopg.Connection[Any], vectors: list[np.ndarray]
+) -> None:
+    # PgVectorStore's table; its PDF readers name the file and the page, nothing else
+    conn.execute(
+        "create table vector_store (id uuid primary key, content text, metadata json, "
+        "embedding vector(384))"
+    )
+    metas = [
+        {"file_name": "guide.pdf", "page_number": 3},
+        {"file_name": "guide.pdf", "page_number": 1},
+        {"file_name": "other.pdf", "page_number": 1},
+        {"file_name": "guide.pdf", "page_number": 2},
+    ]
+    for i, (text, vec, meta) in enumerate(zip(TEXTS, vectors, metas, strict=True)):
+        conn.execute(
+            "insert into vector_store values (%s, %s, %s, %s)",
+            (
+                f"00000000-0000-0000-0000-00000000000{i}",
+                text,
+                json.dumps(meta),
+                vector_literal(vec),
+            ),
+        )
+    conn.commit()
+
+    s = summary(run(db, "--table", "vector_store", "--model", LOCAL_MODEL_NAME))
+
+    assert (s["chunks_imported"], s["unmapped_columns"]) == (4, [])
+    got = chunks(conn)
+    assert [(r[0], r[1], r[2]) for r in got] == [
+        ("guide.pdf", 0, TEXTS[1]),
+        ("guide.pdf", 1, TEXTS[3]),
+        ("guide.pdf", 2, TEXTS[0]),
+        ("other.pdf", 0, TEXTS[2]),
+    ]
+    pages = conn.execute("select page from pgrag.chunks order by page").fetchall()
+    assert pages == [(1,), (1,), (2,), (3,)]
+
+
 def make_pgai_store(conn: psycopg.Connection[Any], vectors: list[np.ndarray]) -> None:
     """A source table and the store and view a pgai vectorizer makes for it (its
     ``_vectorizer_create_target_table``: the source's key, chunk_seq, chunk, embedding)."""
@@ -684,6 +807,85 @@ def test_a_pg_vectorize_job_naming_a_column_its_source_lacks_is_one_line(
     lines = result.output.strip().splitlines()
     assert len(lines) == 1, result.output
     assert "'product_search'" in lines[0] and "does not have (about)" in lines[0]
+    assert conn.execute("select count(*) from pgrag.chunks").fetchone() == (0,)
+
+
+def make_appended_pg_vectorize_job(
+    conn: psycopg.Connection[Any], local_embedder: Any, embedded: int
+) -> list[str]:
+    """A source table and what a pg_vectorize job of ``table_method`` append makes of it: its
+    ``vectorize.job`` row and two columns of the table itself, ``<job>_embeddings`` and
+    ``<job>_updated_at``, filled for the first ``embedded`` rows (the others wait for
+    pg_vectorize's worker). Returns the texts embedded."""
+    conn.execute(
+        "create table products (product_id int primary key, title text, about text, "
+        "price numeric, product_search_embeddings vector(384), "
+        "product_search_updated_at timestamp with time zone)"
+    )
+    conn.execute("create schema vectorize")
+    conn.execute(
+        "create table vectorize.job (job_id bigserial, name text not null unique, "
+        "transformer text not null, params jsonb not null)"
+    )
+    params = {
+        "schema": "public",
+        "relation": "products",
+        "columns": ["title", "about"],
+        "primary_key": "product_id",
+        "table_method": "append",
+    }
+    conn.execute(
+        "insert into vectorize.job (name, transformer, params) values ('product_search', "
+        "'sentence-transformers/all-MiniLM-L6-v2', %s)",
+        (json.dumps(params),),
+    )
+    texts = [f"{title}, {about}" for title, about in PRODUCTS]
+    for i, ((title, about), vec) in enumerate(
+        zip(PRODUCTS, local_embedder.embed(texts), strict=True), start=1
+    ):
+        emb = vector_literal(np.asarray(vec, dtype=np.float32)) if i <= embedded else None
+        conn.execute(
+            "insert into products values (%s, %s, %s, 9.5, %s, now())", (i, title, about, emb)
+        )
+    conn.commit()
+    return texts
+
+
+def test_a_pg_vectorize_job_appending_to_its_source_imports_each_embedded_row(
+    db: str, conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    texts = make_appended_pg_vectorize_job(conn, local_embedder, embedded=2)
+
+    result = run(db, "--table", "products")  # no --model: the job names it
+
+    assert result.exit_code == 1  # the row pg_vectorize has not embedded yet is refused
+    s = summary(result)
+    assert [(r["row"], r["reason"]) for r in s["refused"]] == [("3", "no embedding")]
+    assert (s["model"], s["unmapped_columns"]) == (LOCAL_MODEL_NAME, ["price"])
+    got = chunks(conn)
+    assert [(r[0], r[2], r[3]) for r in got] == [
+        (f"public.products#product_id={i}", text, {"product_id": i, "source_id": str(i)})
+        for i, text in enumerate(texts[:2], start=1)
+    ]
+    titles = conn.execute("select title from pgrag.documents order by source_uri").fetchall()
+    assert titles == [(PRODUCTS[0][0],), (PRODUCTS[1][0],)]
+
+
+def test_a_table_holding_two_appended_pg_vectorize_jobs_is_one_line_naming_them(
+    db: str, conn: psycopg.Connection[Any], local_embedder: Any
+) -> None:
+    make_appended_pg_vectorize_job(conn, local_embedder, embedded=3)
+    conn.execute(
+        "alter table products add column by_about_embeddings vector(384), "
+        "add column by_about_updated_at timestamp with time zone"
+    )
+    conn.commit()
+
+    result = CliRunner().invoke(main, ["--dsn", db, "import", "--table", "products"])
+
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "(by_about, product_search)" in lines[0], result.output
     assert conn.execute("select count(*) from pgrag.chunks").fetchone() == (0,)
 
 

@@ -26,8 +26,10 @@ from pgrag.progress import Progress, ProgressMode, progress_mode
     "--table",
     metavar="[SCHEMA.]NAME",
     help="Read this table of the same database instead of a file: the Supabase guide's "
-    "documents, LangChain's langchain_pg_embedding, a LlamaIndex data_<name> table, a pgai "
-    "vectorizer's <name>_store table or a pg_vectorize job's vectorize._embeddings_<job>.",
+    "documents, LangChain's langchain_pg_embedding, a LlamaIndex data_<name> table, a "
+    "LangChain4j or Spring AI PgVector table, Haystack's haystack_documents, a pgai "
+    "vectorizer's <name>_store table or a pg_vectorize job's vectorize._embeddings_<job> (or "
+    "the source table of a job that appends them).",
 )
 @click.option(
     "--collection",
@@ -102,7 +104,8 @@ def import_command(
 
     \b
     Rows sharing a source (source_uri, metadata.source, LangChain's custom_id, LlamaIndex's
-    doc_id, the source row of a pgai store or a pg_vectorize job) become one document with
+    doc_id, a file's name, Haystack's file_path, the source row of a pgai store or a
+    pg_vectorize job) become one document with
     ordered chunks; others one document each. Unchanged documents are skipped on re-import,
     changed ones replaced in one transaction each.
     A source of more than 100,000 rows (or 256 MB of chunks) is refused: a document is

@@ -109,7 +109,8 @@ class Source:
     """A source opened for reading: what it is, what it maps and what it leaves out."""
 
     label: str  # e.g. "table public.documents (documents)", "file corpus.jsonl"
-    shape: str  # documents, langchain, llamaindex, pgai, pg_vectorize, jsonl, parquet
+    shape: str  # documents, langchain, llamaindex, langchain4j, haystack, pgai, pg_vectorize,
+    # jsonl, parquet
     uri_prefix: str  # a document without a source is "<prefix>#<row id>"
     unmapped: list[str]
     ignored: dict[str, str]  # column -> why it is not needed
@@ -165,6 +166,13 @@ class TableShape:
     model: str | None = None  # the model that made the embeddings, when the source records it
 
 
+# The metadata keys that name a row's document and page, in order, when the row has no column
+# of its own for them (a table in the documents shape, a file): Spring AI's PDF readers name
+# the file (file_name) and the page (page_number).
+SOURCE_KEYS = ("source_uri", "source", "file_name")
+PAGE_KEYS = ("page", "page_number")
+
+
 def _documents_shape(columns: set[str]) -> TableShape:
     meta = "coalesce(r.metadata::jsonb, '{}'::jsonb)" if "metadata" in columns else "'{}'::jsonb"
     has = columns.__contains__
@@ -176,10 +184,12 @@ def _documents_shape(columns: set[str]) -> TableShape:
         content="r.content" if has("content") else "r.body",
         metadata=meta,
         source=f"coalesce({'r.source_uri::text, ' if has('source_uri') else ''}"
-        f"{meta} ->> 'source_uri', {meta} ->> 'source')",
+        + ", ".join(f"{meta} ->> '{key}'" for key in SOURCE_KEYS)
+        + ")",
         title=f"coalesce({'r.title::text, ' if has('title') else ''}{meta} ->> 'title')",
         page=f"coalesce({_int_text('r.page::text') + ', ' if has('page') else ''}"
-        f"{_int_of(meta, 'page')})",
+        + ", ".join(_int_of(meta, key) for key in PAGE_KEYS)
+        + ")",
         start=f"coalesce({_int_of(meta, 'start_index')}, {_int_of(meta, 'chunk_index')})",
         order="r.id" if has("id") else "r.ctid",
         used=(
@@ -239,6 +249,66 @@ def _llamaindex_shape() -> TableShape:
         used=("id", "text", "embedding", "metadata_", "node_id"),
         ignored={"text_search_tsv": "pgrag keeps its own BM25 index of the content"},
         metadata_column="metadata_",
+    )
+
+
+HAYSTACK_COLUMNS = ("content", "embedding", "meta", "blob_data")
+
+
+def _haystack_shape() -> TableShape:
+    """Haystack's PgvectorDocumentStore table (``haystack_documents``): ``id``, ``content``,
+    ``embedding``, ``meta`` and the ByteStream columns; its converters name the file
+    (``file_path``), its DocumentSplitter the parent document (``source_id``), the page
+    (``page_number``) and where a split starts (``split_idx_start``, ``split_id``)."""
+    meta = "coalesce(r.meta::jsonb, '{}'::jsonb)"
+    blob = "the bytes Haystack kept beside a row's text (a ByteStream): pgrag imports the text"
+    return TableShape(
+        name="haystack",
+        needs=HAYSTACK_COLUMNS,
+        row_id="r.id::text",
+        content="r.content",
+        # the parent's id kept as parent_id: a chunk's source_id is the row's own id
+        metadata=f"({meta} - 'source_id') "
+        f"|| jsonb_strip_nulls(jsonb_build_object('parent_id', {meta} -> 'source_id'))",
+        source=f"coalesce({meta} ->> 'file_path', {meta} ->> 'source_id')",
+        title=f"{meta} ->> 'title'",
+        page=f"coalesce({_int_of(meta, 'page_number')}, {_int_of(meta, 'page')})",
+        start=f"coalesce({_int_of(meta, 'split_idx_start')}, {_int_of(meta, 'split_id')})",
+        order="r.id::text",
+        used=("id", "content", "embedding", "meta"),
+        ignored={
+            "blob_data": blob,
+            "blob_meta": blob,
+            "blob_mime_type": blob,
+            "dataframe": "older Haystack's table column, not text: pgrag imports the text",
+        },
+        metadata_column="meta",
+    )
+
+
+LANGCHAIN4J_COLUMNS = ("embedding_id", "text", "embedding")
+
+
+def _langchain4j_shape(columns: set[str]) -> TableShape:
+    """LangChain4j's PgVectorEmbeddingStore table: ``embedding_id``, ``embedding``, ``text``
+    and, stored as one JSON value (its default), ``metadata``; its document loaders name the
+    file (``absolute_directory_path`` and ``file_name``) or ``url``, its splitters number the
+    segments of a document (``index``)."""
+    meta = "coalesce(r.metadata::jsonb, '{}'::jsonb)" if "metadata" in columns else "'{}'::jsonb"
+    path = f"({meta} ->> 'absolute_directory_path') || '/' || ({meta} ->> 'file_name')"
+    return TableShape(
+        name="langchain4j",
+        needs=LANGCHAIN4J_COLUMNS,
+        row_id="r.embedding_id::text",
+        content="r.text",
+        metadata=meta,
+        source=f"coalesce({path}, {meta} ->> 'url', {meta} ->> 'source', {meta} ->> 'file_name')",
+        title=f"coalesce({meta} ->> 'title', {meta} ->> 'file_name')",
+        page=_int_of(meta, "page"),
+        start=_int_of(meta, "index"),
+        order="r.embedding_id::text",
+        used=("embedding_id", "text", "embedding", "metadata"),
+        ignored={},
     )
 
 
@@ -330,12 +400,16 @@ def _pgai_shape(store: PgaiStore, label: str) -> TableShape:
 
 PG_VECTORIZE_COLUMNS = ("embeddings", "updated_at")
 PG_VECTORIZE_PREFIX = "_embeddings_"  # + the job's name
+PG_VECTORIZE_SCHEMA = "vectorize"  # where pg_vectorize keeps its jobs (vectorize.job)
+# a job of table_method append keeps its embeddings in its source table: <job> + these columns
+APPENDED_COLUMNS = ("_embeddings", "_updated_at")
 
 
 @dataclass(frozen=True)
 class PgVectorizeJob:
     """A pg_vectorize job as its ``vectorize.job`` row names it (``params``: ``schema``,
-    ``relation`` (``table`` before 0.22), ``columns``, ``primary_key``; ``transformer``)."""
+    ``relation`` (``table`` before 0.22), ``columns``, ``primary_key``, ``table_method``;
+    ``transformer``). ``appended``: its embeddings are columns of the source table itself."""
 
     name: str
     source: str  # the source table, quoted: "schema"."relation"
@@ -343,6 +417,7 @@ class PgVectorizeJob:
     key: str
     transformer: str
     has_title: bool
+    appended: bool = False
 
 
 PG_VECTORIZE_WAY_IN = (
@@ -352,10 +427,10 @@ PG_VECTORIZE_WAY_IN = (
 
 
 def _pg_vectorize_params(
-    conn: psycopg.Connection[Any], schema: str, name: str, job: str
+    conn: psycopg.Connection[Any], schema: str, table: str, job: str
 ) -> tuple[Any, ...]:
-    """The job's row of ``<schema>.job``: source schema, relation, columns, primary key and
-    transformer; ConfigError when that table or row is missing."""
+    """The job's row of ``<schema>.job``: source schema, relation, columns, primary key,
+    transformer and table method; ConfigError naming ``table`` when that row is missing."""
     found = conn.execute(
         "select pg_catalog.to_regclass(%s) is not null",
         (sql.Identifier(schema, "job").as_string(conn),),
@@ -366,13 +441,14 @@ def _pg_vectorize_params(
             sql.SQL(
                 "select j.params ->> 'schema', coalesce(j.params ->> 'relation', "
                 "j.params ->> 'table'), j.params -> 'columns', j.params ->> 'primary_key', "
-                "j.transformer::text from {} as j where j.name = %s"
+                "j.transformer::text, coalesce(j.params ->> 'table_method', 'join') "
+                "from {} as j where j.name = %s"
             ).format(sql.Identifier(schema, "job")),
             (job,),
         ).fetchone()
     if row is None:
         raise ConfigError(
-            f"{schema}.{name} looks like pg_vectorize's embeddings of job {job!r}, but "
+            f"{table} looks like pg_vectorize's embeddings of job {job!r}, but "
             f"{schema}.job records no such job (it names the source table and its columns): "
             + PG_VECTORIZE_WAY_IN
         )
@@ -380,38 +456,61 @@ def _pg_vectorize_params(
 
 
 def _pg_vectorize_job(
-    conn: psycopg.Connection[Any], schema: str, name: str, table_columns: set[str]
+    conn: psycopg.Connection[Any], schema: str, name: str, columns_of: set[str], job: str
 ) -> PgVectorizeJob:
-    """The job whose embeddings table ``schema.name`` (of ``table_columns``) is; ConfigError
-    when its params are not pg_vectorize's or its key is not a column of the table."""
-    job = name.removeprefix(PG_VECTORIZE_PREFIX)
-    src_schema, relation, columns, key, transformer = _pg_vectorize_params(conn, schema, name, job)
+    """The job whose embeddings the table ``schema.name`` (of columns ``columns_of``) holds:
+    the job's own table (``vectorize._embeddings_<job>``) or, for a job that appends them to
+    its source table, that table itself; ConfigError when its params are not pg_vectorize's or
+    name columns its tables lack."""
+    table = f"{schema}.{name}"
+    appended = not name.startswith(PG_VECTORIZE_PREFIX)
+    job_schema = PG_VECTORIZE_SCHEMA if appended else schema
+    src_schema, relation, columns, key, transformer, method = _pg_vectorize_params(
+        conn, job_schema, table, job
+    )
     if not (
         isinstance(src_schema, str)
         and isinstance(relation, str)
         and isinstance(key, str)
-        and key in table_columns
         and isinstance(columns, list)
         and columns
         and all(isinstance(c, str) for c in columns)
+        and key in columns_of
+        and (method == "append") == appended
+        and (not appended or (src_schema, relation) == (schema, name))
     ):
         raise ConfigError(
-            f"pg_vectorize job {job!r} in {schema}.job has no source table, key and columns "
-            f"pgrag can read (params schema, relation, primary_key, columns, the key a column "
-            f"of {schema}.{name}): " + PG_VECTORIZE_WAY_IN
+            f"pg_vectorize job {job!r} in {job_schema}.job has no source table, key and "
+            f"columns pgrag can read for {table} (params schema, relation, primary_key, "
+            f"columns, table_method {'append' if appended else 'join'}; the key a column of "
+            f"{table}{', the source ' + table if appended else ''}): " + PG_VECTORIZE_WAY_IN
         )
     source = sql.Identifier(src_schema, relation).as_string(conn)
-    where = f"this database (pg_vectorize job {job!r} names it as its source in {schema}.job)"
+    where = f"this database (pg_vectorize job {job!r} names it as its source in {job_schema}.job)"
     _, _, source_types = _table_columns(conn, source, where)
     missing = [c for c in (key, *columns) if c not in source_types]
     if missing:
         raise ConfigError(
-            f"pg_vectorize job {job!r} in {schema}.job names columns its source table {source} "
-            f"does not have ({', '.join(missing)}): " + PG_VECTORIZE_WAY_IN
+            f"pg_vectorize job {job!r} in {job_schema}.job names columns its source table "
+            f"{source} does not have ({', '.join(missing)}): " + PG_VECTORIZE_WAY_IN
         )
     return PgVectorizeJob(
-        job, source, tuple(columns), key, str(transformer or ""), "title" in source_types
+        job,
+        source,
+        tuple(columns),
+        key,
+        str(transformer or ""),
+        "title" in source_types,
+        appended,
     )
+
+
+def _appended_jobs(columns: set[str]) -> list[str]:
+    """The pg_vectorize jobs (``table_method`` append) whose embeddings a table of these
+    columns holds: ``<job>_embeddings`` beside ``<job>_updated_at``."""
+    embeddings, updated = APPENDED_COLUMNS
+    jobs = (c.removesuffix(embeddings) for c in columns if c.endswith(embeddings))
+    return sorted(j for j in jobs if j and j + updated in columns)
 
 
 def pg_vectorize_model(transformer: str) -> str | None:
@@ -427,27 +526,38 @@ def pg_vectorize_model(transformer: str) -> str | None:
 
 
 def _pg_vectorize_shape(job: PgVectorizeJob, label: str) -> TableShape:
-    """A pg_vectorize job's embeddings table: one row, one document, named
-    ``<label>#<key>=<value>``, its text the job's columns as pg_vectorize joined them."""
+    """A pg_vectorize job's embeddings: one row, one document, named ``<label>#<key>=<value>``,
+    its text the job's columns as pg_vectorize joined them, read from the source table (joined
+    as ``src``) or, for a job that appends its embeddings to it, from the row itself."""
     key = sql.Identifier(job.key).as_string(None)
-    text = ", ".join(f"src.{sql.Identifier(c).as_string(None)}::text" for c in job.columns)
+    text_of = "r" if job.appended else "src"
+    text = ", ".join(f"{text_of}.{sql.Identifier(c).as_string(None)}::text" for c in job.columns)
+    embeddings, updated = (
+        (job.name + APPENDED_COLUMNS[0], job.name + APPENDED_COLUMNS[1])
+        if job.appended
+        else PG_VECTORIZE_COLUMNS
+    )
     return TableShape(
         name="pg_vectorize",
-        needs=(job.key, *PG_VECTORIZE_COLUMNS),
+        needs=(job.key, embeddings, updated),
         row_id=f"r.{key}::text",
         # pg_vectorize embeds the columns joined with ', ' (concat_ws: a null column is skipped)
         content=f"concat_ws(', ', {text})",
         metadata=f"jsonb_build_object({sql.Literal(job.key).as_string(None)}, r.{key})",
         source=f"{sql.Literal(label + '#' + job.key + '=').as_string(None)} || r.{key}::text",
-        title="src.title::text" if job.has_title else "null::text",
+        title=f"{text_of}.title::text" if job.has_title else "null::text",
         page="null::bigint",
         start="null::bigint",
         order=f"r.{key}",
-        used=(job.key, "embeddings"),
-        ignored={"updated_at": "when pg_vectorize embedded the row"},
+        used=(
+            (job.key, embeddings, *job.columns, *(("title",) if job.has_title else ()))
+            if job.appended
+            else (job.key, embeddings)
+        ),
+        ignored={updated: "when pg_vectorize embedded the row"},
         # a row whose source row is gone has no text: refused as such
-        join=f"left join {job.source} as src on src.{key} = r.{key}",
-        embedding_column="embeddings",
+        join="" if job.appended else f"left join {job.source} as src on src.{key} = r.{key}",
+        embedding_column=embeddings,
         model=pg_vectorize_model(job.transformer),
     )
 
@@ -513,7 +623,8 @@ def _shape_of(
     if set(PGAI_COLUMNS) <= columns:
         return _pgai_shape(_pgai_store(conn, schema, name), label)
     if set(PG_VECTORIZE_COLUMNS) <= columns and name.startswith(PG_VECTORIZE_PREFIX):
-        return _pg_vectorize_shape(_pg_vectorize_job(conn, schema, name, columns), label)
+        own = name.removeprefix(PG_VECTORIZE_PREFIX)
+        return _pg_vectorize_shape(_pg_vectorize_job(conn, schema, name, columns, own), label)
     if {"document", "cmetadata", "embedding"} <= columns:
         found = conn.execute(
             "select pg_catalog.to_regclass(%s) is not null",
@@ -527,14 +638,32 @@ def _shape_of(
         return _langchain_shape(columns, collection)
     if {"text", "metadata_", "node_id", "embedding"} <= columns:
         return _llamaindex_shape()
+    if set(LANGCHAIN4J_COLUMNS) <= columns:
+        return _langchain4j_shape(columns)
+    if set(HAYSTACK_COLUMNS) <= columns:
+        return _haystack_shape()
     if "embedding" in columns and ("content" in columns or "body" in columns):
         return _documents_shape(columns)
+    appended = _appended_jobs(columns)  # any table: only the job's columns tell it apart
+    if len(appended) > 1:
+        raise ConfigError(
+            f"{schema}.{name} holds the embeddings of several pg_vectorize jobs "
+            f"({', '.join(appended)}): import a view of one job's "
+            "(select <key> as id, <text> as content, <job>_embeddings as embedding ...)."
+        )
+    if appended:
+        return _pg_vectorize_shape(
+            _pg_vectorize_job(conn, schema, name, columns, appended[0]), label
+        )
     raise ConfigError(
         f"table {schema}.{name} has none of the known shapes (its columns: "
         f"{', '.join(sorted(columns))}): it needs content (or body) and embedding (the Supabase "
         "guides' documents), document/cmetadata/embedding (LangChain), text/metadata_/node_id/"
-        "embedding (LlamaIndex), embedding_uuid/chunk_seq/chunk/embedding (pgai) or "
-        "<key>/embeddings/updated_at named _embeddings_<job> (pg_vectorize); import a "
+        "embedding (LlamaIndex), embedding_id/text/embedding (LangChain4j), "
+        "content/embedding/meta/blob_data (Haystack), "
+        "embedding_uuid/chunk_seq/chunk/embedding (pgai) or "
+        "<key>/embeddings/updated_at named _embeddings_<job> or <job>_embeddings/"
+        "<job>_updated_at (pg_vectorize); import a "
         "view that gives its columns those names "
         "(create view ... as select text_column as content, vector_column as embedding ...), "
         "or export it to JSONL."
@@ -693,7 +822,7 @@ def _file_source(record: dict[str, Any], metadata: dict[str, Any]) -> tuple[str 
     if given is not None:
         problem = label_problem("source_uri", given)
         return (None, problem) if problem else (str(given), None)
-    for key in ("source_uri", "source"):  # metadata, already checked as text
+    for key in SOURCE_KEYS:  # metadata, already checked as text
         value = _given(metadata, key)
         if value is not None and label_problem(key, value) is None:
             return str(value), None
@@ -716,8 +845,11 @@ def _file_page(record: dict[str, Any], metadata: dict[str, Any]) -> tuple[int | 
     if record.get("page") is not None:
         problem = page_problem(record["page"])
         return (None, problem) if problem else (whole_number(record["page"]), None)
-    page = whole_number(metadata.get("page"))
-    return (page if page is not None and 0 <= page <= MAX_PAGE else None), None
+    for key in PAGE_KEYS:
+        page = whole_number(metadata.get(key))
+        if page is not None and 0 <= page <= MAX_PAGE:
+            return page, None
+    return None, None
 
 
 def _file_row(record: Any, position: str, unmapped: set[str]) -> SourceRow:
