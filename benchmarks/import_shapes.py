@@ -4,10 +4,12 @@ The same rows (``--size`` chunks of 60 random words, ``--per-doc`` rows per sour
 unit 384-dimension vectors: the import never embeds, so real embeddings would change nothing)
 are written into the Supabase guide's ``documents`` table (and a copy of it in another
 database, an application's, read with ``--source-dsn``), LangChain's
-``langchain_pg_embedding`` (+ ``langchain_pg_collection``), a LlamaIndex ``data_kb`` table, a
+``langchain_pg_embedding`` (+ ``langchain_pg_collection``), a LlamaIndex ``data_kb`` table,
+LangChain4j's ``embeddings``, Haystack's ``haystack_documents``, a
 pgai vectorizer's store ``kb_contents_store`` (+ its source table ``kb``), a pg_vectorize job's
 ``vectorize._embeddings_kb_search`` (+ its ``vectorize.job`` row and source table ``kb_rows``:
-one embedding a source row, so one document a chunk), a JSONL and a Parquet file; each is then
+one embedding a source row, so one document a chunk) and one appending them to its source
+``kb_appended``, a JSONL and a Parquet file; each is then
 imported with :func:`pgrag.importer.import_source` into its own tenant: a tenant's first
 import, which takes the bulk path (``pgrag.bulk_load_applies``; ``pgrag.finish_bulk_load`` at
 the end), and with ``--row-by-row`` the same source again into
@@ -88,7 +90,8 @@ def copy_documents_table(dsn: str, app: str) -> None:
 
 def make_pg_vectorize_job(cur: psycopg.Cursor[Any]) -> None:
     """What a pg_vectorize job (``table_method`` join) over ``kb_rows(id, body)`` makes: its
-    ``vectorize.job`` row and its embeddings table."""
+    ``vectorize.job`` row and its embeddings table; and a job that appends its embeddings to
+    its source table ``kb_appended``."""
     cur.execute("create table kb_rows (id int primary key, body text)")
     cur.execute("create schema vectorize")
     cur.execute(
@@ -106,6 +109,16 @@ def make_pg_vectorize_job(cur: psycopg.Cursor[Any]) -> None:
         "create table vectorize._embeddings_kb_search (id int unique not null references "
         "kb_rows (id), embeddings vector(384) not null, "
         "updated_at timestamptz default now() not null)"
+    )
+    appended = {**params, "relation": "kb_appended", "table_method": "append"}
+    cur.execute(
+        "insert into vectorize.job (name, transformer, params) values ('kb_append', "
+        "'sentence-transformers/all-MiniLM-L6-v2', %s)",
+        (json.dumps(appended),),
+    )
+    cur.execute(
+        "create table kb_appended (id int primary key, body text, "
+        "kb_append_embeddings vector(384), kb_append_updated_at timestamptz)"
     )
 
 
@@ -128,6 +141,15 @@ def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
         cur.execute(
             "create table data_kb (id bigserial primary key, text varchar, metadata_ json, "
             "node_id varchar, embedding vector(384))"
+        )
+        cur.execute(
+            "create table embeddings (embedding_id uuid primary key, embedding vector(384), "
+            "text text null, metadata json null)"
+        )
+        cur.execute(
+            "create table haystack_documents (id varchar(128) primary key, "
+            "embedding vector(384), content text, blob_data bytea, blob_meta json, "
+            "blob_mime_type varchar(255), meta json)"
         )
         cur.execute("create table kb (id int primary key, title text)")
         cur.execute(
@@ -157,6 +179,15 @@ def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
                 (texts[i], json.dumps({"doc_id": src}), f"n{i}", v),
             )
             cur.execute(
+                "insert into embeddings values (gen_random_uuid(), %s, %s, %s)",
+                (v, texts[i], json.dumps({"file_name": src, "index": str(i % per_doc)})),
+            )
+            cur.execute(
+                "insert into haystack_documents (id, embedding, content, meta) "
+                "values (%s, %s, %s, %s)",
+                (f"h{i}", v, texts[i], json.dumps({"file_path": src, "split_id": i % per_doc})),
+            )
+            cur.execute(
                 "insert into kb_contents_store (id, chunk_seq, chunk, embedding) "
                 "values (%s, %s, %s, %s)",
                 (i // per_doc, i % per_doc, texts[i], v),
@@ -166,6 +197,7 @@ def make_sources(dsn: str, folder: Path, size: int, per_doc: int) -> None:
                 "insert into vectorize._embeddings_kb_search (id, embeddings) values (%s, %s)",
                 (i, v),
             )
+            cur.execute("insert into kb_appended values (%s, %s, %s, now())", (i, texts[i], v))
     records = [
         {"content": texts[i], "embedding": vecs[i].tolist(), "source_uri": f"doc{i // per_doc}"}
         for i in range(size)
@@ -222,8 +254,11 @@ def main() -> None:
             "documents-other-database": lambda: open_table(app, "documents", own_database=False),
             "langchain": lambda: open_table(dsn, "langchain_pg_embedding"),
             "llamaindex": lambda: open_table(dsn, "data_kb"),
+            "langchain4j": lambda: open_table(dsn, "embeddings"),
+            "haystack": lambda: open_table(dsn, "haystack_documents"),
             "pgai": lambda: open_table(dsn, "kb_contents_store"),
             "pg_vectorize": lambda: open_table(dsn, "vectorize._embeddings_kb_search"),
+            "pg_vectorize-append": lambda: open_table(dsn, "kb_appended"),
             "jsonl": lambda: open_file(folder / "rows.jsonl"),
         }
         if (folder / "rows.parquet").exists():

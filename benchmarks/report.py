@@ -1388,8 +1388,11 @@ def import_shapes() -> str:
         "documents-other-database": "the same table in another database (`--source-dsn`)",
         "langchain": "LangChain's `langchain_pg_embedding`",
         "llamaindex": "a LlamaIndex `data_*` table",
+        "langchain4j": "LangChain4j's PgVectorEmbeddingStore table",
+        "haystack": "Haystack's `haystack_documents`",
         "pgai": "a pgai vectorizer's `*_store` table",
         "pg_vectorize": "a pg_vectorize job's `vectorize._embeddings_*` (one chunk a document)",
+        "pg_vectorize-append": "a pg_vectorize job's source table, embeddings appended (one chunk a document)",
         "jsonl": "a JSONL file",
         "parquet": "a Parquet file",
     }
