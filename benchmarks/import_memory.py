@@ -20,6 +20,7 @@ reads its peak resident memory (``ru_maxrss`` of ``wait4``):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -36,7 +37,7 @@ import numpy as np
 from pgrag.importer.sources import RUN_BYTES
 from pgrag.install.migrator import Migrator
 from pgrag.pipeline.embedders import LOCAL_MODEL_NAME
-from pgrag.testing import create_database, server
+from pgrag.testing import create_database, drop_database, server
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "import_memory.json"
@@ -131,8 +132,11 @@ def main() -> None:
         "run_mib": RUN_BYTES // 2**20,
         "runs": {},
     }
-    with server(args.admin_dsn, "pgrag-memory-") as admin, tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        admin = stack.enter_context(server(args.admin_dsn, "pgrag-memory-"))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
         dsn = create_database(admin)
+        stack.callback(drop_database, admin, dsn)  # the server may be the user's
         Migrator(dsn).migrate(384)
         path = Path(tmp) / "rows.jsonl"
         result["rows"] = write_file(path, args.mb, args.per_doc)

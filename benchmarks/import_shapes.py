@@ -24,6 +24,7 @@ order given, so the first one also loads the tokenizer.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -42,7 +43,7 @@ from pgrag.importer.run import Importer
 from pgrag.importer.sources import Source, open_file, open_table
 from pgrag.install.migrator import Migrator
 from pgrag.pipeline.embedders import LOCAL_MODEL_NAME, vector_literal
-from pgrag.testing import create_database, server
+from pgrag.testing import create_database, drop_database, server
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "import_shapes.json"
@@ -242,12 +243,16 @@ def main() -> None:
         "per_doc": args.per_doc,
         "shapes": {},
     }
-    with server(args.admin_dsn, "pgrag-import-") as admin, tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        admin = stack.enter_context(server(args.admin_dsn, "pgrag-import-"))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
         dsn = create_database(admin)
+        stack.callback(drop_database, admin, dsn)  # the server may be the user's
         Migrator(dsn).migrate(384)
         folder = Path(tmp)
         make_sources(dsn, folder, args.size, args.per_doc)
         app = create_database(admin)
+        stack.callback(drop_database, admin, app)
         copy_documents_table(dsn, app)
         shapes: dict[str, Callable[[], Source]] = {
             "documents": lambda: open_table(dsn, "documents"),
