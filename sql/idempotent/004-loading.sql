@@ -272,6 +272,8 @@ declare
     v_recorded text;
     v_columns text;
     v_values text;
+    v_empty boolean;
+    v_count_missing text;
 begin
     -- Another tenant's documents are refused before any lock (as in bm25_apply).
     if pg_catalog.row_security_active('pgrag.documents'::pg_catalog.regclass)
@@ -293,30 +295,39 @@ begin
     order by d.id
     for update;
     -- Staged chunks without an embedding reuse the one stored for the same text of the same
-    -- document (an unchanged chunk is never embedded twice).
-    execute pg_catalog.format(
-        'update %s as s set embedding = o.embedding from pgrag.chunks as o '
-        'where s.embedding is null and s.document_id operator(pg_catalog.=) any ($1) '
-        'and o.tenant_id operator(pg_catalog.=) $2 and o.document_id operator(pg_catalog.=) s.document_id '
-        'and o.content_sha256 operator(pg_catalog.=) s.content_sha256 and o.embedding is not null',
-        stage)
-    using document_ids, tenant;
-    -- ... or the one saved for it while an earlier load of the document was under way
-    -- (pgrag.save_embeddings), with this model; those saved rows are done with.
-    execute pg_catalog.format(
-        'update %s as s set embedding = o.embedding from pgrag.saved_embeddings as o '
-        'where s.embedding is null and s.document_id operator(pg_catalog.=) any ($1) '
-        'and o.tenant_id operator(pg_catalog.=) $2 and o.document_id operator(pg_catalog.=) s.document_id '
-        'and o.content_sha256 operator(pg_catalog.=) s.content_sha256 and o.model operator(pg_catalog.=) $3',
-        stage)
-    using document_ids, tenant, embedding_model;
+    -- document (an unchanged chunk is never embedded twice), or the one saved for it while an
+    -- earlier load of the document was under way (pgrag.save_embeddings), with this model;
+    -- those saved rows are done with. Looked up only when some staged chunk of the batch lacks
+    -- its embedding: a first load brings them all, and a tenant new to the statistics looks like
+    -- a few rows, for whom a plan read every chunk the load had written so far, scanning the
+    -- stage for each (quadratic: 10 s a batch of 1,000 beside 22 other tenants).
+    v_count_missing := pg_catalog.format(
+        'select pg_catalog.count(*) from %s where document_id operator(pg_catalog.=) any ($1) '
+        'and embedding is null', stage);
+    execute v_count_missing into v_missing using document_ids;
+    if v_missing > 0 then
+        execute pg_catalog.format(
+            'update %s as s /* pgrag:reuse_stored_embeddings */ set embedding = o.embedding '
+            'from pgrag.chunks as o '
+            'where s.embedding is null and s.document_id operator(pg_catalog.=) any ($1) '
+            'and o.tenant_id operator(pg_catalog.=) $2 and o.document_id operator(pg_catalog.=) any ($1) '
+            'and o.document_id operator(pg_catalog.=) s.document_id '
+            'and o.content_sha256 operator(pg_catalog.=) s.content_sha256 and o.embedding is not null',
+            stage)
+        using document_ids, tenant;
+        execute pg_catalog.format(
+            'update %s as s /* pgrag:reuse_saved_embeddings */ set embedding = o.embedding '
+            'from pgrag.saved_embeddings as o '
+            'where s.embedding is null and s.document_id operator(pg_catalog.=) any ($1) '
+            'and o.tenant_id operator(pg_catalog.=) $2 and o.document_id operator(pg_catalog.=) any ($1) '
+            'and o.document_id operator(pg_catalog.=) s.document_id '
+            'and o.content_sha256 operator(pg_catalog.=) s.content_sha256 and o.model operator(pg_catalog.=) $3',
+            stage)
+        using document_ids, tenant, embedding_model;
+        execute v_count_missing into v_missing using document_ids;
+    end if;
     delete from pgrag.saved_embeddings as o
     where o.tenant_id = tenant and o.document_id = any (document_ids);
-    execute pg_catalog.format(
-        'select pg_catalog.count(*) from %s where document_id operator(pg_catalog.=) any ($1) '
-        'and embedding is null', stage)
-    into v_missing
-    using document_ids;
     if v_missing > 0 then
         raise exception 'a document changed in the database while it was being ingested'
             using errcode = 'PR001',
@@ -352,10 +363,18 @@ begin
      where d.tenant_id = tenant and d.id = v.id;
     execute pg_catalog.format('delete from %s where document_id operator(pg_catalog.=) any ($1)', stage)
     using document_ids;
+    -- A temporary table is never vacuumed: emptied by deletes, the stage would keep every page
+    -- a session ever staged, and each statement above scans them all. Empty, a temporary stage
+    -- (pgrag.create_stage's) is truncated; a table others may read is left as it is.
+    execute pg_catalog.format('select not exists (select from %s)', stage) into v_empty;
+    if v_empty and exists (select from pg_catalog.pg_class as c
+                           where c.oid = stage and c.relpersistence = 't') then
+        execute pg_catalog.format('truncate %s', stage);
+    end if;
 end
 $$;
 comment on function pgrag.replace_document_chunks(regclass, text, bigint[], text[], text[], text[], jsonb[], integer[], text) is
-'Loader transition to ready: atomic swap of documents'' chunks from a staging table (pgrag.create_stage''s, filled by COPY; each of its columns pgrag.chunks also has is copied): locks the documents, reuses stored embeddings of unchanged chunk texts (of the document''s chunks, or saved for it by pgrag.save_embeddings with this model, which it then deletes), replaces the chunks, marks the documents ready with their metadata, empties their staged rows. Raises PR001 when a staged chunk has no embedding to reuse, PR002 when embedding_model is not the model pgrag.embedding_config records.';
+'Loader transition to ready: atomic swap of documents'' chunks from a staging table (pgrag.create_stage''s, filled by COPY; each of its columns pgrag.chunks also has is copied): locks the documents, reuses stored embeddings of unchanged chunk texts (of the document''s chunks, or saved for it by pgrag.save_embeddings with this model, which it then deletes), replaces the chunks, marks the documents ready with their metadata, empties their staged rows (truncating a temporary stage left empty: never vacuumed, it would keep every page it held). Raises PR001 when a staged chunk has no embedding to reuse, PR002 when embedding_model is not the model pgrag.embedding_config records.';
 
 -- Removal: documents and their chunks, in one statement each, inside the caller's transaction.
 -- Deleting chunks fires the BM25 triggers (002-bm25-maintenance.sql), so postings, document

@@ -107,7 +107,10 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
     -- The tenant as a literal (a Citus coordinator routes the statement by it), said of both
-    -- tables.
+    -- tables. Its callers plan it without nested loops: a tenant new to the statistics of
+    -- these tables looks like one row of each, and a nested loop then read the tenant's whole
+    -- backlog (or every chunk of it) for each of its chunks (quadratic: 5,000 chunks beside 27
+    -- other tenants read 12.5 million rows in each of the bulk load's passes).
     select pg_catalog.format(
         'select c.tenant_id, c.id, c.language::text, c.fts from pgrag.chunks as c '
         'join pgrag.bm25_backlog as b on b.tenant_id operator(pg_catalog.=) c.tenant_id '
@@ -124,6 +127,9 @@ language plpgsql
 stable
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Hash or merge joins only (sql/idempotent/README.md, "Plans"): the backlog's chunks are a
+-- join of pgrag.chunks and pgrag.bm25_backlog by the tenant, whom the statistics may not know.
+set enable_nestloop = off
 as $$
 declare
     v_bounds text[];
@@ -138,7 +144,7 @@ begin
         return null;
     end if;
     execute pg_catalog.format($q$
-        select pg_catalog.percentile_disc(
+        select /* pgrag:bulk_load_lexeme_bounds */ pg_catalog.percentile_disc(
                    (select pg_catalog.array_agg(g::float8 operator(pg_catalog./) %2$s)
                     from pg_catalog.generate_series(1, %2$s operator(pg_catalog.-) 1) as g))
                within group (order by u.lexeme)
@@ -157,6 +163,9 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Hash or merge joins only (sql/idempotent/README.md, "Plans"): the backlog's chunks are a
+-- join of pgrag.chunks and pgrag.bm25_backlog by the tenant, whom the statistics may not know.
+set enable_nestloop = off
 as $$
 declare
     v_rows bigint;
@@ -208,6 +217,9 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- Hash or merge joins only (sql/idempotent/README.md, "Plans"): the backlog's chunks are a
+-- join of pgrag.chunks and pgrag.bm25_backlog by the tenant, whom the statistics may not know.
+set enable_nestloop = off
 as $$
 declare
     v_rows bigint;
