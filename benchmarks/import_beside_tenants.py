@@ -5,11 +5,13 @@ The same ``--size`` rows (the Supabase guide's ``documents`` table of
 ``--per-doc`` rows per source document) are imported into a new tenant of a fresh database and
 of a database already holding ``--tenants`` other tenants of as many rows, in turns (fresh,
 busy, fresh, ...) for ``--rounds`` rounds: through the bulk path (a first import) and the
-row-by-row path. The tenant is new to the busy database's statistics, as any new tenant of a
-shared table is until the next ANALYZE: a plan that takes it for one row must not make its
-load quadratic. Writes ``benchmarks/results/import_beside_tenants.json``.
+row-by-row path (``--other-size``: the other tenants' rows each, when not as many). The
+tenant is new to the busy database's statistics, as any new tenant of a shared table is until
+the next ANALYZE: a plan that takes it for one row must not make its load quadratic. Writes
+``benchmarks/results/import_beside_tenants.json``.
 
     python benchmarks/import_beside_tenants.py [--size 5000] [--tenants 20] [--rounds 2]
+        [--other-size N]
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -45,6 +49,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=5000, help="rows of each import")
     parser.add_argument("--per-doc", type=int, default=10, help="rows sharing a source")
     parser.add_argument("--tenants", type=int, default=20, help="other tenants already loaded")
+    parser.add_argument(
+        "--other-size", type=int, help="rows of each other tenant (default: --size)"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="imports of each kind")
     parser.add_argument("--admin-dsn", help="superuser DSN of a server with pgvector")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -62,6 +69,7 @@ def main() -> None:
         "size": args.size,
         "per_doc": args.per_doc,
         "tenants": args.tenants,
+        "other_size": args.other_size or args.size,
         "runs": [],
     }
     with contextlib.ExitStack() as stack:
@@ -75,15 +83,26 @@ def main() -> None:
             databases[kind] = dsn
         source = databases["fresh"]  # both read the same rows from the fresh database
         make_sources(source, tmp, args.size, args.per_doc)
+        others = source
+        if result["other_size"] != args.size:
+            others = create_database(admin)
+            stack.callback(drop_database, admin, others)
+            Migrator(others).migrate(384)  # (pgvector, for the source tables)
+            (tmp / "others").mkdir()
+            make_sources(others, tmp / "others", result["other_size"], args.per_doc)
         started = time.perf_counter()
         for i in range(args.tenants):
             run_import(
                 databases["busy"],
-                open_table(source, "documents", own_database=False),
+                open_table(others, "documents", own_database=False),
                 f"other-{i}",
                 True,
             )
         result["others_loaded_s"] = round(time.perf_counter() - started, 1)
+        # Statistics that know the other tenants (and so, with fewer tenants than they keep
+        # most common values, all of them), as autovacuum's ANALYZE soon has them.
+        with psycopg.connect(databases["busy"], autocommit=True) as conn:
+            conn.execute("analyze pgrag.documents, pgrag.chunks, pgrag.bm25_backlog")
         print(f"{args.tenants} other tenants loaded in {result['others_loaded_s']} s", flush=True)
         for r in range(args.rounds):
             for kind, dsn in databases.items():
