@@ -1,9 +1,11 @@
 """The loaders' statements cost what their batch holds, whatever else the tables and the
 session hold: a tenant new to the statistics of tables shared with other tenants, loading batch
-after batch, reads none of its earlier chunks to reuse embeddings for new documents
-(``pgrag.replace_document_chunks``), its bulk load reads each chunk it listed for the BM25 index
-once (``pgrag.bulk_load_backlog_sql``), and the session's stage does not keep the pages of
-earlier batches (a temporary table is never vacuumed)."""
+after batch, reads none of its earlier chunks (``pgrag.replace_document_chunks``: to reuse
+embeddings for new documents, or to find the chunks a swap replaces) and one document row per
+chunk it writes (the foreign key's check and the publishing trigger), its bulk load reads each
+chunk it listed for the BM25 index once (``pgrag.bulk_load_backlog_sql``), and the session's
+stage does not keep the pages of earlier batches (a temporary table is never vacuumed). Removing
+a document of such a tenant reads that document's chunks alone."""
 
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ def load_other_tenants(conn: psycopg.Connection[Any]) -> None:
     """Four tenants of 200 chunks, and statistics that know only them."""
     for other in ("acme", "globex", "initech", "umbrella"):
         load(conn, other, 20, 10, f"{other}-first")
-    conn.execute("analyze pgrag.chunks, pgrag.bm25_backlog")
+    conn.execute("analyze pgrag.documents, pgrag.chunks, pgrag.bm25_backlog")
     conn.commit()
 
 
@@ -95,13 +97,67 @@ def test_a_new_tenants_later_batch_reads_none_of_its_earlier_chunks(db: str) -> 
         load(conn, "newco", 20, 10, "newco-first")
         _, args = stage_documents(conn, "newco", 20, 10, "newco-second")
         _, plans = run_with_plans(conn, SWAP, (*args, MODEL), settings=ANALYZED)
-    read = {
-        p.query: n["Actual Rows"] * n["Actual Loops"]
-        for p in plans
-        for n in p.scans("chunks")
-        if n["Actual Rows"] * n["Actual Loops"]
-    }
+    read = {p.query: p.rows_read("chunks") for p in plans if p.rows_read("chunks")}
     assert read == {}
+
+
+def crowd_the_server(conn: psycopg.Connection[Any]) -> None:
+    """Twenty tenants of 300 documents of ten chunks, and statistics that know only them (all
+    of them: fewer tenants than the statistics' most common values)."""
+    conn.execute(
+        "insert into pgrag.documents (tenant_id, title, source_type, source_uri, status)"
+        " select 't' || t, 'T', 'text', 'u' || g, 'ready'"
+        " from generate_series(1, 20) as t, generate_series(1, 300) as g"
+    )
+    conn.execute(
+        "insert into pgrag.chunks (tenant_id, document_id, chunk_index, content, content_sha256)"
+        " select d.tenant_id, d.id, i, 'inverter cooling', md5(d.id || '/' || i)"
+        " from pgrag.documents as d, generate_series(0, 9) as i"
+    )
+    conn.execute("analyze pgrag.documents, pgrag.chunks")
+    conn.commit()
+
+
+def test_each_chunk_a_new_tenant_writes_checks_its_one_document(db: str) -> None:
+    with connect(db) as conn:
+        crowd_the_server(conn)
+        load(conn, "newco", 100, 10, "newco-first")
+        load(conn, "newco", 100, 10, "newco-second")
+    with connect(db) as conn:  # a session whose plans are made now
+        _, args = stage_documents(conn, "newco", 100, 10, "newco-third")
+        _, plans = run_with_plans(
+            conn, SWAP, (*args, MODEL), settings={**ANALYZED, "enable_seqscan": "on"}
+        )
+    # the foreign key's check (PostgreSQL's statement) and the publishing trigger's lookup
+    foreign_key = [p for p in plans if "FOR KEY SHARE" in p.query]
+    publishing = [p for p in plans if "new.is_public" in p.query]
+    assert len(foreign_key) == len(publishing) == 1000
+    # the row's document by key: never every document of the tenant (300 here before)
+    assert {p.rows_read("documents") for p in foreign_key + publishing} == {1}
+
+
+def test_removing_a_new_tenants_documents_reads_their_chunks_alone(db: str) -> None:
+    with connect(db) as conn:
+        load_other_tenants(conn)
+        load(conn, "newco", 20, 10, "newco-first")
+        load(conn, "newco", 20, 10, "newco-second")
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "select id from pgrag.documents where tenant_id = 'newco' order by id limit 2"
+            )
+        ]
+        rows, plans = run_with_plans(
+            conn,
+            "select * from pgrag.delete_documents(%s::int8[])",
+            (ids,),
+            tenant="newco",
+            settings=ANALYZED,
+        )
+    assert [r[2] for r in rows] == [10, 10]
+    deleted = marked_plan(plans, "delete_document_chunks")
+    assert deleted.rows_read("chunks") == 20
+    assert sum(p.rows_read("chunks") for p in plans) == 20 + 20  # counted, then deleted
 
 
 def test_a_swap_that_empties_the_stage_leaves_it_no_pages(db: str) -> None:

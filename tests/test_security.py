@@ -535,14 +535,15 @@ PGRAG_FUNCTIONS = (
     "window_hits_unfenced",
     "windows",
 )
-# Writers: the chunks triggers' helper, the documents' field check, delete_documents, the
-# query-embedding cache's writers, and chunk_text (chunking, for the roles that write
-# documents). (bm25_apply and bm25_write_sql are the owner's: the BM25 trigger function runs as
-# the owner.)
+# Writers: the chunks triggers' helper, the documents' field check, delete_documents (and the
+# delete of chunks it shares with the loader's swap), the query-embedding cache's writers, and
+# chunk_text (chunking, for the roles that write documents). (bm25_apply and bm25_write_sql
+# are the owner's: the BM25 trigger function runs as the owner.)
 WRITER_FUNCTIONS = (
     "check_chunk_arguments",
     "check_document_fields",
     "chunk_text",
+    "delete_document_chunks",
     "delete_documents",
     "prune_query_cache",
     "query_cache_get",
@@ -569,6 +570,7 @@ WORKER_FUNCTIONS = (
     "fail_documents",
     "fail_exhausted_leases",
     "fail_sources",
+    "insert_staged_chunks",
     "loader_tenant",
     "next_claim_at",
     "record_embedding_model",

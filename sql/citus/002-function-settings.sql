@@ -1,5 +1,5 @@
 -- pgrag on Citus: settings of the search functions, so that a tenant's search runs on the one
--- worker holding the tenant.
+-- worker holding the tenant, and of the write paths' statements one server plans generically.
 -- Citus tier: applied by `pgrag migrate --citus` only, after sql/citus/001-distribute.sql. The
 -- idempotent tier's CREATE OR REPLACE removes function settings; this tier, re-applied after
 -- it, sets them again.
@@ -74,6 +74,28 @@ begin
         if f.custom_plans then
             execute pg_catalog.format('alter function %s set plan_cache_mode = force_custom_plan', f.sig);
         end if;
+    end loop;
+end
+$$;
+
+-- The write paths' statements that one server plans generically (a batch's rows by key for a
+-- tenant the statistics may not know: sql/idempotent/README.md, "Plans") plan every call with
+-- the values here too: Citus cannot plan an insert or delete of a distributed table around
+-- unbound parameters ("could not create distributed plan"). On the workers the tenant is then
+-- a literal, and a tenant new to the workers' statistics still looks like one row there.
+do $$
+declare
+    f record;
+begin
+    for f in
+        select p.oid::regprocedure as sig
+        from pg_catalog.pg_proc as p
+        where p.pronamespace = 'pgrag'::regnamespace
+          and p.proname in ('delete_document_chunks', 'insert_staged_chunks', 'chunk_is_public',
+                            'document_is_public_changed')
+        order by 1
+    loop
+        execute pg_catalog.format('alter function %s set plan_cache_mode = force_custom_plan', f.sig);
     end loop;
 end
 $$;

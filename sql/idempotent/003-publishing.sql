@@ -17,6 +17,10 @@ returns trigger
 language plpgsql
 security invoker
 set search_path = pg_catalog, pg_temp
+-- One generic plan (sql/idempotent/README.md, "Plans"): the row's document by key. Planned with
+-- the values, a tenant new to the statistics looks like one row, and each row's lookup read
+-- every document of the tenant by another index on it.
+set plan_cache_mode = force_generic_plan
 as $$
 begin
     new.is_public := coalesce((select d.is_public from pgrag.documents as d
@@ -32,6 +36,8 @@ returns trigger
 language plpgsql
 security invoker
 set search_path = pg_catalog, pg_temp
+-- One generic plan (as chunk_is_public's): the document's chunks by their key.
+set plan_cache_mode = force_generic_plan
 as $$
 begin
     -- Each chunk's own trigger reads the flag back from this (already updated) document.

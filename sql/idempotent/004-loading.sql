@@ -3,14 +3,15 @@
 -- Contract. Provides: pgrag.create_stage (the one definition of the staging table's columns),
 --   the loader's transitions pgrag.begin_documents (-> processing), pgrag.relabel_documents,
 --   pgrag.fail_documents / fail_sources / abort_documents (-> error),
---   pgrag.replace_document_chunks (-> ready: the atomic swap), pgrag.record_embedding_model,
+--   pgrag.replace_document_chunks (-> ready: the atomic swap, whose insert is
+--   pgrag.insert_staged_chunks), pgrag.record_embedding_model,
 --   pgrag.save_embeddings (a long document's embeddings kept while it loads);
 --   all for the worker roles (the owner and service_role: pgrag ingest and pgrag worker, through
 --   pgrag/ingest/lifecycle.py).
 --   Relies on: the BM25 triggers (002-bm25-maintenance.sql) and the publishing triggers
 --   (003-publishing.sql), which fire on the chunks these functions write;
---   pgrag.current_tenant_id (001-helpers.sql). The queue's transitions
---   (013-queue-outcomes.sql) call these.
+--   pgrag.current_tenant_id (001-helpers.sql); pgrag.delete_document_chunks (007-removal.sql).
+--   The queue's transitions (013-queue-outcomes.sql) call these.
 --
 -- Lifecycle of a document (docs/ingest.md, "Lifecycle"): a loader begins it (new: processing,
 -- no chunks; ready: stays ready and searchable with its previous chunks until the swap), then
@@ -248,6 +249,47 @@ $$;
 comment on function pgrag.save_embeddings(regclass, text, bigint[], integer[], integer[]) is
 'Saves in pgrag.saved_embeddings, for the request''s tenant, the embeddings (by content_sha256, with embedding_model) of the rows of a staging table (pgrag.create_stage''s) of document_ids[i] with chunk_index from first_chunks[i] to last_chunks[i]: a loader calls it with each batch of a document spanning several, so a load interrupted before the document''s swap keeps them; pgrag.replace_document_chunks reuses and deletes them.';
 
+-- The swap's insert of a batch's staged chunks.
+create or replace function pgrag.insert_staged_chunks(stage regclass, tenant text, document_ids bigint[])
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+-- Generic plans (sql/idempotent/README.md, "Plans") for the checks each inserted row fires, the
+-- foreign key's lookup of its document among them (it has no function of its own to say so):
+-- planned with the tenant's value, a tenant new to the statistics looks like one row, every
+-- index on the tenant as good as the key, and each row's check read all the tenant's documents.
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+    v_columns text;
+    v_values text;
+begin
+    -- The stage's columns (pgrag.create_stage defines them) that pgrag.chunks also has, each
+    -- cast to the chunk column's type: the column list is written nowhere else.
+    select pg_catalog.string_agg(pg_catalog.quote_ident(s.attname::text), ', ' order by s.attnum),
+           pg_catalog.string_agg(pg_catalog.format('s.%I::%s', s.attname,
+                                     pg_catalog.format_type(c.atttypid, c.atttypmod)),
+                                 ', ' order by s.attnum)
+      into v_columns, v_values
+      from pg_catalog.pg_attribute as s
+      join pg_catalog.pg_attribute as c
+        on c.attrelid = 'pgrag.chunks'::pg_catalog.regclass and c.attname = s.attname
+       and c.attnum > 0 and not c.attisdropped
+     where s.attrelid = stage and s.attnum > 0 and not s.attisdropped
+       and s.attname <> 'tenant_id';
+    execute pg_catalog.format(
+        'insert /* pgrag:insert_staged_chunks */ into pgrag.chunks (tenant_id, %s) '
+        'select $1, %s from %s as s '
+        'where s.document_id operator(pg_catalog.=) any ($2) order by s.document_id, s.chunk_index',
+        v_columns, v_values, stage)
+    using tenant, document_ids;
+end
+$$;
+comment on function pgrag.insert_staged_chunks(regclass, text, bigint[]) is
+'Inserts into pgrag.chunks, for tenant, the rows of a staging table (pgrag.create_stage''s) of document_ids, copying each of its columns pgrag.chunks also has, in document and chunk order; the per-row checks they fire read their document by key whatever the statistics know of the tenant. pgrag.replace_document_chunks''s insert, after it removed the documents'' previous chunks.';
+
 create or replace function pgrag.replace_document_chunks(
     stage regclass,
     tenant text,
@@ -270,8 +312,6 @@ as $$
 declare
     v_missing bigint;
     v_recorded text;
-    v_columns text;
-    v_values text;
     v_empty boolean;
     v_count_missing text;
 begin
@@ -333,25 +373,8 @@ begin
             using errcode = 'PR001',
                   hint = 'another ingest of the same source? run pgrag ingest again.';
     end if;
-    delete from pgrag.chunks as c where c.tenant_id = tenant and c.document_id = any (document_ids);
-    -- The stage's columns (pgrag.create_stage defines them) that pgrag.chunks also has, each
-    -- cast to the chunk column's type: the column list is written nowhere else.
-    select pg_catalog.string_agg(pg_catalog.quote_ident(s.attname::text), ', ' order by s.attnum),
-           pg_catalog.string_agg(pg_catalog.format('s.%I::%s', s.attname,
-                                     pg_catalog.format_type(c.atttypid, c.atttypmod)),
-                                 ', ' order by s.attnum)
-      into v_columns, v_values
-      from pg_catalog.pg_attribute as s
-      join pg_catalog.pg_attribute as c
-        on c.attrelid = 'pgrag.chunks'::pg_catalog.regclass and c.attname = s.attname
-       and c.attnum > 0 and not c.attisdropped
-     where s.attrelid = stage and s.attnum > 0 and not s.attisdropped
-       and s.attname <> 'tenant_id';
-    execute pg_catalog.format(
-        'insert into pgrag.chunks (tenant_id, %s) select $1, %s from %s as s '
-        'where s.document_id operator(pg_catalog.=) any ($2) order by s.document_id, s.chunk_index',
-        v_columns, v_values, stage)
-    using tenant, document_ids;
+    perform pgrag.delete_document_chunks(tenant, document_ids);
+    perform pgrag.insert_staged_chunks(stage, tenant, document_ids);
     update pgrag.documents as d
        set title = v.title, source_type = v.source_type, content_sha256 = v.sha,
            metadata = v.metadata, status = 'ready', error = null, chunk_count = v.n,

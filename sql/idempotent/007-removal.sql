@@ -1,7 +1,32 @@
 -- Removal: deleting a tenant's documents with their chunks.
 -- Contract. Provides: pgrag.delete_documents (authenticated and service_role: pgrag delete,
---   both --prune). Relies on: the BM25 triggers (002-bm25-maintenance.sql), which fire on the
---   chunks it deletes; pgrag.current_tenant_id and pgrag.check_length (001-helpers.sql).
+--   both --prune) and pgrag.delete_document_chunks (the chunks of a batch of documents, which
+--   pgrag.replace_document_chunks, 004-loading.sql, also removes with it). Relies on: the BM25
+--   triggers (002-bm25-maintenance.sql), which fire on the chunks they delete;
+--   pgrag.current_tenant_id and pgrag.check_length (001-helpers.sql).
+
+create or replace function pgrag.delete_document_chunks(tenant text, document_ids bigint[])
+returns bigint
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+-- One generic plan (sql/idempotent/README.md, "Plans"): planned with the tenant's value, a
+-- tenant new to the statistics looks like one row, every index on the tenant as good as the one
+-- on its documents, and the delete read all the tenant's chunks to find a batch's few.
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+    v_rows bigint;
+begin
+    delete /* pgrag:delete_document_chunks */ from pgrag.chunks as c
+    where c.tenant_id = tenant and c.document_id = any (document_ids);
+    get diagnostics v_rows = row_count;
+    return v_rows;
+end
+$$;
+comment on function pgrag.delete_document_chunks(text, bigint[]) is
+'Deletes the chunks of tenant''s documents document_ids (the BM25 triggers remove their postings) and returns how many; read by the documents'' key whatever the statistics know of the tenant. Runs as the caller (RLS applies).';
 
 -- Removal: documents and their chunks, in one statement each, inside the caller's transaction.
 -- Deleting chunks fires the BM25 triggers (002-bm25-maintenance.sql), so postings, document
@@ -72,7 +97,7 @@ begin
     if dry_run then
         return;
     end if;
-    delete from pgrag.chunks as c where c.tenant_id = v_tenant and c.document_id = any (v_ids);
+    perform pgrag.delete_document_chunks(v_tenant, v_ids);
     delete from pgrag.saved_embeddings as o where o.tenant_id = v_tenant and o.document_id = any (v_ids);
     delete from pgrag.documents as d where d.tenant_id = v_tenant and d.id = any (v_ids);
 end

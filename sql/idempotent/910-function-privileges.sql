@@ -42,7 +42,7 @@ begin
               'tenant_index_name', 'own_graph_walk_name', 'own_graph_walk_sql', 'chunk_fts',
               'identifier_terms', 'check_argument', 'check_length', 'check_filters',
               'check_query_embedding', 'text_search_config',
-              'delete_documents', 'check_document_fields',
+              'delete_documents', 'delete_document_chunks', 'check_document_fields',
               'text_search_config_allowed',
               -- text search (051-text-search.sql) and the query-embedding cache (050-*.sql)
               'embed_query', 'compute_query_embedding', 'cached_query_embedding',
@@ -76,7 +76,8 @@ begin
           or p.proname operator(pg_catalog.~) '^own_graph_walk_t_[0-9a-f]{24}$')
         order by 1
     loop
-        if f.proname in ('delete_documents', 'check_document_fields', 'text_search_config_allowed',
+        if f.proname in ('delete_documents', 'delete_document_chunks', 'check_document_fields',
+                         'text_search_config_allowed',
                          'chunk_text', 'check_chunk_arguments', 'query_cache_get',
                          'query_cache_put', 'prune_query_cache', 'query_cache_max_entries',
                          'search_log_max_rows', 'answer_cache_max_entries',
@@ -145,7 +146,7 @@ begin
           and p.proname = any (array[
               'set_request_tenant', 'loader_tenant', 'create_stage', 'begin_documents',
               'relabel_documents', 'fail_documents', 'fail_sources', 'abort_documents',
-              'record_embedding_model', 'replace_document_chunks', 'check_worker',
+              'record_embedding_model', 'replace_document_chunks', 'insert_staged_chunks', 'check_worker',
               'claim_documents', 'fail_exhausted_leases', 'due_tenants_after', 'renew_leases', 'release_documents', 'complete_documents',
               'skip_documents', 'fail_attempts', 'next_claim_at'
           ])

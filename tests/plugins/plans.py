@@ -28,6 +28,11 @@ class Plan:
     def scans(self, relation: str) -> list[dict[str, Any]]:
         return [n for n in self.nodes if n.get("Relation Name") == relation]
 
+    def rows_read(self, relation: str) -> int:
+        """Rows the scans of relation read (an ``ANALYZED`` plan): those they returned and those
+        their conditions then discarded, over all their loops."""
+        return sum(rows_read(n) for n in self.scans(relation))
+
 
 def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
@@ -73,6 +78,16 @@ def run_with_plans(
             explained = json.loads(notice.split("plan:", 1)[1])
             plans.append(Plan(explained["Query Text"], list(_plan_nodes(explained["Plan"]))))
     return rows, plans
+
+
+def rows_read(node: dict[str, Any]) -> int:
+    """Rows one scan node of an ``ANALYZED`` plan read: returned, or discarded by its filter or
+    recheck (EXPLAIN gives each per loop), times its loops."""
+    per_loop = sum(
+        node.get(key, 0)
+        for key in ("Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck")
+    )
+    return round(per_loop * node.get("Actual Loops", 0))
 
 
 # auto_explain with the rows each node returned and how often it ran (not its time).
