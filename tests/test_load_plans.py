@@ -5,7 +5,8 @@ embeddings for new documents, or to find the chunks a swap replaces) and one doc
 chunk it writes (the foreign key's check and the publishing trigger), its bulk load reads each
 chunk it listed for the BM25 index once (``pgrag.bulk_load_backlog_sql``), and the session's
 stage does not keep the pages of earlier batches (a temporary table is never vacuumed). Removing
-a document of such a tenant reads that document's chunks alone."""
+a document of such a tenant reads that document's chunks alone, and the delete of a batch's
+chunks, executable by the API roles, reaches the caller's tenant alone."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import psycopg
 from plugins.plans import ANALYZED, marked_plan, run_with_plans
 from psycopg.types.json import Jsonb
 
-from pgrag.db import connect
+from pgrag.db import connect, set_request_tenant
 from pgrag.ingest import create_stage_table
 
 MODEL = "m"
@@ -158,6 +159,21 @@ def test_removing_a_new_tenants_documents_reads_their_chunks_alone(db: str) -> N
     deleted = marked_plan(plans, "delete_document_chunks")
     assert deleted.rows_read("chunks") == 20
     assert sum(p.rows_read("chunks") for p in plans) == 20 + 20  # counted, then deleted
+
+
+def test_deleting_another_tenants_document_chunks_deletes_none(db: str) -> None:
+    with connect(db) as conn:
+        load(conn, "globex", 2, 3, "globex-first")
+        ids = [r[0] for r in conn.execute("select id from pgrag.documents order by id")]
+        with conn.transaction():
+            set_request_tenant(conn, "acme")
+            conn.execute("set local role authenticated")
+            deleted = conn.execute(
+                "select pgrag.delete_document_chunks('globex', %s)", (ids,)
+            ).fetchone()
+            conn.execute("reset role")
+        left = conn.execute("select count(*) from pgrag.chunks").fetchone()
+    assert deleted == (0,) and left == (6,)
 
 
 def test_a_swap_that_empties_the_stage_leaves_it_no_pages(db: str) -> None:

@@ -76,8 +76,12 @@ NEED_PLPYTHON = {
 # Any other volatile function an API role can execute fails test_only_known_writers_are_executable.
 # pgrag.propagate_request_claims (anon too) writes no row: it sets the transaction's own claims
 # again for a Citus cluster's workers, takes no argument, and does nothing without Citus.
+# pgrag.delete_document_chunks (the delete of a batch's chunks that delete_documents and the
+# loader's swap share) runs as the caller: row-level security confines it to chunks of the
+# caller's tenant, which the caller may delete directly too, whatever tenant it is given.
 KNOWN_WRITERS = {
     "pgrag.delete_documents",
+    "pgrag.delete_document_chunks",
     "pgrag.propagate_request_claims",
     "pgrag.query_cache_get",
     "pgrag.query_cache_put",
