@@ -2473,15 +2473,14 @@ def _beside_rows(d: Json) -> list[list[str]]:
     return rows
 
 
+def _beside_header(d: Json) -> list[str]:
+    return ["path", "empty database (s)", f"beside {d['tenants']} tenants (s)", "beside / empty"]
+
+
 def import_beside_tenants() -> str:
     after = load("import_beside_tenants.json")
     before = load("import_beside_tenants-before.json")
-    header = [
-        "path",
-        "empty database (s)",
-        f"beside {after['tenants']} tenants (s)",
-        "beside / empty",
-    ]
+    header = _beside_header(after)
     return f"""\
 ## A first import beside other tenants (`benchmarks/import_beside_tenants.py`)
 
@@ -2512,12 +2511,7 @@ def _beside_many_small() -> str:
     """A larger first import beside smaller tenants, with statistics made after they loaded."""
     after = load("import_beside_tenants-20k.json")
     before = load("import_beside_tenants-20k-before.json")
-    header = [
-        "path",
-        "empty database (s)",
-        f"beside {after['tenants']} tenants (s)",
-        "beside / empty",
-    ]
+    header = _beside_header(after)
     return f"""\
 A larger import, {after["size"]:,} rows, beside {after["tenants"]} tenants of {after["other_size"]:,} rows
 each, the busy database analyzed once they were loaded (its statistics then list every tenant
