@@ -2531,12 +2531,55 @@ tenant twice (its foreign key's check and the publishing trigger's lookup):
 {provenance(before)} {source("import_beside_tenants-20k-before.json")}
 
 The time moved little at this size: the new tenant's rows were half the table's, so autovacuum
-analyzed the tables during the import, and from then on the planner knew the tenant. The rows
-the plans read show the difference (development measurement, with auto_explain): beside 20
-tenants, one batch of 2,000 chunks of a tenant with 600 documents read 1.4 million document
-rows, and reads 4,000 now, one per chunk for each check (`tests/test_load_plans.py` checks it). A tenant whose rows stay under the tenth of a shared table that
-triggers autovacuum's ANALYZE is misjudged for its whole load, and those reads grew with the
-square of its documents.
+analyzed the tables during the import, and from then on the planner knew the tenant. A tenant
+whose rows stay under the tenth of a shared table that triggers autovacuum's ANALYZE is
+misjudged for its whole load. What the plans read then (`benchmarks/swap_reads.py`: a count
+from auto_explain, not a time):
+
+{_swap_reads()}
+"""
+
+
+def _swap_reads() -> str:
+    """The rows one swap of a new tenant read, before and after, per statement."""
+    after = load("swap_reads.json")
+    before = load("swap_reads-before.json")
+    kinds = sorted(set(after["rows_read"]) | set(before["rows_read"]))
+    rows = [
+        [
+            f"`{k}`" if "(" not in k else k,
+            *(
+                f"{d['rows_read'].get(k, {}).get('documents', 0):,} / "
+                f"{d['rows_read'].get(k, {}).get('chunks', 0):,}"
+                for d in (before, after)
+            ),
+        ]
+        for k in kinds
+    ]
+    rows.append(
+        [
+            "all",
+            *(f"{d['documents_read']:,} / {d['chunks_read']:,}" for d in (before, after)),
+        ]
+    )
+    return f"""\
+Beside {after["tenants"]} tenants of {after["documents"]} documents (analyzed), a new
+tenant's third batch of {after["batch_documents"]} documents ({after["batch_chunks"]:,} chunks;
+{after["new_tenant_documents"]} documents of the tenant by then): rows of `pgrag.documents` /
+`pgrag.chunks` each statement of the swap read. Before, each chunk's two checks read every
+document of the tenant and the delete read all its chunks; after, a check reads its one
+document. The lock and the update of the batch's documents still read all the tenant's
+documents, once a batch (sql/idempotent/README.md, "Plans"). `tests/test_load_plans.py` checks
+the per-chunk reads.
+
+{table(["statement", "before", "after"], rows)}
+
+After: {provenance(after)} {source("swap_reads.json")}
+
+Before: the same command with `--out benchmarks/results/swap_reads-before.json`, run with
+`sql/` as at `7b44718` checked out (the result records that `sql/` differed from the code's
+head); measured {before["measured_at"].replace("T", " ")} UTC.
+{source("swap_reads-before.json")}
 """
 
 
